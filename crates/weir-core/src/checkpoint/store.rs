@@ -1,0 +1,77 @@
+//! The storage a checkpoint lives on.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+
+/// The result of a conditional create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// The file did not exist and now holds the given bytes.
+    Created,
+    /// The file already existed; it holds these bytes and was not changed.
+    AlreadyExists(Bytes),
+}
+
+/// Who holds a checkpoint's lease, written into the lease for error messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseOwner {
+    /// The run of the query that holds the lease.
+    pub run_id: String,
+    /// The process id of the holder.
+    pub pid: u32,
+    /// The host name of the holder, where known.
+    pub host: String,
+    /// When the lease was taken (RFC 3339).
+    pub since: String,
+}
+
+impl fmt::Display for LeaseOwner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "run {} of process {} on {} since {}", self.run_id, self.pid, self.host, self.since)
+    }
+}
+
+/// A held lease; dropping it releases the lease.
+pub trait Lease: Send + Sync + fmt::Debug {}
+
+/// The storage of one checkpoint directory. Paths are `/`-separated and
+/// relative to the checkpoint's root.
+///
+/// What weir needs from an implementation:
+/// - read-after-write: a `get` or `list` after a successful write sees it;
+/// - [`CheckpointStore::put_if_absent`] is atomic: of two concurrent
+///   creates of one path exactly one returns `Created`, and a reader sees
+///   either no file or the whole file, never part of it;
+/// - [`CheckpointStore::put`] replaces a file atomically;
+/// - [`CheckpointStore::acquire_lease`] is exclusive while held and is
+///   released when its holder dies, so a killed query can be restarted.
+#[async_trait]
+pub trait CheckpointStore: Send + Sync + fmt::Debug {
+    /// Where the checkpoint is, for messages.
+    fn location(&self) -> &str;
+
+    /// The whole file at `path`, or `None` if there is none.
+    async fn get(&self, path: &str) -> Result<Option<Bytes>>;
+
+    /// Creates `path` with `bytes` unless it exists (atomic, durable).
+    async fn put_if_absent(&self, path: &str, bytes: Bytes) -> Result<PutOutcome>;
+
+    /// Creates or replaces `path` with `bytes` (atomic, durable).
+    async fn put(&self, path: &str, bytes: Bytes) -> Result<()>;
+
+    /// The names of the files directly under `dir` (empty if `dir` is
+    /// missing), without files being written.
+    async fn list(&self, dir: &str) -> Result<Vec<String>>;
+
+    /// Deletes `path`; deleting a missing file is not an error.
+    async fn delete(&self, path: &str) -> Result<()>;
+
+    /// Takes the checkpoint's exclusive lease, or fails with
+    /// [`crate::Error::CheckpointInUse`] naming the holder.
+    async fn acquire_lease(&self, owner: &LeaseOwner) -> Result<Box<dyn Lease>>;
+}

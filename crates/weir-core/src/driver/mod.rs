@@ -1,0 +1,14 @@
+//! The driver of streaming queries: the builder, the batch loop, triggers,
+//! and the query handle.
+
+mod batch;
+mod handle;
+mod run;
+mod stream;
+mod trigger;
+mod writer;
+
+pub use handle::StreamingQuery;
+pub use stream::{read_stream, ReadStream};
+pub use trigger::Trigger;
+pub use writer::StreamWriter;

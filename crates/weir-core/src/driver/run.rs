@@ -1,0 +1,477 @@
+//! The driver: the commit sequence of every batch.
+//!
+//! ```text
+//!  plan ──► offsets/N ──► read ─► transform ─► writers ──► sink.commit ──► commits/N ──► source.commit
+//!  (latest   (write-ahead:  (rows stream into one writer     (one atomic     (recorded   (cleanup)
+//!   offset)   N is fixed)    per partition; files invisible)  commit + marker) only after)
+//! ```
+//!
+//! On start, [`crate::protocol::decide_start`] compares the checkpoint with
+//! the sink's marker and says which logged batch to replay, which to record
+//! without running, and where new batches start.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_schema::SchemaRef;
+use chrono::Utc;
+use tokio::sync::watch;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use super::batch::{write_batch, WriteFailure, Written};
+use super::handle::{QueryShared, StreamingQuery};
+use super::stream::ReadStream;
+use super::trigger::Trigger;
+use super::writer::{ProgressListener, StreamWriter};
+use crate::checkpoint::{Checkpoint, CheckpointMetadata, CommitEntry, Lease, LeaseOwner, OffsetEntry, SourceOffset, FORMAT_VERSION};
+use crate::crash::{CrashPoint, CrashPoints};
+use crate::error::{Error, Result};
+use crate::ids::{BatchId, QueryId, QueryName, RunId};
+use crate::progress::{PhaseDurations, QueryProgress, SinkProgress, SourceProgress};
+use crate::protocol::{decide_start, SinkMarker, StartFacts, StartPlan};
+use crate::sink::{BatchContext, CommitOutcome, OutputMode, QueryInfo, Sink};
+use crate::source::{Offset, ReadLimit, SourceContext};
+
+/// How long an idle query with a zero interval waits before asking again.
+const IDLE_POLL: Duration = Duration::from_millis(100);
+
+pub(crate) struct Driver {
+    checkpoint: Checkpoint,
+    stream: ReadStream,
+    schema: SchemaRef,
+    sink: Arc<dyn Sink>,
+    query_id: QueryId,
+    query_name: QueryName,
+    run_id: RunId,
+    trigger: Trigger,
+    output_mode: OutputMode,
+    parallelism: usize,
+    retain: u64,
+    crash: CrashPoints,
+    listeners: Vec<Arc<ProgressListener>>,
+    taken_over: Option<SinkMarker>,
+    stop_after: Option<BatchId>,
+    /// The next batch id to plan.
+    next_batch: BatchId,
+    /// The end offset of the last planned batch: where the next one starts.
+    last_end: Option<Offset>,
+    last_batch_started: Option<Instant>,
+    shared: Arc<QueryShared>,
+    _lease: Box<dyn Lease>,
+}
+
+/// Runs the start-up sequence and spawns the batch loop.
+pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<StreamingQuery> {
+    let schema = options.stream.schema()?;
+    if let Err(reason) = sink.check_output_mode(options.output_mode) {
+        return Err(Error::UnsupportedOutputMode {
+            mode: options.output_mode,
+            sink: sink.identity().to_string(),
+            reason,
+        });
+    }
+    let checkpoint = options.open_checkpoint()?;
+    let run_id = RunId::new();
+    let lease = checkpoint.store().acquire_lease(&lease_owner(run_id)).await?;
+
+    let metadata = checkpoint.metadata().await?;
+    let requested = options.resolved_name()?;
+    let (query_id, query_name) = match &metadata {
+        Some(m) if options.query_name.is_some() && m.query_name != requested => {
+            return Err(Error::QueryNameChanged {
+                location: checkpoint.location().to_string(),
+                recorded: m.query_name.clone(),
+                requested,
+            })
+        }
+        Some(m) => (m.query_id, m.query_name.clone()),
+        None => (QueryId::new(), requested),
+    };
+    let span = tracing::info_span!("query", query = %query_name, query_id = %query_id, run_id = %run_id);
+
+    sink.prepare(&QueryInfo {
+        query_id,
+        query_name: query_name.clone(),
+        output_mode: options.output_mode,
+        schema: schema.clone(),
+    })
+    .await?;
+    let last_planned = checkpoint.offsets().latest().await?;
+    let last_committed = checkpoint.commits().latest().await?;
+    let marker = if sink.keeps_marker() {
+        sink.marker(&query_name).await?
+    } else {
+        // Without a durable marker, the checkpoint is all there is: replay
+        // the batch in flight (at least once).
+        last_committed.map(|batch_id| SinkMarker { query_id, batch_id })
+    };
+    let facts = StartFacts {
+        query_id,
+        query_name: query_name.clone(),
+        checkpoint: checkpoint.location().to_string(),
+        last_planned,
+        last_committed,
+        recorded_sink: metadata.as_ref().map(|m| m.sink.clone()),
+        current_sink: sink.identity(),
+        taken_over: metadata.as_ref().and_then(|m| m.taken_over),
+        marker,
+    };
+    let plan = decide_start(&facts, &options.overrides)?;
+    tracing::info!(parent: &span, ?plan, ?last_planned, ?last_committed, ?marker, "starting query");
+    let taken_over = record_metadata(&checkpoint, metadata, &facts, &plan).await?;
+
+    let source = options.stream.source.clone();
+    source
+        .open(&SourceContext {
+            store: checkpoint.store().clone(),
+            dir: format!("sources/{}", source.name()),
+        })
+        .await?;
+    let last_end = match last_planned {
+        Some(p) => offset_of(&checkpoint, p, source.name()).await?,
+        None => None,
+    };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let shared = Arc::new(QueryShared::default());
+    let mut driver = Driver {
+        checkpoint,
+        stream: options.stream.clone(),
+        schema,
+        sink,
+        query_id,
+        query_name: query_name.clone(),
+        run_id,
+        trigger: options.trigger,
+        output_mode: options.output_mode,
+        parallelism: options.parallelism,
+        retain: options.retain_batches,
+        crash: options.crash_points.clone(),
+        listeners: options.listeners.clone(),
+        taken_over,
+        stop_after: options.stop_after,
+        next_batch: plan.next_batch,
+        last_end,
+        last_batch_started: None,
+        shared: shared.clone(),
+        _lease: lease,
+    };
+    if let Some(batch) = plan.record_only {
+        // The sink holds the batch in flight: record it without running it.
+        let end = offset_of(&driver.checkpoint, batch, source.name()).await?;
+        driver.record(batch, None, end.as_ref()).await?;
+    }
+    driver.checkpoint.purge(driver.retain).await?;
+    let task = tokio::spawn(
+        async move {
+            let result = driver.run(plan, stop_rx).await;
+            if let Err(e) = &result {
+                tracing::error!(error = %e, "query stopped with an error");
+            }
+            result
+        }
+        .instrument(span),
+    );
+    Ok(StreamingQuery::new(query_id, query_name, run_id, stop_tx, shared, task))
+}
+
+/// Writes or updates the checkpoint's metadata after a start decision.
+async fn record_metadata(
+    checkpoint: &Checkpoint,
+    existing: Option<CheckpointMetadata>,
+    facts: &StartFacts,
+    plan: &StartPlan,
+) -> Result<Option<SinkMarker>> {
+    let taken_over = plan.take_over.or(facts.taken_over);
+    match existing {
+        None => {
+            let created = checkpoint
+                .create_metadata(&CheckpointMetadata {
+                    version: FORMAT_VERSION,
+                    query_id: facts.query_id,
+                    query_name: facts.query_name.clone(),
+                    created_at: Utc::now(),
+                    sink: facts.current_sink.clone(),
+                    taken_over,
+                })
+                .await?;
+            if created.query_id != facts.query_id {
+                return Err(Error::ConcurrentRun {
+                    query_id: created.query_id,
+                    batch_id: plan.next_batch,
+                    what: "started",
+                });
+            }
+        }
+        Some(mut m) => {
+            if m.sink != facts.current_sink || m.taken_over != taken_over {
+                m.sink = facts.current_sink.clone();
+                m.taken_over = taken_over;
+                checkpoint.replace_metadata(&m).await?;
+            }
+        }
+    }
+    Ok(taken_over)
+}
+
+async fn offset_of(checkpoint: &Checkpoint, batch: BatchId, source: &str) -> Result<Option<Offset>> {
+    let entry = checkpoint.offsets().get(batch).await?.ok_or_else(|| Error::CorruptCheckpoint {
+        location: checkpoint.location().to_string(),
+        path: format!("offsets/{batch}"),
+        reason: "the entry vanished while the query was starting".into(),
+    })?;
+    entry.offset_of(source).cloned().map(Some).ok_or_else(|| Error::CorruptCheckpoint {
+        location: checkpoint.location().to_string(),
+        path: format!("offsets/{batch}"),
+        reason: format!("no offset for source {source:?}; the query's sources changed"),
+    })
+}
+
+fn lease_owner(run_id: RunId) -> LeaseOwner {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown host".into());
+    LeaseOwner {
+        run_id: run_id.to_string(),
+        pid: std::process::id(),
+        host,
+        since: Utc::now().to_rfc3339(),
+    }
+}
+
+impl Driver {
+    async fn run(&mut self, plan: StartPlan, mut stop: watch::Receiver<bool>) -> Result<()> {
+        if let Some(batch) = plan.replay {
+            self.replay(batch).await?;
+        }
+        if self.trigger == Trigger::AvailableNow {
+            self.stream.source.prepare_for_available_now().await?;
+        }
+        let limit = if self.trigger == Trigger::Once { ReadLimit::All } else { ReadLimit::Default };
+        loop {
+            if *stop.borrow() || self.reached_stop_batch() {
+                return Ok(());
+            }
+            let tick = Instant::now();
+            let planned = self.plan(limit).await?;
+            let had_data = planned.is_some();
+            if let Some((entry, start, plan_time)) = planned {
+                self.run_batch(entry, start, plan_time, false).await?;
+            }
+            let wait = match self.trigger {
+                Trigger::Once => return Ok(()),
+                Trigger::AvailableNow if !had_data => return Ok(()),
+                Trigger::AvailableNow => continue,
+                Trigger::ProcessingTime(interval) if interval.is_zero() => {
+                    if had_data {
+                        continue;
+                    }
+                    IDLE_POLL
+                }
+                Trigger::ProcessingTime(interval) => interval.saturating_sub(tick.elapsed()),
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+
+    fn reached_stop_batch(&self) -> bool {
+        self.stop_after.is_some_and(|last| self.next_batch > last)
+    }
+
+    /// Runs a batch planned by an earlier run, with its logged offsets.
+    async fn replay(&mut self, batch: BatchId) -> Result<()> {
+        let entry = self.checkpoint.offsets().get(batch).await?.ok_or_else(|| Error::CorruptCheckpoint {
+            location: self.checkpoint.location().to_string(),
+            path: format!("offsets/{batch}"),
+            reason: "the batch to replay has no offsets".into(),
+        })?;
+        let start = match self.checkpoint.offsets().latest_before(batch).await? {
+            Some((_, prev)) => prev.offset_of(self.stream.source.name()).cloned(),
+            None => None,
+        };
+        tracing::info!(batch_id = %batch, "replaying a batch planned by an earlier run");
+        self.run_batch(entry, start, Duration::ZERO, true).await
+    }
+
+    /// Plans the next batch and writes `offsets/N`; `None` if no new data.
+    async fn plan(&mut self, limit: ReadLimit) -> Result<Option<(OffsetEntry, Option<Offset>, Duration)>> {
+        let started = Instant::now();
+        let source = self.stream.source.clone();
+        let start = self.last_end.clone();
+        let end = match source.latest_offset(start.as_ref(), limit).await? {
+            Some(end) if Some(&end) != start.as_ref() => end,
+            _ => return Ok(None),
+        };
+        let batch_id = self.next_batch;
+        let entry = OffsetEntry {
+            version: FORMAT_VERSION,
+            batch_id,
+            timestamp_ms: Utc::now().timestamp_millis(),
+            watermark_ms: 0,
+            sources: vec![SourceOffset {
+                source: source.name().to_string(),
+                offset: end,
+            }],
+        };
+        if !self.checkpoint.offsets().add(batch_id, &entry).await? {
+            return Err(Error::ConcurrentRun {
+                query_id: self.query_id,
+                batch_id,
+                what: "planned",
+            });
+        }
+        self.crash.hit(CrashPoint::AfterOffsetsWritten, batch_id)?;
+        Ok(Some((entry, start, started.elapsed())))
+    }
+
+    /// Read, write, commit and record one batch.
+    async fn run_batch(&mut self, entry: OffsetEntry, start: Option<Offset>, plan_time: Duration, replayed: bool) -> Result<()> {
+        let batch_id = entry.batch_id;
+        let span = tracing::info_span!("batch", batch_id = %batch_id, replayed);
+        self.run_batch_inner(entry, start, plan_time, replayed).instrument(span).await
+    }
+
+    async fn run_batch_inner(&mut self, entry: OffsetEntry, start: Option<Offset>, plan_time: Duration, replayed: bool) -> Result<()> {
+        let started = Instant::now();
+        let since_previous = self.last_batch_started.replace(started).map(|t| t.elapsed());
+        let batch_id = entry.batch_id;
+        let source = self.stream.source.clone();
+        let end = entry.offset_of(source.name()).cloned().ok_or_else(|| Error::CorruptCheckpoint {
+            location: self.checkpoint.location().to_string(),
+            path: format!("offsets/{batch_id}"),
+            reason: format!("no offset for source {:?}", source.name()),
+        })?;
+        let ctx = BatchContext {
+            query_id: self.query_id,
+            query_name: self.query_name.clone(),
+            run_id: self.run_id,
+            batch_id,
+            attempt_id: Uuid::new_v4(),
+            output_mode: self.output_mode,
+            schema: self.schema.clone(),
+            taken_over: self.taken_over,
+        };
+
+        let write_started = Instant::now();
+        let rows = source.read(start.as_ref(), &end).await?;
+        let written = match write_batch(rows, &self.stream, &self.schema, &self.sink, &ctx, self.parallelism).await {
+            Ok(w) => w,
+            Err(WriteFailure { error, messages }) => {
+                if let Err(e) = self.sink.abort(&ctx, messages).await {
+                    tracing::warn!(error = %e, "abort after a failed write also failed");
+                }
+                return Err(error);
+            }
+        };
+        let write_time = write_started.elapsed();
+        self.crash.hit(CrashPoint::AfterDataWritten, batch_id)?;
+
+        let commit_started = Instant::now();
+        let Written { messages, input_rows, output_rows, partitions, read_time } = written;
+        let outcome = match self.sink.commit(&ctx, messages.clone()).await {
+            Ok(o) => o,
+            Err(e) => {
+                if let Err(abort) = self.sink.abort(&ctx, messages).await {
+                    tracing::warn!(error = %abort, "abort after a failed commit also failed");
+                }
+                return Err(e);
+            }
+        };
+        let commit_time = commit_started.elapsed();
+        let version = match outcome {
+            CommitOutcome::Committed { version } => version,
+            CommitOutcome::AlreadyCommitted(marker) => {
+                self.sink.abort(&ctx, messages).await?;
+                if !replayed {
+                    // A batch this run planned just now cannot be in the sink
+                    // unless another run of the query planned it too.
+                    return Err(Error::ConcurrentRun {
+                        query_id: self.query_id,
+                        batch_id,
+                        what: "committed",
+                    });
+                }
+                tracing::info!(%marker, "the sink already holds the replayed batch");
+                None
+            }
+        };
+        self.crash.hit(CrashPoint::AfterSinkCommit, batch_id)?;
+
+        let record_started = Instant::now();
+        self.record(batch_id, version, Some(&end)).await?;
+        let record_time = record_started.elapsed();
+        self.last_end = Some(end.clone());
+        self.next_batch = self.next_batch.max(batch_id.next());
+
+        let total = plan_time + started.elapsed();
+        let per_sec = |d: Duration| if d.is_zero() { 0.0 } else { input_rows as f64 / d.as_secs_f64() };
+        let progress = QueryProgress {
+            query_id: self.query_id,
+            query_name: self.query_name.clone(),
+            run_id: self.run_id,
+            batch_id,
+            timestamp: chrono::DateTime::from_timestamp_millis(entry.timestamp_ms).unwrap_or_else(Utc::now),
+            replayed,
+            input_rows,
+            output_rows,
+            input_rows_per_second: since_previous.map(per_sec).unwrap_or(0.0),
+            processed_rows_per_second: per_sec(total),
+            partitions,
+            durations_ms: PhaseDurations {
+                plan: ms(plan_time),
+                read: ms(read_time),
+                write: ms(write_time.saturating_sub(read_time)),
+                commit: ms(commit_time),
+                record: ms(record_time),
+                total: ms(total),
+            },
+            sources: vec![SourceProgress {
+                source: source.name().to_string(),
+                start_offset: start,
+                end_offset: end,
+            }],
+            sink: SinkProgress {
+                description: self.sink.identity().to_string(),
+                already_committed: matches!(outcome, CommitOutcome::AlreadyCommitted(_)),
+                version,
+            },
+        };
+        progress.emit();
+        for listener in &self.listeners {
+            listener(&progress);
+        }
+        self.shared.push_progress(progress);
+        Ok(())
+    }
+
+    /// Writes `commits/N`, runs the source's commit hook, and trims the logs.
+    async fn record(&mut self, batch_id: BatchId, sink_version: Option<i64>, end: Option<&Offset>) -> Result<()> {
+        let entry = CommitEntry {
+            version: FORMAT_VERSION,
+            batch_id,
+            committed_at_ms: Utc::now().timestamp_millis(),
+            sink_version,
+        };
+        // An existing entry means another run recorded the same commit.
+        self.checkpoint.commits().add(batch_id, &entry).await?;
+        self.crash.hit(CrashPoint::AfterCommitLog, batch_id)?;
+        if let Some(end) = end {
+            self.stream.source.commit(end).await?;
+        }
+        if let Some(old) = batch_id.0.checked_sub(self.retain) {
+            self.checkpoint.offsets().remove(BatchId(old)).await?;
+            self.checkpoint.commits().remove(BatchId(old)).await?;
+        }
+        Ok(())
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

@@ -1,0 +1,212 @@
+//! The builder that starts a streaming query.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::handle::StreamingQuery;
+use super::stream::ReadStream;
+use super::trigger::Trigger;
+use crate::checkpoint::{Checkpoint, CheckpointStore};
+use crate::crash::CrashPoints;
+use crate::error::{BoxError, Error, Result};
+use crate::ids::{BatchId, QueryName};
+use crate::progress::QueryProgress;
+use crate::protocol::Overrides;
+use crate::sink::{ForeachBatchSink, OutputMode, Sink};
+
+pub(crate) type ProgressListener = dyn Fn(&QueryProgress) + Send + Sync;
+
+/// Where a checkpoint lives.
+#[derive(Debug, Clone)]
+pub(crate) enum CheckpointLocation {
+    Local(PathBuf),
+    Store(Arc<dyn CheckpointStore>),
+}
+
+/// Describes a streaming query and starts it: `stream.write_stream()
+/// .checkpoint_location(..).trigger(..).start(sink)`.
+#[derive(Clone)]
+pub struct StreamWriter {
+    pub(crate) stream: ReadStream,
+    pub(crate) query_name: Option<String>,
+    pub(crate) checkpoint: Option<CheckpointLocation>,
+    pub(crate) trigger: Trigger,
+    pub(crate) output_mode: OutputMode,
+    pub(crate) parallelism: usize,
+    pub(crate) retain_batches: u64,
+    pub(crate) overrides: Overrides,
+    pub(crate) crash_points: CrashPoints,
+    pub(crate) listeners: Vec<Arc<ProgressListener>>,
+    pub(crate) stop_after: Option<BatchId>,
+}
+
+impl fmt::Debug for StreamWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamWriter")
+            .field("query_name", &self.query_name)
+            .field("checkpoint", &self.checkpoint)
+            .field("trigger", &self.trigger)
+            .field("output_mode", &self.output_mode)
+            .field("parallelism", &self.parallelism)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamWriter {
+    pub(crate) fn new(stream: ReadStream) -> Self {
+        StreamWriter {
+            stream,
+            query_name: None,
+            checkpoint: None,
+            trigger: Trigger::default(),
+            output_mode: OutputMode::Append,
+            parallelism: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            retain_batches: 100,
+            overrides: Overrides::default(),
+            crash_points: CrashPoints::new(),
+            listeners: Vec::new(),
+            stop_after: None,
+        }
+    }
+
+    /// The query's stable name (default: the checkpoint directory's name).
+    /// Sinks record it with their marker; keep it when the checkpoint is
+    /// replaced, so the sink recognises the query.
+    pub fn query_name(mut self, name: impl Into<String>) -> Self {
+        self.query_name = Some(name.into());
+        self
+    }
+
+    /// The checkpoint directory (required).
+    pub fn checkpoint_location(mut self, path: impl Into<PathBuf>) -> Self {
+        self.checkpoint = Some(CheckpointLocation::Local(path.into()));
+        self
+    }
+
+    /// A checkpoint on another store (required, unless a location is set).
+    pub fn checkpoint_store(mut self, store: Arc<dyn CheckpointStore>) -> Self {
+        self.checkpoint = Some(CheckpointLocation::Store(store));
+        self
+    }
+
+    /// When batches run (default: back to back).
+    pub fn trigger(mut self, trigger: Trigger) -> Self {
+        self.trigger = trigger;
+        self
+    }
+
+    /// Append (default) or Complete.
+    pub fn output_mode(mut self, mode: OutputMode) -> Self {
+        self.output_mode = mode;
+        self
+    }
+
+    /// How many writers a batch's rows are spread over (default: the number
+    /// of cores).
+    pub fn writer_parallelism(mut self, n: usize) -> Self {
+        self.parallelism = n.max(1);
+        self
+    }
+
+    /// How many batches the checkpoint's logs keep (default 100, at least 2).
+    pub fn retain_batches(mut self, n: u64) -> Self {
+        self.retain_batches = n.max(2);
+        self
+    }
+
+    /// Stops the query once batch `batch` is committed (counting earlier
+    /// runs), so a killed and restarted run ends at the same batch.
+    pub fn stop_after_batch(mut self, batch: BatchId) -> Self {
+        self.stop_after = Some(batch);
+        self
+    }
+
+    /// Takes over the output of the query name written under another query
+    /// id (its old checkpoint was lost): batch ids continue after its marker.
+    pub fn take_over_output(mut self, yes: bool) -> Self {
+        self.overrides.take_over_output = yes;
+        self
+    }
+
+    /// Accepts a sink other than the one the checkpoint was created for.
+    pub fn allow_sink_change(mut self, yes: bool) -> Self {
+        self.overrides.allow_sink_change = yes;
+        self
+    }
+
+    /// Goes on when the sink lost batches the checkpoint recorded.
+    pub fn accept_lost_batches(mut self, yes: bool) -> Self {
+        self.overrides.accept_lost_batches = yes;
+        self
+    }
+
+    /// Goes on after the sink's marker when the checkpoint is behind it.
+    pub fn resume_after_sink_marker(mut self, yes: bool) -> Self {
+        self.overrides.resume_after_sink_marker = yes;
+        self
+    }
+
+    /// Crash points armed by a test.
+    pub fn crash_points(mut self, points: CrashPoints) -> Self {
+        self.crash_points = points;
+        self
+    }
+
+    /// Calls `f` with the progress of every committed batch.
+    pub fn on_progress(mut self, f: impl Fn(&QueryProgress) + Send + Sync + 'static) -> Self {
+        self.listeners.push(Arc::new(f));
+        self
+    }
+
+    /// Starts the query writing into `sink`. Returns once the checkpoint's
+    /// lease is held and every start-up guard passed; batches run on a task
+    /// of the current Tokio runtime.
+    pub async fn start(self, sink: impl Sink + 'static) -> Result<StreamingQuery> {
+        self.start_arc(Arc::new(sink)).await
+    }
+
+    /// [`StreamWriter::start`] with a shared sink.
+    pub async fn start_arc(self, sink: Arc<dyn Sink>) -> Result<StreamingQuery> {
+        super::run::start(self, sink).await
+    }
+
+    /// Starts the query with a function called on each batch's rows.
+    pub async fn foreach_batch<F, Fut>(self, f: F) -> Result<StreamingQuery>
+    where
+        F: Fn(Vec<arrow_array::RecordBatch>, BatchId) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = std::result::Result<(), BoxError>> + Send + 'static,
+    {
+        let name = self.resolved_name()?.to_string();
+        self.start(ForeachBatchSink::new(name, f)).await
+    }
+
+    pub(crate) fn open_checkpoint(&self) -> Result<Checkpoint> {
+        match &self.checkpoint {
+            Some(CheckpointLocation::Local(path)) => Checkpoint::open_local(path),
+            Some(CheckpointLocation::Store(store)) => Ok(Checkpoint::new(store.clone())),
+            None => Err(Error::InvalidOption {
+                option: "checkpoint_location",
+                reason: "a streaming query needs a checkpoint directory to be exactly-once; set checkpoint_location".into(),
+            }),
+        }
+    }
+
+    /// The explicit name, or one made from the checkpoint directory's name.
+    pub(crate) fn resolved_name(&self) -> Result<QueryName> {
+        if let Some(name) = &self.query_name {
+            return Ok(QueryName::new(name.clone())?);
+        }
+        let base = match &self.checkpoint {
+            Some(CheckpointLocation::Local(path)) => path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string(),
+            Some(CheckpointLocation::Store(store)) => store.location().rsplit('/').find(|s| !s.is_empty()).unwrap_or_default().to_string(),
+            None => String::new(),
+        };
+        let cleaned: String = base
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '-' })
+            .take(200)
+            .collect();
+        Ok(QueryName::new(if cleaned.is_empty() { "query".to_string() } else { cleaned })?)
+    }
+}

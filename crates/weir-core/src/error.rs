@@ -1,0 +1,192 @@
+//! The error type of weir-core.
+
+use std::path::PathBuf;
+
+use arrow_schema::ArrowError;
+
+use crate::crash::CrashPoint;
+use crate::ids::{BatchId, InvalidQueryName, QueryId, QueryName};
+use crate::protocol::Refusal;
+use crate::OutputMode;
+
+/// A boxed error from a source, a sink or a user function.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The result type of weir-core.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the engine. Each variant names the
+/// checkpoint, batch, file or sink involved; [`Error::retryable`] says whether
+/// trying again can help.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Reading or writing a checkpoint file failed.
+    #[error("checkpoint {location}: cannot access {path}: {source}")]
+    CheckpointIo {
+        location: String,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A checkpoint file exists but cannot be understood.
+    #[error("checkpoint {location}: {path} is corrupt: {reason}. Nothing was written; inspect or restore the checkpoint before restarting")]
+    CorruptCheckpoint {
+        location: String,
+        path: String,
+        reason: String,
+    },
+
+    /// A checkpoint file was written by a newer weir.
+    #[error("checkpoint {location}: {path} has format version {found}, this weir reads up to {supported}; upgrade weir to run this query")]
+    UnsupportedCheckpointVersion {
+        location: String,
+        path: String,
+        found: u32,
+        supported: u32,
+    },
+
+    /// Another running query holds the checkpoint's lease (invariant I5).
+    #[error("checkpoint {location} is in use by another running query ({owner}); stop it first, or give this query its own checkpoint")]
+    CheckpointInUse { location: String, owner: String },
+
+    /// The checkpoint was created for another query name.
+    #[error("checkpoint {location} belongs to query {recorded:?}, not {requested:?}; use the recorded name or a new checkpoint")]
+    QueryNameChanged {
+        location: String,
+        recorded: QueryName,
+        requested: QueryName,
+    },
+
+    /// Another run of the same query planned or committed this batch at the
+    /// same time: this run stops, the other one keeps the batch.
+    #[error("query {query_id}: batch {batch_id} was {what} by another run of the same query at the same time; this run stopped and wrote nothing for it. Run one copy of a query at a time")]
+    ConcurrentRun {
+        query_id: QueryId,
+        batch_id: BatchId,
+        what: &'static str,
+    },
+
+    /// A start-up or commit guard refused to go on (invariants I4, I4b, I6).
+    #[error(transparent)]
+    Refused(Box<Refusal>),
+
+    /// A source failed.
+    #[error("source {source_name}: {source}")]
+    Source {
+        source_name: String,
+        #[source]
+        source: BoxError,
+    },
+
+    /// A file of the file source cannot be read or parsed.
+    #[error("source file {}: {reason}; the batch was not committed, fix or remove the file and restart", path.display())]
+    SourceFile { path: PathBuf, reason: String },
+
+    /// The query's transformation failed on a batch.
+    #[error("transformation failed in batch {batch_id}: {source}")]
+    Transform {
+        batch_id: BatchId,
+        #[source]
+        source: BoxError,
+    },
+
+    /// Rows do not have the schema the query or sink expects.
+    #[error("schema mismatch in {context}: expected {expected}, found {found}")]
+    SchemaMismatch {
+        context: String,
+        expected: String,
+        found: String,
+    },
+
+    /// An Arrow operation failed.
+    #[error("{context}: {source}")]
+    Arrow {
+        context: String,
+        #[source]
+        source: ArrowError,
+    },
+
+    /// A sink failed. The batch was not recorded as committed; a restart
+    /// replays it and the sink's marker keeps it exactly once.
+    #[error("sink {sink}{}: {source}", batch_id.map(|b| format!(", batch {b}")).unwrap_or_default())]
+    Sink {
+        sink: String,
+        batch_id: Option<BatchId>,
+        retryable: bool,
+        #[source]
+        source: BoxError,
+    },
+
+    /// The sink cannot run the query in this output mode.
+    #[error("output mode {mode} is not supported by sink {sink}: {reason}")]
+    UnsupportedOutputMode {
+        mode: OutputMode,
+        sink: String,
+        reason: String,
+    },
+
+    /// An option of the query is missing or invalid.
+    #[error("invalid option {option}: {reason}")]
+    InvalidOption { option: &'static str, reason: String },
+
+    /// A query name is not valid.
+    #[error(transparent)]
+    InvalidQueryName(#[from] InvalidQueryName),
+
+    /// The query ended with an error that was already returned once.
+    #[error("query {query_name} failed: {message}")]
+    QueryFailed { query_name: QueryName, message: String },
+
+    /// A crash point armed by a test fired.
+    #[error("injected crash at {point} in batch {batch_id}")]
+    InjectedCrash { point: CrashPoint, batch_id: BatchId },
+}
+
+impl From<Refusal> for Error {
+    fn from(refusal: Refusal) -> Self {
+        Error::Refused(Box::new(refusal))
+    }
+}
+
+impl Error {
+    /// The guard's refusal, if this is one.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        match self {
+            Error::Refused(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Whether trying the same operation again may succeed.
+    pub fn retryable(&self) -> bool {
+        match self {
+            Error::CheckpointIo { .. } => true,
+            Error::Sink { retryable, .. } => *retryable,
+            _ => false,
+        }
+    }
+
+    /// Wraps a sink's own error.
+    pub fn sink(
+        sink: impl Into<String>,
+        batch_id: Option<BatchId>,
+        retryable: bool,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Error::Sink {
+            sink: sink.into(),
+            batch_id,
+            retryable,
+            source: source.into(),
+        }
+    }
+
+    pub(crate) fn arrow(context: impl Into<String>, source: ArrowError) -> Self {
+        Error::Arrow {
+            context: context.into(),
+            source,
+        }
+    }
+}

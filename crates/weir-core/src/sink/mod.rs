@@ -1,0 +1,201 @@
+//! Sinks in two phases, after Spark's DataSource V2 streaming write.
+//!
+//! For each batch the driver asks the sink for one [`DataWriter`] per
+//! partition of the batch's rows. Writers write (data files, staged rows)
+//! and return a serialisable [`CommitMessage`] describing what they wrote;
+//! writing never makes anything visible. The driver then calls
+//! [`Sink::commit`] once with every message, and the sink makes it all
+//! visible in one atomic step together with its marker for the query
+//! (design section 1). If the batch fails before the commit, the driver
+//! calls [`Sink::abort`] with the messages it has.
+
+mod console;
+mod foreach;
+mod foreach_batch;
+mod memory;
+mod staging;
+
+use std::fmt;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+pub use console::ConsoleSink;
+pub use foreach::{ForeachSink, ForeachWriter, Row};
+pub use foreach_batch::ForeachBatchSink;
+pub use memory::MemorySink;
+
+use crate::error::{Error, Result};
+use crate::ids::{BatchId, QueryId, QueryName, RunId};
+use crate::protocol::{CommitFacts, SinkIdentity, SinkMarker};
+
+/// How a batch's output relates to what the sink already holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputMode {
+    /// Each batch's rows are added to the sink.
+    Append,
+    /// Each batch's rows replace everything the sink holds, in the same
+    /// atomic commit.
+    Complete,
+}
+
+impl fmt::Display for OutputMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OutputMode::Append => "append",
+            OutputMode::Complete => "complete",
+        })
+    }
+}
+
+/// The query a sink serves, given to [`Sink::prepare`].
+#[derive(Debug, Clone)]
+pub struct QueryInfo {
+    /// The query's id.
+    pub query_id: QueryId,
+    /// The query's name.
+    pub query_name: QueryName,
+    /// The output mode.
+    pub output_mode: OutputMode,
+    /// The schema of the rows the sink will receive.
+    pub schema: SchemaRef,
+}
+
+/// The batch being written, given to every writer and to the commit.
+#[derive(Debug, Clone)]
+pub struct BatchContext {
+    /// The query's id.
+    pub query_id: QueryId,
+    /// The query's name.
+    pub query_name: QueryName,
+    /// This run of the query.
+    pub run_id: RunId,
+    /// The batch.
+    pub batch_id: BatchId,
+    /// Unique per attempt at the batch: put it in file names so that a
+    /// replayed batch never overwrites a file of an earlier attempt.
+    pub attempt_id: Uuid,
+    /// The output mode.
+    pub output_mode: OutputMode,
+    /// The schema of the rows.
+    pub schema: SchemaRef,
+    /// The marker of another query id that this query took over, which
+    /// [`crate::protocol::decide_commit`] accepts in place of its own.
+    pub taken_over: Option<SinkMarker>,
+}
+
+impl BatchContext {
+    /// The facts for [`crate::protocol::decide_commit`].
+    pub fn commit_facts(&self) -> CommitFacts<'_> {
+        CommitFacts {
+            query_name: &self.query_name,
+            query_id: self.query_id,
+            batch_id: self.batch_id,
+            taken_over: self.taken_over,
+        }
+    }
+}
+
+/// What one partition writer wrote, in a form the sink defines.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommitMessage {
+    /// The partition that wrote it.
+    pub partition_id: usize,
+    /// The sink's description of what was written (files, sizes, stats).
+    pub payload: serde_json::Value,
+}
+
+impl CommitMessage {
+    /// Wraps a sink's own description.
+    pub fn new<T: Serialize>(partition_id: usize, payload: &T) -> Result<Self> {
+        let payload = serde_json::to_value(payload).map_err(|e| Error::sink("commit message", None, false, e))?;
+        Ok(CommitMessage { partition_id, payload })
+    }
+
+    /// Reads back a sink's own description.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
+        T::deserialize(&self.payload).map_err(|e| Error::sink("commit message", None, false, e))
+    }
+}
+
+/// What [`Sink::commit`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitOutcome {
+    /// The batch is now visible; `version` is the sink's new version (table
+    /// version, snapshot id) where it has one.
+    Committed { version: Option<i64> },
+    /// The sink already held this batch of this query: nothing was
+    /// committed, and the messages' output must be discarded.
+    AlreadyCommitted(SinkMarker),
+}
+
+/// Writes one partition of one batch. Called on a worker task; each method
+/// is called at most once in the order `write*`, then `commit` or `abort`.
+#[async_trait]
+pub trait DataWriter: Send {
+    /// Writes rows. Nothing becomes visible.
+    async fn write(&mut self, batch: RecordBatch) -> Result<()>;
+
+    /// Finishes writing and describes what was written.
+    async fn commit(self: Box<Self>) -> Result<CommitMessage>;
+
+    /// Gives up: removes what was written, where it can.
+    async fn abort(self: Box<Self>) -> Result<()>;
+}
+
+/// A destination of a streaming query.
+///
+/// The driver calls [`Sink::identity`], [`Sink::check_output_mode`],
+/// [`Sink::prepare`] and [`Sink::marker`] when the query starts; then for
+/// each batch [`Sink::create_writer`] per partition, and exactly one of
+/// [`Sink::commit`] (all writers succeeded) or [`Sink::abort`].
+#[async_trait]
+pub trait Sink: Send + Sync + fmt::Debug {
+    /// What the sink is, recorded in the checkpoint (invariant I6).
+    fn identity(&self) -> SinkIdentity;
+
+    /// `Ok` if the sink supports `mode`, else the reason it does not.
+    fn check_output_mode(&self, mode: OutputMode) -> std::result::Result<(), String> {
+        match mode {
+            OutputMode::Append => Ok(()),
+            OutputMode::Complete => Err("this sink only appends".into()),
+        }
+    }
+
+    /// Whether the sink keeps a durable marker per query name. A sink that
+    /// does not (console, foreach) cannot tell a replayed batch from a new
+    /// one: it gets every batch at least once.
+    fn keeps_marker(&self) -> bool {
+        true
+    }
+
+    /// Called once when the query starts: create the destination if missing,
+    /// check that it accepts `query.schema`.
+    async fn prepare(&self, _query: &QueryInfo) -> Result<()> {
+        Ok(())
+    }
+
+    /// The last batch committed under `name`, and by which query id.
+    async fn marker(&self, name: &QueryName) -> Result<Option<SinkMarker>>;
+
+    /// A writer for one partition of a batch.
+    fn create_writer(&self, batch: &BatchContext, partition_id: usize) -> Result<Box<dyn DataWriter>>;
+
+    /// Makes the batch visible with the marker `(query name, query id, batch
+    /// id)` in one atomic step, unless the marker read on the same snapshot
+    /// says the batch is already there ([`crate::protocol::decide_commit`]).
+    /// Called once per batch attempt; it must be committed or not when it
+    /// returns, never half.
+    async fn commit(&self, batch: &BatchContext, messages: Vec<CommitMessage>) -> Result<CommitOutcome>;
+
+    /// Discards what the messages describe. Called when a batch attempt fails
+    /// before commit, or its commit found the batch already committed.
+    async fn abort(&self, _batch: &BatchContext, _messages: Vec<CommitMessage>) -> Result<()> {
+        Ok(())
+    }
+}

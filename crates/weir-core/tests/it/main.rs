@@ -1,0 +1,3 @@
+//! Integration tests of weir-core.
+
+mod memory_conformance;

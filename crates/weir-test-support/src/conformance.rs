@@ -1,0 +1,332 @@
+//! The sink conformance suite: what every sink must do for the engine's
+//! guarantees to hold. Each case takes a harness on a fresh table, drives
+//! real queries over the deterministic rate source (100 rows per batch,
+//! event ids equal to offsets), and reads the table back through the
+//! harness, checking every event id exactly once.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use async_trait::async_trait;
+use futures::TryStreamExt;
+use weir_core::crash::{CrashPoint, CrashPoints};
+use weir_core::protocol::{Refusal, SinkMarker};
+use weir_core::sink::{BatchContext, CommitMessage, CommitOutcome, QueryInfo, Sink};
+use weir_core::source::{Offset, RateSource, Source};
+use weir_core::{read_stream, BatchId, Error, OutputMode, QueryId, QueryName, RunId, StreamWriter, Trigger};
+
+use crate::data::assert_exactly_once;
+
+/// A sink under test, on one table.
+#[async_trait]
+pub trait SinkHarness: Send + Sync {
+    /// A new handle on the table under test, as a restarted process would
+    /// open it. The table may be created by the sink's `prepare`.
+    async fn sink(&self) -> Arc<dyn Sink>;
+
+    /// A handle on a different table.
+    async fn other_sink(&self) -> Arc<dyn Sink>;
+
+    /// Drops the table and makes a new empty one at the same place, as a
+    /// restore or a re-creation would.
+    async fn recreate_table(&self);
+
+    /// The `event_id` of every row in the table, read back (by an
+    /// independent reader where the sink is a table format).
+    async fn read_event_ids(&self) -> Vec<i64>;
+}
+
+const ROWS: u64 = 100;
+const NAME: &str = "conformance";
+
+fn query(checkpoint: &Path) -> StreamWriter {
+    read_stream(RateSource::rows_per_batch(ROWS))
+        .write_stream()
+        .query_name(NAME)
+        .checkpoint_location(checkpoint)
+        .trigger(Trigger::processing_time(Duration::ZERO))
+        .writer_parallelism(2)
+}
+
+/// Runs the query until batch `last` is committed.
+async fn run_to(h: &dyn SinkHarness, writer: StreamWriter, last: u64) -> Result<(), Error> {
+    let q = writer.stop_after_batch(BatchId(last)).start_arc(h.sink().await).await?;
+    q.await_termination().await
+}
+
+/// The event ids of batches `range`.
+fn ids_of_batches(range: std::ops::Range<u64>) -> std::ops::Range<i64> {
+    (range.start * ROWS) as i64..(range.end * ROWS) as i64
+}
+
+fn refusal(result: Result<(), Error>) -> Refusal {
+    match result {
+        Err(Error::Refused(r)) => *r,
+        other => panic!("expected a guard's refusal, got {other:?}"),
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create the copy");
+    for entry in std::fs::read_dir(from).expect("read the checkpoint") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copy a file");
+        }
+    }
+}
+
+fn name() -> QueryName {
+    QueryName::new(NAME).expect("valid name")
+}
+
+fn batch_ctx(query_id: QueryId, batch: u64) -> BatchContext {
+    BatchContext {
+        query_id,
+        query_name: name(),
+        run_id: RunId::new(),
+        batch_id: BatchId(batch),
+        attempt_id: uuid::Uuid::new_v4(),
+        output_mode: OutputMode::Append,
+        schema: RateSource::output_schema(),
+        taken_over: None,
+    }
+}
+
+async fn prepare(sink: &dyn Sink, query_id: QueryId) {
+    sink.prepare(&QueryInfo {
+        query_id,
+        query_name: name(),
+        output_mode: OutputMode::Append,
+        schema: RateSource::output_schema(),
+    })
+    .await
+    .expect("prepare the sink");
+}
+
+/// Writes the rate source's batch `batch` through one writer.
+async fn write_batch(sink: &dyn Sink, ctx: &BatchContext) -> Vec<CommitMessage> {
+    let source = RateSource::rows_per_batch(ROWS);
+    let start = (ctx.batch_id.0 > 0).then(|| Offset(serde_json::json!({"next_event_id": ctx.batch_id.0 * ROWS})));
+    let end = Offset(serde_json::json!({"next_event_id": (ctx.batch_id.0 + 1) * ROWS}));
+    let rows: Vec<RecordBatch> = source.read(start.as_ref(), &end).await.expect("read").try_collect().await.expect("rows");
+    let mut writer = sink.create_writer(ctx, 0).expect("create a writer");
+    for b in rows {
+        writer.write(b).await.expect("write");
+    }
+    vec![writer.commit().await.expect("finish the writer")]
+}
+
+/// Batches run, stop and restart: every row once.
+pub async fn every_batch_once_across_restarts(h: &dyn SinkHarness) {
+    let chk = tempfile::tempdir().expect("tempdir");
+    run_to(h, query(chk.path()), 2).await.expect("first run");
+    assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..3));
+    run_to(h, query(chk.path()), 5).await.expect("second run");
+    assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..6));
+}
+
+/// A second commit of a committed batch (a replay) commits nothing.
+pub async fn commit_is_idempotent_per_batch(h: &dyn SinkHarness) {
+    let sink = h.sink().await;
+    let qid = QueryId::new();
+    prepare(sink.as_ref(), qid).await;
+    let first = batch_ctx(qid, 0);
+    let messages = write_batch(sink.as_ref(), &first).await;
+    assert!(matches!(sink.commit(&first, messages).await.expect("commit"), CommitOutcome::Committed { .. }));
+
+    let replay = batch_ctx(qid, 0);
+    let sink = h.sink().await;
+    let messages = write_batch(sink.as_ref(), &replay).await;
+    let outcome = sink.commit(&replay, messages.clone()).await.expect("replayed commit");
+    let expected = SinkMarker { query_id: qid, batch_id: BatchId(0) };
+    assert_eq!(outcome, CommitOutcome::AlreadyCommitted(expected));
+    sink.abort(&replay, messages).await.expect("abort the replay");
+    assert_eq!(sink.marker(&name()).await.expect("marker"), Some(expected));
+    assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..1));
+}
+
+/// Two runs committing the same batch at the same moment: one wins.
+pub async fn racing_commits_of_one_batch_commit_once(h: &dyn SinkHarness) {
+    let qid = QueryId::new();
+    let (a, b) = (h.sink().await, h.sink().await);
+    prepare(a.as_ref(), qid).await;
+    let (ctx_a, ctx_b) = (batch_ctx(qid, 0), batch_ctx(qid, 0));
+    let (msg_a, msg_b) = (write_batch(a.as_ref(), &ctx_a).await, write_batch(b.as_ref(), &ctx_b).await);
+    let (ra, rb) = tokio::join!(a.commit(&ctx_a, msg_a), b.commit(&ctx_b, msg_b));
+    let committed = [ra, rb]
+        .into_iter()
+        .map(|r| r.expect("a racing commit either commits or finds the batch"))
+        .filter(|o| matches!(o, CommitOutcome::Committed { .. }))
+        .count();
+    assert_eq!(committed, 1, "exactly one of two racing commits commits");
+    assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..1));
+}
+
+/// A batch whose rows are all filtered out still moves the marker, so a
+/// restart resumes after it.
+pub async fn empty_batch_commits_the_marker(h: &dyn SinkHarness) {
+    let chk = tempfile::tempdir().expect("tempdir");
+    let drop_all = read_stream(RateSource::rows_per_batch(ROWS))
+        .map_batches(|b| Ok(b.slice(0, 0)))
+        .write_stream()
+        .query_name(NAME)
+        .checkpoint_location(chk.path());
+    run_to(h, drop_all, 1).await.expect("empty batches");
+    let sink = h.sink().await;
+    let marker = sink.marker(&name()).await.expect("marker").expect("the empty batches set a marker");
+    assert_eq!(marker.batch_id, BatchId(1));
+    assert!(h.read_event_ids().await.is_empty());
+    run_to(h, query(chk.path()), 2).await.expect("resume");
+    assert_exactly_once(&h.read_event_ids().await, ids_of_batches(2..3));
+}
+
+/// A crash at each named point, then a restart: every row once.
+pub async fn crash_at_every_point_then_restart_is_exactly_once(h: &dyn SinkHarness) {
+    let chk = tempfile::tempdir().expect("tempdir");
+    let mut last = 0;
+    for (i, point) in CrashPoint::ALL.into_iter().enumerate() {
+        // Crash in the first batch of the run, then in a later one.
+        for crash_batch in [2 * i as u64, 2 * i as u64 + 1] {
+            let armed = query(chk.path()).crash_points(CrashPoints::new().fail_at(point, Some(BatchId(crash_batch))));
+            match run_to(h, armed, crash_batch).await {
+                Err(Error::InjectedCrash { point: p, batch_id }) => assert_eq!((p, batch_id), (point, BatchId(crash_batch))),
+                other => panic!("expected a crash at {point} in batch {crash_batch}, got {other:?}"),
+            }
+        }
+        last = 2 * i as u64 + 1;
+        run_to(h, query(chk.path()), last).await.unwrap_or_else(|e| panic!("restart after {point}: {e}"));
+        assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..last + 1));
+    }
+    assert_eq!(last, 7);
+}
+
+/// The sink committed but `commits/N` was never written: the restart
+/// records the batch from the sink's marker instead of running it again.
+pub async fn sink_commit_without_commit_log_is_recorded_not_rerun(h: &dyn SinkHarness) {
+    let chk = tempfile::tempdir().expect("tempdir");
+    let armed = query(chk.path()).crash_points(CrashPoints::new().fail_at(CrashPoint::AfterSinkCommit, Some(BatchId(1))));
+    assert!(matches!(run_to(h, armed, 3).await, Err(Error::InjectedCrash { .. })));
+    let q = query(chk.path()).stop_after_batch(BatchId(3)).start_arc(h.sink().await).await.expect("restart");
+    q.await_termination().await.expect("run");
+    let batches: Vec<BatchId> = q.recent_progress().iter().map(|p| p.batch_id).collect();
+    assert_eq!(batches, vec![BatchId(2), BatchId(3)], "batch 1 is recorded, not run again");
+    assert!(chk.path().join("commits/1").exists());
+    assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..4));
+}
+
+/// I5: a second query on a checkpoint in use is refused.
+pub async fn second_query_on_a_checkpoint_is_refused(h: &dyn SinkHarness) {
+    let chk = tempfile::tempdir().expect("tempdir");
+    let slow = || query(chk.path()).trigger(Trigger::processing_time(Duration::from_secs(3600)));
+    let first = slow().start_arc(h.sink().await).await.expect("first query");
+    match slow().start_arc(h.sink().await).await {
+        Err(Error::CheckpointInUse { location, owner }) => {
+            assert!(location.contains(&*chk.path().to_string_lossy()));
+            assert!(owner.contains(&first.run_id().to_string()), "names the holder: {owner}");
+        }
+        other => panic!("expected CheckpointInUse, got {other:?}"),
+    }
+    first.stop_and_wait().await.expect("stop");
+    let second = slow().start_arc(h.sink().await).await.expect("free after stop");
+    second.stop_and_wait().await.expect("stop");
+    let ids = h.read_event_ids().await;
+    assert!(!ids.is_empty() && ids.len() % ROWS as usize == 0);
+    assert_exactly_once(&ids, 0..ids.len() as i64);
+}
+
+/// I4b: a new checkpoint for a name with output under another query id is
+/// refused; the explicit takeover continues after the old marker.
+pub async fn deleted_checkpoint_is_refused_then_taken_over(h: &dyn SinkHarness) {
+    let (old, new) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    run_to(h, query(old.path()), 1).await.expect("old checkpoint");
+    let r = refusal(run_to(h, query(new.path()), 3).await);
+    assert!(matches!(r, Refusal::OutputOfAnotherQuery { .. }), "{r}");
+    assert!(r.to_string().contains("take_over_output"));
+    assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..2));
+
+    run_to(h, query(new.path()).take_over_output(true), 3).await.expect("take over");
+    let marker = h.sink().await.marker(&name()).await.expect("marker").expect("a marker");
+    assert_eq!(marker.batch_id, BatchId(3), "batch ids continue after the old marker");
+    // The new checkpoint read its source from the start, as documented: the
+    // old rows and the new checkpoint's first two batches.
+    let mut ids = h.read_event_ids().await;
+    ids.sort_unstable();
+    let expected: Vec<i64> = ids_of_batches(0..2).flat_map(|i| [i, i]).collect();
+    assert_eq!(ids, expected);
+
+    let r = refusal(run_to(h, query(old.path()), 5).await);
+    assert!(matches!(r, Refusal::OutputOfAnotherQuery { .. }), "the old checkpoint is now refused: {r}");
+}
+
+/// I4 (T > P): an old copy of the checkpoint is refused.
+pub async fn old_checkpoint_copy_is_refused(h: &dyn SinkHarness) {
+    let (chk, copy) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    run_to(h, query(chk.path()), 1).await.expect("run");
+    copy_dir(chk.path(), copy.path());
+    run_to(h, query(chk.path()), 3).await.expect("run on");
+    let r = refusal(run_to(h, query(copy.path()), 5).await);
+    assert!(matches!(r, Refusal::SinkAhead { marker: BatchId(3), planned: Some(BatchId(1)), .. }), "{r}");
+    assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..4));
+}
+
+/// I4 (T < C): a table that lost committed batches is refused.
+pub async fn lost_table_is_refused(h: &dyn SinkHarness) {
+    let chk = tempfile::tempdir().expect("tempdir");
+    run_to(h, query(chk.path()), 1).await.expect("run");
+    h.recreate_table().await;
+    let r = refusal(run_to(h, query(chk.path()), 3).await);
+    assert!(matches!(r, Refusal::SinkBehind { committed: BatchId(1), marker: None, .. }), "{r}");
+    run_to(h, query(chk.path()).accept_lost_batches(true), 3).await.expect("accepted");
+    assert_exactly_once(&h.read_event_ids().await, ids_of_batches(2..4));
+}
+
+/// I6: a checkpoint started against another sink is refused.
+pub async fn other_sink_is_refused(h: &dyn SinkHarness) {
+    let chk = tempfile::tempdir().expect("tempdir");
+    run_to(h, query(chk.path()), 0).await.expect("run");
+    let other = h.other_sink().await;
+    let result = async {
+        let q = query(chk.path()).stop_after_batch(BatchId(2)).start_arc(other).await?;
+        q.await_termination().await
+    }
+    .await;
+    assert!(matches!(refusal(result), Refusal::SinkChanged { .. }));
+    assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..1));
+}
+
+/// Two copies of one checkpoint running at once: each batch lands once; the
+/// loser stops with a clear error.
+pub async fn concurrent_copies_of_a_query_write_each_batch_once(h: &dyn SinkHarness) {
+    let (a, b) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    run_to(h, query(a.path()), 0).await.expect("first batch");
+    copy_dir(a.path(), b.path());
+    let (ra, rb) = tokio::join!(run_to(h, query(a.path()), 5), run_to(h, query(b.path()), 5));
+    let lost = |r: &Result<(), Error>| match r {
+        Ok(()) => false,
+        Err(Error::ConcurrentRun { .. }) => true,
+        Err(Error::Refused(r)) if matches!(**r, Refusal::SinkAhead { .. }) => true,
+        Err(e) => panic!("unexpected error: {e}"),
+    };
+    assert_eq!(lost(&ra) as u8 + lost(&rb) as u8, 1, "exactly one copy stops: {ra:?} {rb:?}");
+    assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..6));
+}
+
+/// Complete mode replaces the table's rows each batch, or is refused.
+pub async fn output_modes_are_honoured_or_refused(h: &dyn SinkHarness) {
+    let chk = tempfile::tempdir().expect("tempdir");
+    let supported = h.sink().await.check_output_mode(OutputMode::Complete).is_ok();
+    let result = run_to(h, query(chk.path()).output_mode(OutputMode::Complete), 2).await;
+    if supported {
+        result.expect("complete mode");
+        assert_exactly_once(&h.read_event_ids().await, ids_of_batches(2..3));
+    } else {
+        assert!(matches!(result, Err(Error::UnsupportedOutputMode { mode: OutputMode::Complete, .. })), "{result:?}");
+        assert!(h.read_event_ids().await.is_empty());
+    }
+}

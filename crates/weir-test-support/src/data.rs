@@ -1,0 +1,62 @@
+//! Checking rows exactly once.
+
+use std::collections::BTreeMap;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::RecordBatch;
+
+/// The `event_id` column of every batch, in order.
+pub fn event_ids(batches: &[RecordBatch]) -> Vec<i64> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            let col = b
+                .column_by_name("event_id")
+                .expect("rows have an event_id column")
+                .as_primitive::<Int64Type>();
+            col.values().to_vec()
+        })
+        .collect()
+}
+
+/// Asserts that `ids` holds each of `expected` exactly once and nothing else,
+/// naming the missing, repeated and unexpected ids.
+#[track_caller]
+pub fn assert_exactly_once(ids: &[i64], expected: std::ops::Range<i64>) {
+    let mut counts: BTreeMap<i64, usize> = BTreeMap::new();
+    for id in ids {
+        *counts.entry(*id).or_default() += 1;
+    }
+    let missing: Vec<i64> = expected.clone().filter(|id| !counts.contains_key(id)).take(20).collect();
+    let repeated: Vec<(i64, usize)> = counts.iter().filter(|(_, n)| **n > 1).map(|(id, n)| (*id, *n)).take(20).collect();
+    let unexpected: Vec<i64> = counts.keys().filter(|id| !expected.contains(id)).copied().take(20).collect();
+    assert!(
+        missing.is_empty() && repeated.is_empty() && unexpected.is_empty(),
+        "expected ids {expected:?} exactly once in {} rows; missing (first 20): {missing:?}; repeated (id, times): {repeated:?}; unexpected: {unexpected:?}",
+        ids.len()
+    );
+    assert_eq!(ids.len(), (expected.end - expected.start) as usize);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_sets_pass() {
+        assert_exactly_once(&[2, 0, 1], 0..3);
+    }
+
+    #[test]
+    #[should_panic(expected = "repeated (id, times): [(1, 2)]")]
+    fn duplicates_fail() {
+        assert_exactly_once(&[0, 1, 1], 0..2);
+    }
+
+    #[test]
+    #[should_panic(expected = "missing (first 20): [2]")]
+    fn gaps_fail() {
+        assert_exactly_once(&[0, 1], 0..3);
+    }
+}

@@ -1,0 +1,51 @@
+//! Test support for weir: the sink conformance suite every sink runs, and
+//! helpers that check rows exactly once.
+//!
+//! A sink crate implements [`SinkHarness`] for a fresh table and expands
+//! [`sink_conformance_tests!`] in its integration tests:
+//!
+//! ```ignore
+//! weir_test_support::sink_conformance_tests!(my_harness);
+//! ```
+//!
+//! where `async fn my_harness() -> impl SinkHarness` makes a new table.
+
+pub mod conformance;
+mod data;
+
+pub use conformance::SinkHarness;
+pub use data::{assert_exactly_once, event_ids};
+
+/// Expands to one `#[tokio::test]` per case of the conformance suite, each
+/// on a fresh harness from `$harness().await`.
+#[macro_export]
+macro_rules! sink_conformance_tests {
+    ($harness:ident) => {
+        $crate::sink_conformance_tests!(@cases $harness;
+            every_batch_once_across_restarts,
+            commit_is_idempotent_per_batch,
+            racing_commits_of_one_batch_commit_once,
+            empty_batch_commits_the_marker,
+            crash_at_every_point_then_restart_is_exactly_once,
+            sink_commit_without_commit_log_is_recorded_not_rerun,
+            second_query_on_a_checkpoint_is_refused,
+            deleted_checkpoint_is_refused_then_taken_over,
+            old_checkpoint_copy_is_refused,
+            lost_table_is_refused,
+            other_sink_is_refused,
+            concurrent_copies_of_a_query_write_each_batch_once,
+            output_modes_are_honoured_or_refused
+        );
+    };
+    (@cases $harness:ident; $($case:ident),+) => {
+        mod sink_conformance {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let harness = super::$harness().await;
+                    $crate::conformance::$case(&harness).await;
+                }
+            )+
+        }
+    };
+}
