@@ -1,3 +1,9 @@
 //! Integration tests of weir-core.
 
+mod checkpoint;
+mod common;
+mod file_source;
 mod memory_conformance;
+mod progress;
+mod sinks;
+mod triggers;

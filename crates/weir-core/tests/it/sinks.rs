@@ -1,0 +1,177 @@
+//! The foreach, foreach_batch and console sinks, and Complete mode.
+
+use std::sync::{Arc, Mutex};
+
+use weir_core::crash::{CrashPoint, CrashPoints};
+use weir_core::prelude::*;
+use weir_test_support::{assert_exactly_once, event_ids};
+
+use crate::common::{rows, schema};
+
+fn input(batches: i64) -> MemoryStream {
+    let input = MemoryStream::new(schema());
+    for i in 0..batches {
+        input.add_batch(rows(i * 10..i * 10 + 10)).unwrap();
+    }
+    input
+}
+
+#[derive(Default, Clone)]
+struct Log(Arc<Mutex<Vec<String>>>);
+
+struct LoggingWriter(Log);
+
+impl ForeachWriter for LoggingWriter {
+    fn open(&mut self, partition_id: usize, batch_id: BatchId) -> std::result::Result<bool, BoxError> {
+        self.0 .0.lock().unwrap().push(format!("open {partition_id} {batch_id}"));
+        Ok(true)
+    }
+    fn process(&mut self, row: Row<'_>) -> std::result::Result<(), BoxError> {
+        let id = row.get_i64("event_id").ok_or("no event id")?;
+        let json = row.to_json()?;
+        assert_eq!(json["name"], format!("n{id}"));
+        if id == 999 {
+            return Err("poison row".into());
+        }
+        self.0 .0.lock().unwrap().push(format!("row {id} {}", row.get_str("name").unwrap_or("")));
+        Ok(())
+    }
+    fn close(&mut self, error: Option<&BoxError>) {
+        self.0 .0.lock().unwrap().push(format!("close {}", error.map(|e| e.to_string()).unwrap_or_default()));
+    }
+}
+
+#[tokio::test]
+async fn foreach_sees_every_row_between_open_and_close() {
+    let chk = tempfile::tempdir().unwrap();
+    let log = Log::default();
+    let sink_log = log.clone();
+    let q = read_stream(input(2))
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .writer_parallelism(1)
+        .trigger(Trigger::once())
+        .start(ForeachSink::new("log", move || LoggingWriter(sink_log.clone())))
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    let log = log.0.lock().unwrap().clone();
+    assert_eq!(log.first().map(String::as_str), Some("open 0 0"));
+    assert_eq!(log.last().map(String::as_str), Some("close "));
+    let rows: Vec<&String> = log.iter().filter(|l| l.starts_with("row ")).collect();
+    assert_eq!(rows.len(), 20);
+    assert_eq!(rows[19], "row 19 n19");
+}
+
+#[tokio::test]
+async fn foreach_error_closes_with_it_and_fails_the_query() {
+    let chk = tempfile::tempdir().unwrap();
+    let input = MemoryStream::new(schema());
+    input.add_batch(rows(995..1000)).unwrap();
+    let log = Log::default();
+    let sink_log = log.clone();
+    let err = read_stream(input)
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::once())
+        .start(ForeachSink::new("log", move || LoggingWriter(sink_log.clone())))
+        .await
+        .unwrap()
+        .await_termination()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("poison row"), "{err}");
+    assert!(log.0.lock().unwrap().iter().any(|l| l == "close poison row"));
+    assert!(!chk.path().join("commits/0").exists());
+}
+
+#[tokio::test]
+async fn foreach_batch_gets_the_same_batch_again_after_a_crash() {
+    let chk = tempfile::tempdir().unwrap();
+    type Calls = Arc<Mutex<Vec<(BatchId, Vec<i64>)>>>;
+    let seen: Calls = Arc::default();
+    let run = |crash: CrashPoints| {
+        let seen = seen.clone();
+        read_stream(input(3)).write_stream().checkpoint_location(chk.path()).trigger(Trigger::once()).crash_points(crash).foreach_batch(
+            move |batches, batch_id| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock().unwrap().push((batch_id, event_ids(&batches)));
+                    Ok(())
+                }
+            },
+        )
+    };
+    let crash = CrashPoints::new().fail_at(CrashPoint::AfterSinkCommit, None);
+    assert!(run(crash).await.unwrap().await_termination().await.is_err());
+    run(CrashPoints::new()).await.unwrap().await_termination().await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "called again for the replayed batch");
+    assert_eq!(seen[0].0, seen[1].0, "with the same batch id");
+    let (mut a, mut b) = (seen[0].1.clone(), seen[1].1.clone());
+    a.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(a, b, "and the same rows");
+    assert_exactly_once(&a, 0..30);
+}
+
+#[tokio::test]
+async fn console_sink_prints_batches() {
+    let chk = tempfile::tempdir().unwrap();
+    let q = read_stream(input(1)).write_stream().checkpoint_location(chk.path()).trigger(Trigger::once()).start(ConsoleSink::new().with_max_rows(3)).await.unwrap();
+    q.await_termination().await.unwrap();
+    let p = q.last_progress().unwrap();
+    assert_eq!((p.batch_id, p.input_rows), (BatchId(0), 10));
+    assert!(chk.path().join("commits/0").exists());
+}
+
+#[tokio::test]
+async fn complete_mode_replaces_the_memory_table() {
+    let chk = tempfile::tempdir().unwrap();
+    let table = MemorySink::new("t");
+    let source = RateSource::rows_per_batch(10).with_total_rows(30);
+    let q = read_stream(source)
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .output_mode(OutputMode::Complete)
+        .trigger(Trigger::available_now())
+        .start(table.clone())
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    assert_eq!(table.committed_batches().len(), 3);
+    assert_exactly_once(&event_ids(&table.batches()), 20..30);
+}
+
+#[derive(Debug)]
+struct AppendOnly(MemorySink);
+
+#[async_trait::async_trait]
+impl Sink for AppendOnly {
+    fn identity(&self) -> weir_core::protocol::SinkIdentity {
+        self.0.identity()
+    }
+    async fn marker(&self, name: &QueryName) -> Result<Option<weir_core::protocol::SinkMarker>> {
+        self.0.marker(name).await
+    }
+    fn create_writer(&self, b: &weir_core::sink::BatchContext, p: usize) -> Result<Box<dyn weir_core::sink::DataWriter>> {
+        self.0.create_writer(b, p)
+    }
+    async fn commit(&self, b: &weir_core::sink::BatchContext, m: Vec<weir_core::sink::CommitMessage>) -> Result<weir_core::sink::CommitOutcome> {
+        self.0.commit(b, m).await
+    }
+}
+
+#[tokio::test]
+async fn an_unsupported_output_mode_is_refused_with_the_reason() {
+    let chk = tempfile::tempdir().unwrap();
+    let err = read_stream(input(1))
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .output_mode(OutputMode::Complete)
+        .start(AppendOnly(MemorySink::new("t")))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("output mode complete is not supported"), "{err}");
+    assert!(err.to_string().contains("only appends"), "{err}");
+}
