@@ -159,7 +159,10 @@ mod tests {
         assert!(points.hit(CrashPoint::AfterSinkCommit, BatchId(2)).is_ok());
         assert!(matches!(
             points.hit(CrashPoint::AfterDataWritten, BatchId(2)),
-            Err(Error::InjectedCrash { point: CrashPoint::AfterDataWritten, batch_id: BatchId(2) })
+            Err(Error::InjectedCrash {
+                point: CrashPoint::AfterDataWritten,
+                batch_id: BatchId(2)
+            })
         ));
         assert!(points.hit(CrashPoint::AfterDataWritten, BatchId(2)).is_ok());
     }

@@ -76,6 +76,8 @@ pub mod prelude {
     pub use crate::error::{BoxError, Error, Result};
     pub use crate::ids::{BatchId, QueryId, QueryName};
     pub use crate::progress::QueryProgress;
-    pub use crate::sink::{ConsoleSink, ForeachBatchSink, ForeachSink, ForeachWriter, MemorySink, OutputMode, Row, Sink};
+    pub use crate::sink::{
+        ConsoleSink, ForeachBatchSink, ForeachSink, ForeachWriter, MemorySink, OutputMode, Row, Sink,
+    };
     pub use crate::source::{FileFormat, FileSource, MemoryStream, RateSource, Source};
 }

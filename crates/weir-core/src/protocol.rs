@@ -308,7 +308,9 @@ fn check_logs(facts: &StartFacts) -> Result<(), Refusal> {
     };
     match (facts.last_planned, facts.last_committed) {
         (None, Some(c)) => Err(inconsistent(format!("commits/{c} exists but the offset log is empty"))),
-        (Some(p), Some(c)) if c > p => Err(inconsistent(format!("commits/{c} is ahead of the last planned batch offsets/{p}"))),
+        (Some(p), Some(c)) if c > p => Err(inconsistent(format!(
+            "commits/{c} is ahead of the last planned batch offsets/{p}"
+        ))),
         _ => Ok(()),
     }
 }

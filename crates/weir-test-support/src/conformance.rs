@@ -114,7 +114,13 @@ async fn write_batch(sink: &dyn Sink, ctx: &BatchContext) -> Vec<CommitMessage> 
     let source = RateSource::rows_per_batch(ROWS);
     let start = (ctx.batch_id.0 > 0).then(|| Offset(serde_json::json!({"next_event_id": ctx.batch_id.0 * ROWS})));
     let end = Offset(serde_json::json!({"next_event_id": (ctx.batch_id.0 + 1) * ROWS}));
-    let rows: Vec<RecordBatch> = source.read(start.as_ref(), &end).await.expect("read").try_collect().await.expect("rows");
+    let rows: Vec<RecordBatch> = source
+        .read(start.as_ref(), &end)
+        .await
+        .expect("read")
+        .try_collect()
+        .await
+        .expect("rows");
     let mut writer = sink.create_writer(ctx, 0).expect("create a writer");
     for b in rows {
         writer.write(b).await.expect("write");
@@ -138,13 +144,19 @@ pub async fn commit_is_idempotent_per_batch(h: &dyn SinkHarness) {
     prepare(sink.as_ref(), qid).await;
     let first = batch_ctx(qid, 0);
     let messages = write_batch(sink.as_ref(), &first).await;
-    assert!(matches!(sink.commit(&first, messages).await.expect("commit"), CommitOutcome::Committed { .. }));
+    assert!(matches!(
+        sink.commit(&first, messages).await.expect("commit"),
+        CommitOutcome::Committed { .. }
+    ));
 
     let replay = batch_ctx(qid, 0);
     let sink = h.sink().await;
     let messages = write_batch(sink.as_ref(), &replay).await;
     let outcome = sink.commit(&replay, messages.clone()).await.expect("replayed commit");
-    let expected = SinkMarker { query_id: qid, batch_id: BatchId(0) };
+    let expected = SinkMarker {
+        query_id: qid,
+        batch_id: BatchId(0),
+    };
     assert_eq!(outcome, CommitOutcome::AlreadyCommitted(expected));
     sink.abort(&replay, messages).await.expect("abort the replay");
     assert_eq!(sink.marker(&name()).await.expect("marker"), Some(expected));
@@ -157,7 +169,10 @@ pub async fn racing_commits_of_one_batch_commit_once(h: &dyn SinkHarness) {
     let (a, b) = (h.sink().await, h.sink().await);
     prepare(a.as_ref(), qid).await;
     let (ctx_a, ctx_b) = (batch_ctx(qid, 0), batch_ctx(qid, 0));
-    let (msg_a, msg_b) = (write_batch(a.as_ref(), &ctx_a).await, write_batch(b.as_ref(), &ctx_b).await);
+    let (msg_a, msg_b) = (
+        write_batch(a.as_ref(), &ctx_a).await,
+        write_batch(b.as_ref(), &ctx_b).await,
+    );
     let (ra, rb) = tokio::join!(a.commit(&ctx_a, msg_a), b.commit(&ctx_b, msg_b));
     let committed = [ra, rb]
         .into_iter()
@@ -179,7 +194,11 @@ pub async fn empty_batch_commits_the_marker(h: &dyn SinkHarness) {
         .checkpoint_location(chk.path());
     run_to(h, drop_all, 1).await.expect("empty batches");
     let sink = h.sink().await;
-    let marker = sink.marker(&name()).await.expect("marker").expect("the empty batches set a marker");
+    let marker = sink
+        .marker(&name())
+        .await
+        .expect("marker")
+        .expect("the empty batches set a marker");
     assert_eq!(marker.batch_id, BatchId(1));
     assert!(h.read_event_ids().await.is_empty());
     run_to(h, query(chk.path()), 2).await.expect("resume");
@@ -195,12 +214,16 @@ pub async fn crash_at_every_point_then_restart_is_exactly_once(h: &dyn SinkHarne
         for crash_batch in [2 * i as u64, 2 * i as u64 + 1] {
             let armed = query(chk.path()).crash_points(CrashPoints::new().fail_at(point, Some(BatchId(crash_batch))));
             match run_to(h, armed, crash_batch).await {
-                Err(Error::InjectedCrash { point: p, batch_id }) => assert_eq!((p, batch_id), (point, BatchId(crash_batch))),
+                Err(Error::InjectedCrash { point: p, batch_id }) => {
+                    assert_eq!((p, batch_id), (point, BatchId(crash_batch)))
+                }
                 other => panic!("expected a crash at {point} in batch {crash_batch}, got {other:?}"),
             }
         }
         last = 2 * i as u64 + 1;
-        run_to(h, query(chk.path()), last).await.unwrap_or_else(|e| panic!("restart after {point}: {e}"));
+        run_to(h, query(chk.path()), last)
+            .await
+            .unwrap_or_else(|e| panic!("restart after {point}: {e}"));
         assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..last + 1));
     }
     assert_eq!(last, 7);
@@ -210,12 +233,21 @@ pub async fn crash_at_every_point_then_restart_is_exactly_once(h: &dyn SinkHarne
 /// records the batch from the sink's marker instead of running it again.
 pub async fn sink_commit_without_commit_log_is_recorded_not_rerun(h: &dyn SinkHarness) {
     let chk = tempfile::tempdir().expect("tempdir");
-    let armed = query(chk.path()).crash_points(CrashPoints::new().fail_at(CrashPoint::AfterSinkCommit, Some(BatchId(1))));
+    let armed =
+        query(chk.path()).crash_points(CrashPoints::new().fail_at(CrashPoint::AfterSinkCommit, Some(BatchId(1))));
     assert!(matches!(run_to(h, armed, 3).await, Err(Error::InjectedCrash { .. })));
-    let q = query(chk.path()).stop_after_batch(BatchId(3)).start_arc(h.sink().await).await.expect("restart");
+    let q = query(chk.path())
+        .stop_after_batch(BatchId(3))
+        .start_arc(h.sink().await)
+        .await
+        .expect("restart");
     q.await_termination().await.expect("run");
     let batches: Vec<BatchId> = q.recent_progress().iter().map(|p| p.batch_id).collect();
-    assert_eq!(batches, vec![BatchId(2), BatchId(3)], "batch 1 is recorded, not run again");
+    assert_eq!(
+        batches,
+        vec![BatchId(2), BatchId(3)],
+        "batch 1 is recorded, not run again"
+    );
     assert!(chk.path().join("commits/1").exists());
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..4));
 }
@@ -243,14 +275,19 @@ pub async fn second_query_on_a_checkpoint_is_refused(h: &dyn SinkHarness) {
 /// I4b: a new checkpoint for a name with output under another query id is
 /// refused; the explicit takeover continues after the old marker.
 pub async fn deleted_checkpoint_is_refused_then_taken_over(h: &dyn SinkHarness) {
-    let (old, new) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    let (old, new) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
     run_to(h, query(old.path()), 1).await.expect("old checkpoint");
     let r = refusal(run_to(h, query(new.path()), 3).await);
     assert!(matches!(r, Refusal::OutputOfAnotherQuery { .. }), "{r}");
     assert!(r.to_string().contains("take_over_output"));
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..2));
 
-    run_to(h, query(new.path()).take_over_output(true), 3).await.expect("take over");
+    run_to(h, query(new.path()).take_over_output(true), 3)
+        .await
+        .expect("take over");
     let marker = h.sink().await.marker(&name()).await.expect("marker").expect("a marker");
     assert_eq!(marker.batch_id, BatchId(3), "batch ids continue after the old marker");
     // The new checkpoint read its source from the start, as documented: the
@@ -261,17 +298,33 @@ pub async fn deleted_checkpoint_is_refused_then_taken_over(h: &dyn SinkHarness) 
     assert_eq!(ids, expected);
 
     let r = refusal(run_to(h, query(old.path()), 5).await);
-    assert!(matches!(r, Refusal::OutputOfAnotherQuery { .. }), "the old checkpoint is now refused: {r}");
+    assert!(
+        matches!(r, Refusal::OutputOfAnotherQuery { .. }),
+        "the old checkpoint is now refused: {r}"
+    );
 }
 
 /// I4 (T > P): an old copy of the checkpoint is refused.
 pub async fn old_checkpoint_copy_is_refused(h: &dyn SinkHarness) {
-    let (chk, copy) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    let (chk, copy) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
     run_to(h, query(chk.path()), 1).await.expect("run");
     copy_dir(chk.path(), copy.path());
     run_to(h, query(chk.path()), 3).await.expect("run on");
     let r = refusal(run_to(h, query(copy.path()), 5).await);
-    assert!(matches!(r, Refusal::SinkAhead { marker: BatchId(3), planned: Some(BatchId(1)), .. }), "{r}");
+    assert!(
+        matches!(
+            r,
+            Refusal::SinkAhead {
+                marker: BatchId(3),
+                planned: Some(BatchId(1)),
+                ..
+            }
+        ),
+        "{r}"
+    );
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..4));
 }
 
@@ -281,8 +334,20 @@ pub async fn lost_table_is_refused(h: &dyn SinkHarness) {
     run_to(h, query(chk.path()), 1).await.expect("run");
     h.recreate_table().await;
     let r = refusal(run_to(h, query(chk.path()), 3).await);
-    assert!(matches!(r, Refusal::SinkBehind { committed: BatchId(1), marker: None, .. }), "{r}");
-    run_to(h, query(chk.path()).accept_lost_batches(true), 3).await.expect("accepted");
+    assert!(
+        matches!(
+            r,
+            Refusal::SinkBehind {
+                committed: BatchId(1),
+                marker: None,
+                ..
+            }
+        ),
+        "{r}"
+    );
+    run_to(h, query(chk.path()).accept_lost_batches(true), 3)
+        .await
+        .expect("accepted");
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(2..4));
 }
 
@@ -303,7 +368,10 @@ pub async fn other_sink_is_refused(h: &dyn SinkHarness) {
 /// Two copies of one checkpoint running at once: each batch lands once; the
 /// loser stops with a clear error.
 pub async fn concurrent_copies_of_a_query_write_each_batch_once(h: &dyn SinkHarness) {
-    let (a, b) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    let (a, b) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
     run_to(h, query(a.path()), 0).await.expect("first batch");
     copy_dir(a.path(), b.path());
     let (ra, rb) = tokio::join!(run_to(h, query(a.path()), 5), run_to(h, query(b.path()), 5));
@@ -313,7 +381,11 @@ pub async fn concurrent_copies_of_a_query_write_each_batch_once(h: &dyn SinkHarn
         Err(Error::Refused(r)) if matches!(**r, Refusal::SinkAhead { .. }) => true,
         Err(e) => panic!("unexpected error: {e}"),
     };
-    assert_eq!(lost(&ra) as u8 + lost(&rb) as u8, 1, "exactly one copy stops: {ra:?} {rb:?}");
+    assert_eq!(
+        lost(&ra) as u8 + lost(&rb) as u8,
+        1,
+        "exactly one copy stops: {ra:?} {rb:?}"
+    );
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..6));
 }
 
@@ -326,7 +398,16 @@ pub async fn output_modes_are_honoured_or_refused(h: &dyn SinkHarness) {
         result.expect("complete mode");
         assert_exactly_once(&h.read_event_ids().await, ids_of_batches(2..3));
     } else {
-        assert!(matches!(result, Err(Error::UnsupportedOutputMode { mode: OutputMode::Complete, .. })), "{result:?}");
+        assert!(
+            matches!(
+                result,
+                Err(Error::UnsupportedOutputMode {
+                    mode: OutputMode::Complete,
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
         assert!(h.read_event_ids().await.is_empty());
     }
 }

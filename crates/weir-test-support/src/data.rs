@@ -28,9 +28,23 @@ pub fn assert_exactly_once(ids: &[i64], expected: std::ops::Range<i64>) {
     for id in ids {
         *counts.entry(*id).or_default() += 1;
     }
-    let missing: Vec<i64> = expected.clone().filter(|id| !counts.contains_key(id)).take(20).collect();
-    let repeated: Vec<(i64, usize)> = counts.iter().filter(|(_, n)| **n > 1).map(|(id, n)| (*id, *n)).take(20).collect();
-    let unexpected: Vec<i64> = counts.keys().filter(|id| !expected.contains(id)).copied().take(20).collect();
+    let missing: Vec<i64> = expected
+        .clone()
+        .filter(|id| !counts.contains_key(id))
+        .take(20)
+        .collect();
+    let repeated: Vec<(i64, usize)> = counts
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, n)| (*id, *n))
+        .take(20)
+        .collect();
+    let unexpected: Vec<i64> = counts
+        .keys()
+        .filter(|id| !expected.contains(id))
+        .copied()
+        .take(20)
+        .collect();
     assert!(
         missing.is_empty() && repeated.is_empty() && unexpected.is_empty(),
         "expected ids {expected:?} exactly once in {} rows; missing (first 20): {missing:?}; repeated (id, times): {repeated:?}; unexpected: {unexpected:?}",

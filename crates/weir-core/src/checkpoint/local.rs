@@ -82,7 +82,9 @@ impl LocalStore {
                 Self::sync_dir(target)?;
                 Ok(PutOutcome::Created)
             }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(PutOutcome::AlreadyExists(fs::read(target)?.into())),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                Ok(PutOutcome::AlreadyExists(fs::read(target)?.into()))
+            }
             Err(e) => Err(e),
         }
     }
@@ -174,7 +176,12 @@ impl CheckpointStore for LocalStore {
         let full = self.full(LEASE_FILE);
         let owner_json = serde_json::to_vec(owner).expect("a lease owner serialises");
         let held = blocking(move || {
-            let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&full)?;
+            let mut file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&full)?;
             match file.try_lock() {
                 Ok(()) => {
                     file.set_len(0)?;
@@ -232,13 +239,20 @@ mod tests {
     async fn conditional_create_keeps_the_first_writer() {
         let dir = tempfile::tempdir().unwrap();
         let store = LocalStore::open(dir.path()).unwrap();
-        assert_eq!(store.put_if_absent("offsets/0", Bytes::from("a")).await.unwrap(), PutOutcome::Created);
+        assert_eq!(
+            store.put_if_absent("offsets/0", Bytes::from("a")).await.unwrap(),
+            PutOutcome::Created
+        );
         assert_eq!(
             store.put_if_absent("offsets/0", Bytes::from("b")).await.unwrap(),
             PutOutcome::AlreadyExists(Bytes::from("a"))
         );
         assert_eq!(store.get("offsets/0").await.unwrap(), Some(Bytes::from("a")));
-        assert_eq!(store.list("offsets").await.unwrap(), vec!["0".to_string()], "no temporary files left");
+        assert_eq!(
+            store.list("offsets").await.unwrap(),
+            vec!["0".to_string()],
+            "no temporary files left"
+        );
         store.put("offsets/0", Bytes::from("c")).await.unwrap();
         assert_eq!(store.get("offsets/0").await.unwrap(), Some(Bytes::from("c")));
         store.delete("offsets/0").await.unwrap();
@@ -253,7 +267,10 @@ mod tests {
         let store = LocalStore::open(dir.path()).unwrap();
         let lease = store.acquire_lease(&owner("first")).await.unwrap();
         let err = store.acquire_lease(&owner("second")).await.unwrap_err();
-        assert!(matches!(&err, Error::CheckpointInUse { owner, .. } if owner.contains("run first")), "{err}");
+        assert!(
+            matches!(&err, Error::CheckpointInUse { owner, .. } if owner.contains("run first")),
+            "{err}"
+        );
         drop(lease);
         store.acquire_lease(&owner("second")).await.unwrap();
     }

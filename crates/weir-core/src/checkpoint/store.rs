@@ -32,7 +32,11 @@ pub struct LeaseOwner {
 
 impl fmt::Display for LeaseOwner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "run {} of process {} on {} since {}", self.run_id, self.pid, self.host, self.since)
+        write!(
+            f,
+            "run {} of process {} on {} since {}",
+            self.run_id, self.pid, self.host, self.since
+        )
     }
 }
 

@@ -108,7 +108,12 @@ pub(crate) async fn write_batch(
                 failure.get_or_insert(e);
             }
             Err(join) => {
-                failure.get_or_insert(Error::sink("writer", Some(ctx.batch_id), false, format!("a writer task panicked: {join}")));
+                failure.get_or_insert(Error::sink(
+                    "writer",
+                    Some(ctx.batch_id),
+                    false,
+                    format!("a writer task panicked: {join}"),
+                ));
             }
         }
     }

@@ -1,8 +1,8 @@
 //! The handle of a running query.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::Arc;
+use std::sync::Mutex;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -131,11 +131,22 @@ impl StreamingQuery {
 
     /// The progress of the most recent batch.
     pub fn last_progress(&self) -> Option<QueryProgress> {
-        self.shared.progress.lock().unwrap_or_else(|e| e.into_inner()).back().cloned()
+        self.shared
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .back()
+            .cloned()
     }
 
     /// The progress of up to the last 100 batches, oldest first.
     pub fn recent_progress(&self) -> Vec<QueryProgress> {
-        self.shared.progress.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+        self.shared
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
     }
 }

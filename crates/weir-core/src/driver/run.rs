@@ -24,7 +24,9 @@ use super::handle::{QueryShared, StreamingQuery};
 use super::stream::ReadStream;
 use super::trigger::Trigger;
 use super::writer::{ProgressListener, StreamWriter};
-use crate::checkpoint::{Checkpoint, CheckpointMetadata, CommitEntry, Lease, LeaseOwner, OffsetEntry, SourceOffset, FORMAT_VERSION};
+use crate::checkpoint::{
+    Checkpoint, CheckpointMetadata, CommitEntry, Lease, LeaseOwner, OffsetEntry, SourceOffset, FORMAT_VERSION,
+};
 use crate::crash::{CrashPoint, CrashPoints};
 use crate::error::{Error, Result};
 use crate::ids::{BatchId, QueryId, QueryName, RunId};
@@ -215,16 +217,24 @@ async fn record_metadata(
 }
 
 async fn offset_of(checkpoint: &Checkpoint, batch: BatchId, source: &str) -> Result<Option<Offset>> {
-    let entry = checkpoint.offsets().get(batch).await?.ok_or_else(|| Error::CorruptCheckpoint {
-        location: checkpoint.location().to_string(),
-        path: format!("offsets/{batch}"),
-        reason: "the entry vanished while the query was starting".into(),
-    })?;
-    entry.offset_of(source).cloned().map(Some).ok_or_else(|| Error::CorruptCheckpoint {
-        location: checkpoint.location().to_string(),
-        path: format!("offsets/{batch}"),
-        reason: format!("no offset for source {source:?}; the query's sources changed"),
-    })
+    let entry = checkpoint
+        .offsets()
+        .get(batch)
+        .await?
+        .ok_or_else(|| Error::CorruptCheckpoint {
+            location: checkpoint.location().to_string(),
+            path: format!("offsets/{batch}"),
+            reason: "the entry vanished while the query was starting".into(),
+        })?;
+    entry
+        .offset_of(source)
+        .cloned()
+        .map(Some)
+        .ok_or_else(|| Error::CorruptCheckpoint {
+            location: checkpoint.location().to_string(),
+            path: format!("offsets/{batch}"),
+            reason: format!("no offset for source {source:?}; the query's sources changed"),
+        })
 }
 
 fn lease_owner(run_id: RunId) -> LeaseOwner {
@@ -250,7 +260,11 @@ impl Driver {
         if self.trigger == Trigger::AvailableNow {
             self.stream.source.prepare_for_available_now().await?;
         }
-        let limit = if self.trigger == Trigger::Once { ReadLimit::All } else { ReadLimit::Default };
+        let limit = if self.trigger == Trigger::Once {
+            ReadLimit::All
+        } else {
+            ReadLimit::Default
+        };
         loop {
             if *stop.borrow() || self.reached_stop_batch() {
                 return Ok(());
@@ -286,11 +300,16 @@ impl Driver {
 
     /// Runs a batch planned by an earlier run, with its logged offsets.
     async fn replay(&mut self, batch: BatchId) -> Result<()> {
-        let entry = self.checkpoint.offsets().get(batch).await?.ok_or_else(|| Error::CorruptCheckpoint {
-            location: self.checkpoint.location().to_string(),
-            path: format!("offsets/{batch}"),
-            reason: "the batch to replay has no offsets".into(),
-        })?;
+        let entry = self
+            .checkpoint
+            .offsets()
+            .get(batch)
+            .await?
+            .ok_or_else(|| Error::CorruptCheckpoint {
+                location: self.checkpoint.location().to_string(),
+                path: format!("offsets/{batch}"),
+                reason: "the batch to replay has no offsets".into(),
+            })?;
         let start = match self.checkpoint.offsets().latest_before(batch).await? {
             Some((_, prev)) => prev.offset_of(self.stream.source.name()).cloned(),
             None => None,
@@ -331,22 +350,39 @@ impl Driver {
     }
 
     /// Read, write, commit and record one batch.
-    async fn run_batch(&mut self, entry: OffsetEntry, start: Option<Offset>, plan_time: Duration, replayed: bool) -> Result<()> {
+    async fn run_batch(
+        &mut self,
+        entry: OffsetEntry,
+        start: Option<Offset>,
+        plan_time: Duration,
+        replayed: bool,
+    ) -> Result<()> {
         let batch_id = entry.batch_id;
         let span = tracing::info_span!("batch", batch_id = %batch_id, replayed);
-        self.run_batch_inner(entry, start, plan_time, replayed).instrument(span).await
+        self.run_batch_inner(entry, start, plan_time, replayed)
+            .instrument(span)
+            .await
     }
 
-    async fn run_batch_inner(&mut self, entry: OffsetEntry, start: Option<Offset>, plan_time: Duration, replayed: bool) -> Result<()> {
+    async fn run_batch_inner(
+        &mut self,
+        entry: OffsetEntry,
+        start: Option<Offset>,
+        plan_time: Duration,
+        replayed: bool,
+    ) -> Result<()> {
         let started = Instant::now();
         let since_previous = self.last_batch_started.replace(started).map(|t| t.elapsed());
         let batch_id = entry.batch_id;
         let source = self.stream.source.clone();
-        let end = entry.offset_of(source.name()).cloned().ok_or_else(|| Error::CorruptCheckpoint {
-            location: self.checkpoint.location().to_string(),
-            path: format!("offsets/{batch_id}"),
-            reason: format!("no offset for source {:?}", source.name()),
-        })?;
+        let end = entry
+            .offset_of(source.name())
+            .cloned()
+            .ok_or_else(|| Error::CorruptCheckpoint {
+                location: self.checkpoint.location().to_string(),
+                path: format!("offsets/{batch_id}"),
+                reason: format!("no offset for source {:?}", source.name()),
+            })?;
         let ctx = BatchContext {
             query_id: self.query_id,
             query_name: self.query_name.clone(),
@@ -373,7 +409,13 @@ impl Driver {
         self.crash.hit(CrashPoint::AfterDataWritten, batch_id)?;
 
         let commit_started = Instant::now();
-        let Written { messages, input_rows, output_rows, partitions, read_time } = written;
+        let Written {
+            messages,
+            input_rows,
+            output_rows,
+            partitions,
+            read_time,
+        } = written;
         let outcome = match self.sink.commit(&ctx, messages.clone()).await {
             Ok(o) => o,
             Err(e) => {
@@ -410,7 +452,13 @@ impl Driver {
         self.next_batch = self.next_batch.max(batch_id.next());
 
         let total = plan_time + started.elapsed();
-        let per_sec = |d: Duration| if d.is_zero() { 0.0 } else { input_rows as f64 / d.as_secs_f64() };
+        let per_sec = |d: Duration| {
+            if d.is_zero() {
+                0.0
+            } else {
+                input_rows as f64 / d.as_secs_f64()
+            }
+        };
         let progress = QueryProgress {
             query_id: self.query_id,
             query_name: self.query_name.clone(),

@@ -82,7 +82,12 @@ impl ReadStream {
     }
 
     /// Runs the transformations on one record batch of batch `batch_id`.
-    pub(crate) fn transform(&self, mut batch: RecordBatch, batch_id: BatchId, schema: &SchemaRef) -> Result<RecordBatch> {
+    pub(crate) fn transform(
+        &self,
+        mut batch: RecordBatch,
+        batch_id: BatchId,
+        schema: &SchemaRef,
+    ) -> Result<RecordBatch> {
         for f in &self.transforms {
             batch = f(batch).map_err(|source| Error::Transform { batch_id, source })?;
         }

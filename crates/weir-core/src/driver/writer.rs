@@ -187,7 +187,8 @@ impl StreamWriter {
             Some(CheckpointLocation::Store(store)) => Ok(Checkpoint::new(store.clone())),
             None => Err(Error::InvalidOption {
                 option: "checkpoint_location",
-                reason: "a streaming query needs a checkpoint directory to be exactly-once; set checkpoint_location".into(),
+                reason: "a streaming query needs a checkpoint directory to be exactly-once; set checkpoint_location"
+                    .into(),
             }),
         }
     }
@@ -198,15 +199,34 @@ impl StreamWriter {
             return Ok(QueryName::new(name.clone())?);
         }
         let base = match &self.checkpoint {
-            Some(CheckpointLocation::Local(path)) => path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string(),
-            Some(CheckpointLocation::Store(store)) => store.location().rsplit('/').find(|s| !s.is_empty()).unwrap_or_default().to_string(),
+            Some(CheckpointLocation::Local(path)) => path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_string(),
+            Some(CheckpointLocation::Store(store)) => store
+                .location()
+                .rsplit('/')
+                .find(|s| !s.is_empty())
+                .unwrap_or_default()
+                .to_string(),
             None => String::new(),
         };
         let cleaned: String = base
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '-' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                    c
+                } else {
+                    '-'
+                }
+            })
             .take(200)
             .collect();
-        Ok(QueryName::new(if cleaned.is_empty() { "query".to_string() } else { cleaned })?)
+        Ok(QueryName::new(if cleaned.is_empty() {
+            "query".to_string()
+        } else {
+            cleaned
+        })?)
     }
 }

@@ -17,7 +17,10 @@ fn facts(planned: Option<u64>, committed: Option<u64>, marker: Option<u64>) -> S
         recorded_sink: Some(sink("t")),
         current_sink: sink("t"),
         taken_over: None,
-        marker: marker.map(|b| SinkMarker { query_id, batch_id: BatchId(b) }),
+        marker: marker.map(|b| SinkMarker {
+            query_id,
+            batch_id: BatchId(b),
+        }),
     }
 }
 
@@ -52,7 +55,10 @@ fn every_consistent_state_resumes_right_after_the_marker() {
                 };
                 let result = decide_start(&f, &Overrides::default());
                 if !logs_ok {
-                    assert!(matches!(result, Err(Refusal::InconsistentCheckpoint { .. })), "{p:?} {c:?} {t:?}");
+                    assert!(
+                        matches!(result, Err(Refusal::InconsistentCheckpoint { .. })),
+                        "{p:?} {c:?} {t:?}"
+                    );
                     continue;
                 }
                 let normal = c <= t && t <= p;
@@ -100,7 +106,10 @@ fn new_checkpoint_with_output_of_another_query_is_refused() {
 fn take_over_continues_after_the_marker_and_is_remembered() {
     let mut f = facts(None, None, None);
     f.marker = Some(other_marker(7));
-    let over = Overrides { take_over_output: true, ..Default::default() };
+    let over = Overrides {
+        take_over_output: true,
+        ..Default::default()
+    };
     let plan = decide_start(&f, &over).unwrap();
     assert_eq!(plan.take_over, Some(other_marker(7)));
     assert_eq!(plan.next_batch, BatchId(8));
@@ -110,7 +119,10 @@ fn take_over_continues_after_the_marker_and_is_remembered() {
     f.taken_over = Some(other_marker(7));
     f.last_planned = Some(BatchId(8));
     let plan = decide_start(&f, &Overrides::default()).unwrap();
-    assert_eq!((plan.replay, plan.next_batch, plan.take_over), (Some(BatchId(8)), BatchId(9), None));
+    assert_eq!(
+        (plan.replay, plan.next_batch, plan.take_over),
+        (Some(BatchId(8)), BatchId(9), None)
+    );
 
     // Restarted before planning anything: still after the marker.
     f.last_planned = None;
@@ -122,8 +134,14 @@ fn take_over_continues_after_the_marker_and_is_remembered() {
 fn take_over_with_a_batch_in_flight_is_refused() {
     let mut f = facts(Some(3), Some(2), None);
     f.marker = Some(other_marker(7));
-    let over = Overrides { take_over_output: true, ..Default::default() };
-    assert!(matches!(decide_start(&f, &over), Err(Refusal::InconsistentCheckpoint { .. })));
+    let over = Overrides {
+        take_over_output: true,
+        ..Default::default()
+    };
+    assert!(matches!(
+        decide_start(&f, &over),
+        Err(Refusal::InconsistentCheckpoint { .. })
+    ));
 }
 
 #[test]
@@ -134,7 +152,14 @@ fn another_sink_is_refused_unless_allowed() {
     let err = decide_start(&f, &Overrides::default()).unwrap_err();
     assert!(matches!(err, Refusal::SinkChanged { .. }));
     assert!(err.to_string().contains("allow_sink_change"));
-    let plan = decide_start(&f, &Overrides { allow_sink_change: true, ..Default::default() }).unwrap();
+    let plan = decide_start(
+        &f,
+        &Overrides {
+            allow_sink_change: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!((plan.replay, plan.next_batch), (None, BatchId(4)));
 }
 
@@ -152,27 +177,74 @@ fn sink_identity_with_table_ids() {
 #[test]
 fn overrides_accept_their_risk_only() {
     let ahead = facts(Some(2), Some(2), Some(5));
-    let plan = decide_start(&ahead, &Overrides { resume_after_sink_marker: true, ..Default::default() }).unwrap();
+    let plan = decide_start(
+        &ahead,
+        &Overrides {
+            resume_after_sink_marker: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!((plan.replay, plan.next_batch), (None, BatchId(6)));
-    assert!(decide_start(&ahead, &Overrides { accept_lost_batches: true, ..Default::default() }).is_err());
+    assert!(decide_start(
+        &ahead,
+        &Overrides {
+            accept_lost_batches: true,
+            ..Default::default()
+        }
+    )
+    .is_err());
 
     let behind = facts(Some(5), Some(5), Some(2));
-    let plan = decide_start(&behind, &Overrides { accept_lost_batches: true, ..Default::default() }).unwrap();
+    let plan = decide_start(
+        &behind,
+        &Overrides {
+            accept_lost_batches: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!((plan.replay, plan.next_batch), (None, BatchId(6)));
-    assert!(decide_start(&behind, &Overrides { resume_after_sink_marker: true, ..Default::default() }).is_err());
+    assert!(decide_start(
+        &behind,
+        &Overrides {
+            resume_after_sink_marker: true,
+            ..Default::default()
+        }
+    )
+    .is_err());
 }
 
 #[test]
 fn commit_decisions() {
     let name = QueryName::new("q").unwrap();
     let me = QueryId(uuid::Uuid::from_u128(1));
-    let facts = |batch: u64, taken_over| CommitFacts { query_name: &name, query_id: me, batch_id: BatchId(batch), taken_over };
-    let mine = |b: u64| Some(SinkMarker { query_id: me, batch_id: BatchId(b) });
+    let facts = |batch: u64, taken_over| CommitFacts {
+        query_name: &name,
+        query_id: me,
+        batch_id: BatchId(batch),
+        taken_over,
+    };
+    let mine = |b: u64| {
+        Some(SinkMarker {
+            query_id: me,
+            batch_id: BatchId(b),
+        })
+    };
     assert_eq!(decide_commit(None, facts(0, None)), Ok(CommitDecision::Commit));
     assert_eq!(decide_commit(mine(4), facts(5, None)), Ok(CommitDecision::Commit));
-    assert_eq!(decide_commit(mine(5), facts(5, None)), Ok(CommitDecision::AlreadyCommitted(mine(5).unwrap())));
-    assert_eq!(decide_commit(mine(9), facts(5, None)), Ok(CommitDecision::AlreadyCommitted(mine(9).unwrap())));
-    assert_eq!(decide_commit(Some(other_marker(7)), facts(8, Some(other_marker(7)))), Ok(CommitDecision::Commit));
+    assert_eq!(
+        decide_commit(mine(5), facts(5, None)),
+        Ok(CommitDecision::AlreadyCommitted(mine(5).unwrap()))
+    );
+    assert_eq!(
+        decide_commit(mine(9), facts(5, None)),
+        Ok(CommitDecision::AlreadyCommitted(mine(9).unwrap()))
+    );
+    assert_eq!(
+        decide_commit(Some(other_marker(7)), facts(8, Some(other_marker(7)))),
+        Ok(CommitDecision::Commit)
+    );
     assert!(matches!(
         decide_commit(Some(other_marker(8)), facts(8, Some(other_marker(7)))),
         Err(Refusal::MarkerTakenByAnotherQuery { .. })

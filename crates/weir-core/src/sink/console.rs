@@ -78,7 +78,11 @@ impl Sink for ConsoleSink {
         }
         let table = pretty_format_batches(&shown).map_err(|e| Error::arrow("console sink", e))?;
         let mut out = std::io::stdout().lock();
-        let note = if total > self.max_rows { format!(" (first {} of {total} rows)", self.max_rows) } else { String::new() };
+        let note = if total > self.max_rows {
+            format!(" (first {} of {total} rows)", self.max_rows)
+        } else {
+            String::new()
+        };
         writeln!(out, "-------------------------------------------\nBatch: {}{note}\n-------------------------------------------\n{table}", batch.batch_id)
             .map_err(|e| Error::sink("console", Some(batch.batch_id), true, e))?;
         Ok(CommitOutcome::Committed { version: None })

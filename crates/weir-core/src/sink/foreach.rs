@@ -76,7 +76,8 @@ impl<'a> Row<'a> {
             .write(&self.batch.slice(self.index, 1))
             .and_then(|_| writer.finish())
             .map_err(|e| Error::arrow("row to JSON", e))?;
-        let rows: Vec<serde_json::Value> = serde_json::from_slice(&writer.into_inner()).map_err(|e| Error::sink("foreach", None, false, e))?;
+        let rows: Vec<serde_json::Value> =
+            serde_json::from_slice(&writer.into_inner()).map_err(|e| Error::sink("foreach", None, false, e))?;
         Ok(rows.into_iter().next().unwrap_or_default())
     }
 }
@@ -92,7 +93,9 @@ pub struct ForeachSink {
 
 impl fmt::Debug for ForeachSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ForeachSink").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("ForeachSink")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -128,7 +131,10 @@ impl DataWriter for ForeachPartition {
         let open = match self.open {
             Some(open) => open,
             None => {
-                let open = self.writer.open(self.partition_id, self.batch_id).map_err(|e| self.fail(e))?;
+                let open = self
+                    .writer
+                    .open(self.partition_id, self.batch_id)
+                    .map_err(|e| self.fail(e))?;
                 self.open = Some(open);
                 open
             }

@@ -29,7 +29,9 @@ pub struct ForeachBatchSink {
 
 impl fmt::Debug for ForeachBatchSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ForeachBatchSink").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("ForeachBatchSink")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 

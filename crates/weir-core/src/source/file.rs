@@ -113,7 +113,10 @@ impl FileSource {
     }
 
     fn context(&self) -> Result<SourceContext> {
-        self.lock().ctx.clone().ok_or_else(|| self.source_err("used before open"))
+        self.lock()
+            .ctx
+            .clone()
+            .ok_or_else(|| self.source_err("used before open"))
     }
 
     async fn read_entry(&self, store: &dyn CheckpointStore, path: &str) -> Result<FileLogEntry> {
@@ -176,10 +179,15 @@ fn list_files(dir: &Path) -> std::io::Result<Vec<FileEntry>> {
 fn log_index(source: &str, offset: Option<&Offset>) -> Result<Option<u64>> {
     match offset {
         None => Ok(None),
-        Some(o) => o.0.get(KEY).and_then(|v| v.as_u64()).map(Some).ok_or_else(|| Error::Source {
-            source_name: source.into(),
-            source: format!("offset {o} has no integer field {KEY:?}").into(),
-        }),
+        Some(o) => {
+            o.0.get(KEY)
+                .and_then(|v| v.as_u64())
+                .map(Some)
+                .ok_or_else(|| Error::Source {
+                    source_name: source.into(),
+                    source: format!("offset {o} has no integer field {KEY:?}").into(),
+                })
+        }
     }
 }
 
@@ -196,10 +204,18 @@ impl Source for FileSource {
     async fn open(&self, ctx: &SourceContext) -> Result<()> {
         let mut seen = HashSet::new();
         let mut last_entry = None;
-        let mut indexes: Vec<u64> = ctx.store.list(&ctx.dir).await?.iter().filter_map(|n| n.parse().ok()).collect();
+        let mut indexes: Vec<u64> = ctx
+            .store
+            .list(&ctx.dir)
+            .await?
+            .iter()
+            .filter_map(|n| n.parse().ok())
+            .collect();
         indexes.sort_unstable();
         for index in indexes {
-            let entry = self.read_entry(ctx.store.as_ref(), &format!("{}/{index}", ctx.dir)).await?;
+            let entry = self
+                .read_entry(ctx.store.as_ref(), &format!("{}/{index}", ctx.dir))
+                .await?;
             seen.extend(entry.files.into_iter().map(|f| f.name));
             last_entry = Some(index);
         }
@@ -260,7 +276,9 @@ impl Source for FileSource {
         let ctx = self.context()?;
         let mut paths = Vec::new();
         for index in from..=to {
-            let entry = self.read_entry(ctx.store.as_ref(), &format!("{}/{index}", ctx.dir)).await?;
+            let entry = self
+                .read_entry(ctx.store.as_ref(), &format!("{}/{index}", ctx.dir))
+                .await?;
             paths.extend(entry.files.into_iter().map(|f| self.dir.join(f.name)));
         }
         let (format, schema) = (self.format, self.schema.clone());
@@ -270,7 +288,12 @@ impl Source for FileSource {
                 async move {
                     tokio::task::spawn_blocking(move || read_file(&path, format, &schema))
                         .await
-                        .unwrap_or_else(|e| Err(Error::Source { source_name: "files".into(), source: e.into() }))
+                        .unwrap_or_else(|e| {
+                            Err(Error::Source {
+                                source_name: "files".into(),
+                                source: e.into(),
+                            })
+                        })
                 }
             })
             .flat_map(|file| match file {
@@ -304,7 +327,8 @@ fn read_file(path: &Path, format: FileFormat, schema: &SchemaRef) -> Result<Vec<
 }
 
 fn read_parquet(file: File, schema: &SchemaRef) -> std::result::Result<Vec<RecordBatch>, String> {
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| format!("not a readable Parquet file: {e}"))?;
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| format!("not a readable Parquet file: {e}"))?;
     let file_schema = builder.schema().clone();
     let mut indices = Vec::with_capacity(schema.fields().len());
     for field in schema.fields() {
@@ -312,7 +336,12 @@ fn read_parquet(file: File, schema: &SchemaRef) -> std::result::Result<Vec<Recor
             .column_with_name(field.name())
             .ok_or_else(|| format!("has no column {:?}", field.name()))?;
         if found.data_type() != field.data_type() {
-            return Err(format!("column {:?} is {}, the source expects {}", field.name(), found.data_type(), field.data_type()));
+            return Err(format!(
+                "column {:?} is {}, the source expects {}",
+                field.name(),
+                found.data_type(),
+                field.data_type()
+            ));
         }
         indices.push(i);
     }
@@ -325,7 +354,12 @@ fn read_parquet(file: File, schema: &SchemaRef) -> std::result::Result<Vec<Recor
         let columns = schema
             .fields()
             .iter()
-            .map(|f| batch.column_by_name(f.name()).cloned().ok_or_else(|| format!("lost column {:?}", f.name())))
+            .map(|f| {
+                batch
+                    .column_by_name(f.name())
+                    .cloned()
+                    .ok_or_else(|| format!("lost column {:?}", f.name()))
+            })
             .collect::<std::result::Result<Vec<_>, _>>()?;
         out.push(RecordBatch::try_new(schema.clone(), columns).map_err(|e| e.to_string())?);
     }

@@ -103,8 +103,12 @@ pub trait Source: Send + Sync + fmt::Debug {
 /// Reads an integer offset, as the memory and rate sources write them.
 pub(crate) fn integer_offset(source: &str, offset: Option<&Offset>, key: &str) -> Result<u64> {
     let Some(offset) = offset else { return Ok(0) };
-    offset.0.get(key).and_then(|v| v.as_u64()).ok_or_else(|| crate::Error::Source {
-        source_name: source.to_string(),
-        source: format!("offset {offset} has no integer field {key:?}").into(),
-    })
+    offset
+        .0
+        .get(key)
+        .and_then(|v| v.as_u64())
+        .ok_or_else(|| crate::Error::Source {
+            source_name: source.to_string(),
+            source: format!("offset {offset} has no integer field {key:?}").into(),
+        })
 }

@@ -86,7 +86,11 @@ impl RateSource {
     pub fn output_schema() -> SchemaRef {
         Arc::new(Schema::new(vec![
             Field::new("event_id", DataType::Int64, false),
-            Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
+            Field::new(
+                "ts",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                false,
+            ),
             Field::new("account_id", DataType::Int64, false),
             Field::new("amount", DataType::Decimal128(18, 2), false),
         ]))
@@ -170,7 +174,9 @@ impl Source for RateSource {
                 source: format!("range ({from}, {to}] runs backwards").into(),
             });
         }
-        let chunks = (from..to).step_by(CHUNK_ROWS as usize).map(move |lo| Ok(Self::generate(lo, (lo + CHUNK_ROWS).min(to))));
+        let chunks = (from..to)
+            .step_by(CHUNK_ROWS as usize)
+            .map(move |lo| Ok(Self::generate(lo, (lo + CHUNK_ROWS).min(to))));
         Ok(futures::stream::iter(chunks).boxed())
     }
 }
@@ -200,8 +206,16 @@ mod tests {
     async fn total_rows_ends_the_source() {
         let source = RateSource::rows_per_batch(10).with_total_rows(15);
         let first = source.latest_offset(None, ReadLimit::Default).await.unwrap().unwrap();
-        let second = source.latest_offset(Some(&first), ReadLimit::Default).await.unwrap().unwrap();
-        let third = source.latest_offset(Some(&second), ReadLimit::Default).await.unwrap().unwrap();
+        let second = source
+            .latest_offset(Some(&first), ReadLimit::Default)
+            .await
+            .unwrap()
+            .unwrap();
+        let third = source
+            .latest_offset(Some(&second), ReadLimit::Default)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!((first.0[KEY].as_u64(), second.0[KEY].as_u64()), (Some(10), Some(15)));
         assert_eq!(third, second, "no new data after the total");
     }

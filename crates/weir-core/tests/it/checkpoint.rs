@@ -59,7 +59,11 @@ fn commit() -> CommitEntry {
 fn assert_golden(written: &Path, golden: &str) {
     let want = std::fs::read_to_string(Path::new(GOLDEN).join(golden)).unwrap();
     let got = std::fs::read_to_string(written).unwrap();
-    assert_eq!(got, want.trim_end(), "{golden} changed: a persisted format needs a new version");
+    assert_eq!(
+        got,
+        want.trim_end(),
+        "{golden} changed: a persisted format needs a new version"
+    );
 }
 
 #[tokio::test]
@@ -75,9 +79,17 @@ async fn persisted_formats_match_their_golden_files() {
 
     // And the golden files read back to the same values.
     let golden = tempfile::tempdir().unwrap();
-    std::fs::copy(Path::new(GOLDEN).join("metadata-v1.json"), golden.path().join("metadata")).unwrap();
+    std::fs::copy(
+        Path::new(GOLDEN).join("metadata-v1.json"),
+        golden.path().join("metadata"),
+    )
+    .unwrap();
     std::fs::create_dir(golden.path().join("offsets")).unwrap();
-    std::fs::copy(Path::new(GOLDEN).join("offsets-v1.json"), golden.path().join("offsets/42")).unwrap();
+    std::fs::copy(
+        Path::new(GOLDEN).join("offsets-v1.json"),
+        golden.path().join("offsets/42"),
+    )
+    .unwrap();
     let chk = Checkpoint::open_local(golden.path()).unwrap();
     assert_eq!(chk.metadata().await.unwrap(), Some(metadata()));
     assert_eq!(chk.offsets().get(BatchId(42)).await.unwrap(), Some(offsets()));
@@ -87,8 +99,23 @@ async fn persisted_formats_match_their_golden_files() {
 async fn a_newer_format_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("metadata"), r#"{"version": 7, "query_id": "x"}"#).unwrap();
-    let err = read_stream(RateSource::rows_per_batch(1)).write_stream().checkpoint_location(dir.path()).start(MemorySink::new("t")).await.unwrap_err();
-    assert!(matches!(err, Error::UnsupportedCheckpointVersion { found: 7, supported: 1, .. }), "{err}");
+    let err = read_stream(RateSource::rows_per_batch(1))
+        .write_stream()
+        .checkpoint_location(dir.path())
+        .start(MemorySink::new("t"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::UnsupportedCheckpointVersion {
+                found: 7,
+                supported: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("upgrade weir"));
 }
 
@@ -96,12 +123,21 @@ async fn a_newer_format_is_refused_by_name() {
 async fn a_corrupt_log_entry_is_refused_by_path() {
     let dir = tempfile::tempdir().unwrap();
     let table = MemorySink::new("t");
-    let run = || read_stream(RateSource::rows_per_batch(5)).write_stream().checkpoint_location(dir.path()).stop_after_batch(BatchId(1)).start(table.clone());
+    let run = || {
+        read_stream(RateSource::rows_per_batch(5))
+            .write_stream()
+            .checkpoint_location(dir.path())
+            .stop_after_batch(BatchId(1))
+            .start(table.clone())
+    };
     run().await.unwrap().await_termination().await.unwrap();
     std::fs::write(dir.path().join("offsets/1"), "{\"version\": 1, \"batch_").unwrap();
     std::fs::remove_file(dir.path().join("commits/1")).unwrap();
     let err = run().await.unwrap_err();
-    assert!(matches!(&err, Error::CorruptCheckpoint { path, .. } if path == "offsets/1"), "{err}");
+    assert!(
+        matches!(&err, Error::CorruptCheckpoint { path, .. } if path == "offsets/1"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -118,11 +154,23 @@ async fn logs_keep_only_the_retained_batches() {
         .unwrap();
     q.await_termination().await.unwrap();
     let chk = Checkpoint::open_local(dir.path()).unwrap();
-    assert_eq!(chk.offsets().batch_ids().await.unwrap(), vec![BatchId(7), BatchId(8), BatchId(9)]);
-    assert_eq!(chk.commits().batch_ids().await.unwrap(), vec![BatchId(7), BatchId(8), BatchId(9)]);
+    assert_eq!(
+        chk.offsets().batch_ids().await.unwrap(),
+        vec![BatchId(7), BatchId(8), BatchId(9)]
+    );
+    assert_eq!(
+        chk.commits().batch_ids().await.unwrap(),
+        vec![BatchId(7), BatchId(8), BatchId(9)]
+    );
     let status = chk.status().await.unwrap();
-    assert_eq!((status.last_planned, status.last_committed), (Some(BatchId(9)), Some(BatchId(9))));
-    assert_eq!(status.latest_offsets.unwrap().offset_of("rate"), Some(&Offset(serde_json::json!({"next_event_id": 50}))));
+    assert_eq!(
+        (status.last_planned, status.last_committed),
+        (Some(BatchId(9)), Some(BatchId(9)))
+    );
+    assert_eq!(
+        status.latest_offsets.unwrap().offset_of("rate"),
+        Some(&Offset(serde_json::json!({"next_event_id": 50})))
+    );
     assert_eq!(status.metadata.unwrap().query_id, q.id());
 }
 
@@ -131,8 +179,18 @@ async fn the_query_name_is_kept_with_the_checkpoint() {
     let dir = tempfile::tempdir().unwrap().keep();
     let chk_dir = dir.join("payments-bronze");
     let table = MemorySink::new("t");
-    let q = read_stream(RateSource::rows_per_batch(5)).write_stream().checkpoint_location(&chk_dir).trigger(Trigger::once()).start(table.clone()).await.unwrap();
-    assert_eq!(q.name().as_str(), "payments-bronze", "named after the checkpoint directory");
+    let q = read_stream(RateSource::rows_per_batch(5))
+        .write_stream()
+        .checkpoint_location(&chk_dir)
+        .trigger(Trigger::once())
+        .start(table.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        q.name().as_str(),
+        "payments-bronze",
+        "named after the checkpoint directory"
+    );
     q.await_termination().await.unwrap();
     let err = read_stream(RateSource::rows_per_batch(5))
         .write_stream()

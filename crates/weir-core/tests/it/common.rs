@@ -18,7 +18,10 @@ pub fn rows(ids: std::ops::Range<i64>) -> RecordBatch {
     let names: Vec<String> = ids.clone().map(|i| format!("n{i}")).collect();
     RecordBatch::try_new(
         schema(),
-        vec![Arc::new(Int64Array::from_iter_values(ids)), Arc::new(StringArray::from(names))],
+        vec![
+            Arc::new(Int64Array::from_iter_values(ids)),
+            Arc::new(StringArray::from(names)),
+        ],
     )
     .unwrap()
 }

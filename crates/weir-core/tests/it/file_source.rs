@@ -12,7 +12,9 @@ use weir_test_support::{assert_exactly_once, event_ids};
 use crate::common::{rows, schema};
 
 fn write_json(dir: &Path, name: &str, ids: std::ops::Range<i64>) {
-    let lines: String = ids.map(|i| format!("{{\"event_id\": {i}, \"name\": \"n{i}\"}}\n")).collect();
+    let lines: String = ids
+        .map(|i| format!("{{\"event_id\": {i}, \"name\": \"n{i}\"}}\n"))
+        .collect();
     std::fs::write(dir.join(name), lines).unwrap();
 }
 
@@ -45,7 +47,10 @@ async fn run(writer: StreamWriter, table: &MemorySink) -> Result<()> {
 #[tokio::test]
 async fn every_format_is_read_once_across_runs() {
     for (format, write) in [
-        (FileFormat::JsonLines, write_json as fn(&Path, &str, std::ops::Range<i64>)),
+        (
+            FileFormat::JsonLines,
+            write_json as fn(&Path, &str, std::ops::Range<i64>),
+        ),
         (FileFormat::Csv, write_csv),
         (FileFormat::Parquet, write_parquet),
     ] {
@@ -55,18 +60,30 @@ async fn every_format_is_read_once_across_runs() {
             write(input.path(), &format!("part-{i}"), i * 10..i * 10 + 10);
         }
         std::fs::write(input.path().join(".part-9.tmp"), "half a file").unwrap();
-        run(files_query(input.path(), chk.path(), format), &table).await.unwrap();
-        assert_eq!(table.committed_batches().len(), 3, "{format:?}: five files, two per batch");
+        run(files_query(input.path(), chk.path(), format), &table)
+            .await
+            .unwrap();
+        assert_eq!(
+            table.committed_batches().len(),
+            3,
+            "{format:?}: five files, two per batch"
+        );
         assert_exactly_once(&event_ids(&table.batches()), 0..50);
 
         write(input.path(), "part-5", 50..60);
-        run(files_query(input.path(), chk.path(), format), &table).await.unwrap();
+        run(files_query(input.path(), chk.path(), format), &table)
+            .await
+            .unwrap();
         assert_exactly_once(&event_ids(&table.batches()), 0..60);
         for batch in table.batches() {
             for i in 0..batch.num_rows() {
                 let row = Row::new(&batch, i);
                 let id = row.get_i64("event_id").unwrap();
-                assert_eq!(row.get_str("name"), Some(format!("n{id}").as_str()), "{format:?}: row contents");
+                assert_eq!(
+                    row.get_str("name"),
+                    Some(format!("n{id}").as_str()),
+                    "{format:?}: row contents"
+                );
             }
         }
     }
@@ -78,13 +95,21 @@ async fn a_replayed_batch_reads_exactly_its_files() {
     let table = MemorySink::new("t");
     write_json(input.path(), "a", 0..10);
     let crash = CrashPoints::new().fail_at(CrashPoint::AfterDataWritten, Some(BatchId(0)));
-    let err = run(files_query(input.path(), chk.path(), FileFormat::JsonLines).crash_points(crash), &table).await.unwrap_err();
+    let err = run(
+        files_query(input.path(), chk.path(), FileFormat::JsonLines).crash_points(crash),
+        &table,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, Error::InjectedCrash { .. }));
 
     // New files arrive before the restart; batch 0 still reads only "a".
     write_json(input.path(), "b", 10..20);
     write_json(input.path(), "c", 20..30);
-    let q = files_query(input.path(), chk.path(), FileFormat::JsonLines).start(table.clone()).await.unwrap();
+    let q = files_query(input.path(), chk.path(), FileFormat::JsonLines)
+        .start(table.clone())
+        .await
+        .unwrap();
     q.await_termination().await.unwrap();
     let progress = q.recent_progress();
     assert_eq!(progress[0].batch_id, BatchId(0));
@@ -99,7 +124,9 @@ async fn a_bad_file_fails_the_batch_and_names_the_file() {
     let table = MemorySink::new("t");
     write_json(input.path(), "good", 0..10);
     std::fs::write(input.path().join("bad"), "{\"event_id\": \"not a number\"}\n").unwrap();
-    let err = run(files_query(input.path(), chk.path(), FileFormat::JsonLines), &table).await.unwrap_err();
+    let err = run(files_query(input.path(), chk.path(), FileFormat::JsonLines), &table)
+        .await
+        .unwrap_err();
     match &err {
         Error::SourceFile { path, reason } => {
             assert!(path.ends_with("bad"), "{err}");
@@ -112,7 +139,9 @@ async fn a_bad_file_fails_the_batch_and_names_the_file() {
 
     // Fixing the file lets the same batch (same files) go through.
     write_json(input.path(), "bad", 10..20);
-    run(files_query(input.path(), chk.path(), FileFormat::JsonLines), &table).await.unwrap();
+    run(files_query(input.path(), chk.path(), FileFormat::JsonLines), &table)
+        .await
+        .unwrap();
     assert_exactly_once(&event_ids(&table.batches()), 0..20);
 }
 
@@ -137,7 +166,9 @@ async fn parquet_columns_are_matched_by_name() {
     w.write(&batch).unwrap();
     w.close().unwrap();
     let table = MemorySink::new("t");
-    run(files_query(input.path(), chk.path(), FileFormat::Parquet), &table).await.unwrap();
+    run(files_query(input.path(), chk.path(), FileFormat::Parquet), &table)
+        .await
+        .unwrap();
     assert_eq!(table.batches()[0].schema(), schema());
     assert_exactly_once(&event_ids(&table.batches()), 1..3);
 }

@@ -25,13 +25,19 @@ async fn each_batch_reports_its_progress() {
         .unwrap();
     q.await_termination().await.unwrap();
     let progress = q.recent_progress();
-    assert_eq!(progress.iter().map(|p| p.batch_id).collect::<Vec<_>>(), vec![BatchId(0), BatchId(1), BatchId(2)]);
+    assert_eq!(
+        progress.iter().map(|p| p.batch_id).collect::<Vec<_>>(),
+        vec![BatchId(0), BatchId(1), BatchId(2)]
+    );
     let last = q.last_progress().unwrap();
     assert_eq!((last.input_rows, last.output_rows, last.partitions), (1000, 1000, 1));
     assert_eq!(last.sink.version, Some(3));
     assert!(!last.replayed && !last.sink.already_committed);
     let d = last.durations_ms;
-    assert!(d.total >= d.commit + d.record && d.plan >= 0.0 && d.read >= 0.0 && d.write >= 0.0, "{d:?}");
+    assert!(
+        d.total >= d.commit + d.record && d.plan >= 0.0 && d.read >= 0.0 && d.write >= 0.0,
+        "{d:?}"
+    );
     assert_eq!(last.sources[0].start_offset.as_ref().unwrap().0["next_event_id"], 2000);
 
     let lines = lines.lock().unwrap();
@@ -57,8 +63,14 @@ async fn transformations_filter_and_derive_columns() {
             let b = arrow_select::filter::filter_record_batch(&b, &keep)?;
             let ids = b.column(0).as_primitive::<Int64Type>();
             let doubled: Int64Array = ids.unary(|v| v * 2);
-            let schema = Schema::new(vec![Field::new("event_id", DataType::Int64, false), Field::new("doubled", DataType::Int64, false)]);
-            Ok(RecordBatch::try_new(Arc::new(schema), vec![b.column(0).clone(), Arc::new(doubled)])?)
+            let schema = Schema::new(vec![
+                Field::new("event_id", DataType::Int64, false),
+                Field::new("doubled", DataType::Int64, false),
+            ]);
+            Ok(RecordBatch::try_new(
+                Arc::new(schema),
+                vec![b.column(0).clone(), Arc::new(doubled)],
+            )?)
         })
         .write_stream()
         .checkpoint_location(chk.path())

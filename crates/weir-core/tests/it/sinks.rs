@@ -23,7 +23,11 @@ struct LoggingWriter(Log);
 
 impl ForeachWriter for LoggingWriter {
     fn open(&mut self, partition_id: usize, batch_id: BatchId) -> std::result::Result<bool, BoxError> {
-        self.0 .0.lock().unwrap().push(format!("open {partition_id} {batch_id}"));
+        self.0
+             .0
+            .lock()
+            .unwrap()
+            .push(format!("open {partition_id} {batch_id}"));
         Ok(true)
     }
     fn process(&mut self, row: Row<'_>) -> std::result::Result<(), BoxError> {
@@ -33,11 +37,19 @@ impl ForeachWriter for LoggingWriter {
         if id == 999 {
             return Err("poison row".into());
         }
-        self.0 .0.lock().unwrap().push(format!("row {id} {}", row.get_str("name").unwrap_or("")));
+        self.0
+             .0
+            .lock()
+            .unwrap()
+            .push(format!("row {id} {}", row.get_str("name").unwrap_or("")));
         Ok(())
     }
     fn close(&mut self, error: Option<&BoxError>) {
-        self.0 .0.lock().unwrap().push(format!("close {}", error.map(|e| e.to_string()).unwrap_or_default()));
+        self.0
+             .0
+            .lock()
+            .unwrap()
+            .push(format!("close {}", error.map(|e| e.to_string()).unwrap_or_default()));
     }
 }
 
@@ -92,19 +104,27 @@ async fn foreach_batch_gets_the_same_batch_again_after_a_crash() {
     let seen: Calls = Arc::default();
     let run = |crash: CrashPoints| {
         let seen = seen.clone();
-        read_stream(input(3)).write_stream().checkpoint_location(chk.path()).trigger(Trigger::once()).crash_points(crash).foreach_batch(
-            move |batches, batch_id| {
+        read_stream(input(3))
+            .write_stream()
+            .checkpoint_location(chk.path())
+            .trigger(Trigger::once())
+            .crash_points(crash)
+            .foreach_batch(move |batches, batch_id| {
                 let seen = seen.clone();
                 async move {
                     seen.lock().unwrap().push((batch_id, event_ids(&batches)));
                     Ok(())
                 }
-            },
-        )
+            })
     };
     let crash = CrashPoints::new().fail_at(CrashPoint::AfterSinkCommit, None);
     assert!(run(crash).await.unwrap().await_termination().await.is_err());
-    run(CrashPoints::new()).await.unwrap().await_termination().await.unwrap();
+    run(CrashPoints::new())
+        .await
+        .unwrap()
+        .await_termination()
+        .await
+        .unwrap();
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2, "called again for the replayed batch");
     assert_eq!(seen[0].0, seen[1].0, "with the same batch id");
@@ -118,7 +138,13 @@ async fn foreach_batch_gets_the_same_batch_again_after_a_crash() {
 #[tokio::test]
 async fn console_sink_prints_batches() {
     let chk = tempfile::tempdir().unwrap();
-    let q = read_stream(input(1)).write_stream().checkpoint_location(chk.path()).trigger(Trigger::once()).start(ConsoleSink::new().with_max_rows(3)).await.unwrap();
+    let q = read_stream(input(1))
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::once())
+        .start(ConsoleSink::new().with_max_rows(3))
+        .await
+        .unwrap();
     q.await_termination().await.unwrap();
     let p = q.last_progress().unwrap();
     assert_eq!((p.batch_id, p.input_rows), (BatchId(0), 10));
@@ -154,10 +180,18 @@ impl Sink for AppendOnly {
     async fn marker(&self, name: &QueryName) -> Result<Option<weir_core::protocol::SinkMarker>> {
         self.0.marker(name).await
     }
-    fn create_writer(&self, b: &weir_core::sink::BatchContext, p: usize) -> Result<Box<dyn weir_core::sink::DataWriter>> {
+    fn create_writer(
+        &self,
+        b: &weir_core::sink::BatchContext,
+        p: usize,
+    ) -> Result<Box<dyn weir_core::sink::DataWriter>> {
         self.0.create_writer(b, p)
     }
-    async fn commit(&self, b: &weir_core::sink::BatchContext, m: Vec<weir_core::sink::CommitMessage>) -> Result<weir_core::sink::CommitOutcome> {
+    async fn commit(
+        &self,
+        b: &weir_core::sink::BatchContext,
+        m: Vec<weir_core::sink::CommitMessage>,
+    ) -> Result<weir_core::sink::CommitOutcome> {
         self.0.commit(b, m).await
     }
 }
@@ -172,6 +206,9 @@ async fn an_unsupported_output_mode_is_refused_with_the_reason() {
         .start(AppendOnly(MemorySink::new("t")))
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("output mode complete is not supported"), "{err}");
+    assert!(
+        err.to_string().contains("output mode complete is not supported"),
+        "{err}"
+    );
     assert!(err.to_string().contains("only appends"), "{err}");
 }

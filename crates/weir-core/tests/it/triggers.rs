@@ -15,13 +15,25 @@ async fn once_takes_everything_in_one_batch() {
         input.add_batch(rows(i * 10..i * 10 + 10)).unwrap();
     }
     let table = MemorySink::new("t");
-    let q = read_stream(input.clone()).write_stream().checkpoint_location(chk.path()).trigger(Trigger::once()).start(table.clone()).await.unwrap();
+    let q = read_stream(input.clone())
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::once())
+        .start(table.clone())
+        .await
+        .unwrap();
     q.await_termination().await.unwrap();
     assert_eq!(table.committed_batches(), vec![BatchId(0)]);
     assert_exactly_once(&event_ids(&table.batches()), 0..30);
 
     // A second `once` with no new data plans nothing.
-    let q = read_stream(input).write_stream().checkpoint_location(chk.path()).trigger(Trigger::once()).start(table.clone()).await.unwrap();
+    let q = read_stream(input)
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::once())
+        .start(table.clone())
+        .await
+        .unwrap();
     q.await_termination().await.unwrap();
     assert_eq!(table.committed_batches(), vec![BatchId(0)]);
 }
@@ -31,7 +43,13 @@ async fn available_now_stops_at_what_was_there_at_start() {
     let chk = tempfile::tempdir().unwrap();
     let table = MemorySink::new("t");
     let source = RateSource::rows_per_batch(100).with_total_rows(450);
-    let q = read_stream(source).write_stream().checkpoint_location(chk.path()).trigger(Trigger::available_now()).start(table.clone()).await.unwrap();
+    let q = read_stream(source)
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::available_now())
+        .start(table.clone())
+        .await
+        .unwrap();
     q.await_termination().await.unwrap();
     assert_eq!(table.committed_batches().len(), 5, "450 rows at 100 per batch");
     assert_exactly_once(&event_ids(&table.batches()), 0..450);
@@ -63,8 +81,21 @@ async fn processing_time_runs_batches_as_data_arrives_until_stopped() {
 
 #[tokio::test]
 async fn a_query_needs_a_checkpoint() {
-    let err = read_stream(MemoryStream::new(schema())).write_stream().start(MemorySink::new("t")).await.unwrap_err();
-    assert!(matches!(err, Error::InvalidOption { option: "checkpoint_location", .. }), "{err}");
+    let err = read_stream(MemoryStream::new(schema()))
+        .write_stream()
+        .start(MemorySink::new("t"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidOption {
+                option: "checkpoint_location",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 /// Polls `done` for up to 10 seconds.
