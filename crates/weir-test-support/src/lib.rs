@@ -4,7 +4,7 @@
 //! A sink crate implements [`SinkHarness`] for a fresh table and expands
 //! [`sink_conformance_tests!`] in its integration tests:
 //!
-//! ```ignore
+//! ```text
 //! weir_test_support::sink_conformance_tests!(my_harness);
 //! ```
 //!

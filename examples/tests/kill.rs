@@ -1,0 +1,114 @@
+//! The engine under SIGKILL: the quickstart is killed at random moments
+//! and restarted, twenty times and more, then run to the end; every
+//! payment id must be in its output exactly once, none missing.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+const TOTAL_BATCHES: u64 = 3000;
+const ROWS_PER_BATCH: u64 = 50;
+const KILLS: usize = 24;
+
+fn quickstart(lake: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_quickstart"));
+    cmd.arg("--lake")
+        .arg(lake)
+        .args(["--total-batches", &TOTAL_BATCHES.to_string()])
+        .args(["--rows-per-batch", &ROWS_PER_BATCH.to_string(), "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// A small deterministic generator, seeded from the clock (printed, so a
+/// failing run can be repeated with WEIR_KILL_SEED).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next_below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+fn ids_in(dir: &Path) -> HashMap<i64, usize> {
+    let mut counts = HashMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "parquet") {
+            continue;
+        }
+        for batch in ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap()
+        {
+            for id in batch.unwrap().column(0).as_primitive::<Int64Type>().values() {
+                *counts.entry(*id).or_default() += 1;
+            }
+        }
+    }
+    counts
+}
+
+#[test]
+fn every_payment_exactly_once_after_random_sigkills() {
+    let seed = std::env::var("WEIR_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64);
+    eprintln!("kill test seed {seed}");
+    let mut rng = Lcg(seed);
+    let lake = tempfile::tempdir().unwrap();
+    let mut killed = 0;
+    let mut finished_early = 0;
+    for _ in 0..KILLS {
+        let mut child = quickstart(lake.path()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(30 + rng.next_below(250)));
+        match child.try_wait().unwrap() {
+            Some(status) => {
+                assert!(status.success(), "a run failed on its own: {status}");
+                finished_early += 1;
+            }
+            None => {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                killed += 1;
+            }
+        }
+    }
+    let last = quickstart(lake.path()).output().unwrap();
+    assert!(
+        last.status.success(),
+        "final run: {}",
+        String::from_utf8_lossy(&last.stderr)
+    );
+    eprintln!("{killed} runs killed, {finished_early} finished before their kill");
+    assert!(
+        killed >= 20,
+        "only {killed} kills landed; the runs are too fast for the test"
+    );
+
+    let counts = ids_in(&lake.path().join("warehouse/quickstart/payments"));
+    let expected = (TOTAL_BATCHES * ROWS_PER_BATCH) as i64;
+    let missing: Vec<i64> = (0..expected).filter(|id| !counts.contains_key(id)).take(10).collect();
+    let repeated: Vec<(&i64, &usize)> = counts.iter().filter(|(_, n)| **n > 1).take(10).collect();
+    let unexpected: Vec<&i64> = counts
+        .keys()
+        .filter(|id| !(0..expected).contains(*id))
+        .take(10)
+        .collect();
+    assert!(missing.is_empty(), "missing ids (seed {seed}): {missing:?}");
+    assert!(repeated.is_empty(), "repeated ids (seed {seed}): {repeated:?}");
+    assert!(unexpected.is_empty(), "unexpected ids (seed {seed}): {unexpected:?}");
+    assert_eq!(counts.len() as i64, expected);
+}

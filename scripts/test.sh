@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs weir's whole test suite on a fresh machine: checks formatting and
+# lints, runs every test (unit, integration, conformance, doc tests), and
+# runs the quickstart end to end in a temporary lake.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+    step "installing cargo-nextest"
+    cargo install cargo-nextest --locked
+fi
+
+step "formatting"
+cargo fmt --all -- --check
+
+step "lints"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "doc tests"
+cargo test --workspace --doc --locked
+
+step "quickstart, twice on one lake (the second run continues the first)"
+lake=$(mktemp -d)
+trap 'rm -rf "$lake"' EXIT
+cargo run --locked -q -p weir-examples --bin quickstart -- --lake "$lake" --batches 5 --rows-per-batch 1000
+cargo run --locked -q -p weir-examples --bin quickstart -- --lake "$lake" --batches 3 --rows-per-batch 1000
+
+step "tests"
+cargo nextest run --workspace --locked --no-fail-fast
+
+step "all checks passed"
