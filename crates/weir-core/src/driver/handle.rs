@@ -17,9 +17,14 @@ const RECENT_PROGRESS: usize = 100;
 #[derive(Debug, Default)]
 pub(crate) struct QueryShared {
     progress: Mutex<VecDeque<QueryProgress>>,
+    error: Mutex<Option<String>>,
 }
 
 impl QueryShared {
+    pub(crate) fn set_error(&self, error: &crate::Error) {
+        *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error.to_string());
+    }
+
     pub(crate) fn push_progress(&self, p: QueryProgress) {
         let mut recent = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         if recent.len() == RECENT_PROGRESS {
@@ -127,6 +132,12 @@ impl StreamingQuery {
             // Someone is awaiting termination: it is still running.
             Err(_) => true,
         }
+    }
+
+    /// The error that stopped the query, if it failed (available as soon as
+    /// it stopped, without awaiting termination).
+    pub fn exception(&self) -> Option<String> {
+        self.shared.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The progress of the most recent batch.

@@ -136,6 +136,7 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
     };
     let (stop_tx, stop_rx) = watch::channel(false);
     let shared = Arc::new(QueryShared::default());
+    let task_shared = shared.clone();
     let mut driver = Driver {
         checkpoint,
         stream: options.stream.clone(),
@@ -169,6 +170,7 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
             let result = driver.run(plan, stop_rx).await;
             if let Err(e) = &result {
                 tracing::error!(error = %e, "query stopped with an error");
+                task_shared.set_error(e);
             }
             result
         }
@@ -358,7 +360,7 @@ impl Driver {
         replayed: bool,
     ) -> Result<()> {
         let batch_id = entry.batch_id;
-        let span = tracing::info_span!("batch", batch_id = %batch_id, replayed);
+        let span = tracing::info_span!("batch", batch_id = %batch_id, replayed, attempt = tracing::field::Empty);
         self.run_batch_inner(entry, start, plan_time, replayed)
             .instrument(span)
             .await
@@ -393,6 +395,7 @@ impl Driver {
             schema: self.schema.clone(),
             taken_over: self.taken_over,
         };
+        tracing::Span::current().record("attempt", tracing::field::display(ctx.attempt_id));
 
         let write_started = Instant::now();
         let rows = source.read(start.as_ref(), &end).await?;

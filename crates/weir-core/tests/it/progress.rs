@@ -100,4 +100,11 @@ async fn a_transformation_must_keep_its_schema() {
         .unwrap();
     let err = q.await_termination().await.unwrap_err();
     assert!(matches!(err, Error::SchemaMismatch { .. }), "{err}");
+    assert_eq!(q.exception(), Some(err.to_string()));
+    assert!(!q.is_active());
+    let again = q.await_termination().await.unwrap_err();
+    assert!(
+        matches!(&again, Error::QueryFailed { message, .. } if *message == err.to_string()),
+        "{again}"
+    );
 }
