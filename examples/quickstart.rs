@@ -103,7 +103,10 @@ fn read_back(dir: &Path) -> std::result::Result<(usize, usize), BoxError> {
 
 #[tokio::main]
 async fn main() -> std::result::Result<(), BoxError> {
-    tracing_subscriber::fmt().with_env_filter("warn").init();
+    tracing_subscriber::fmt()
+        .with_env_filter("warn")
+        .with_writer(std::io::stderr)
+        .init();
     let options = parse_options().map_err(|e| -> BoxError { e.into() })?;
     let checkpoint = options.lake.join("checkpoints/quickstart-payments");
     let output = options.lake.join("warehouse/quickstart/payments");

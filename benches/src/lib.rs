@@ -8,7 +8,7 @@ use arrow_array::RecordBatch;
 use async_trait::async_trait;
 use weir_core::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
 use weir_core::sink::{BatchContext, CommitMessage, CommitOutcome, DataWriter, Sink};
-use weir_core::{QueryName, Result};
+use weir_core::{QueryId, QueryName, Result};
 
 /// A sink that counts rows and keeps its marker in memory: the engine's cost
 /// without a table format's.
@@ -49,7 +49,7 @@ impl Sink for NoopSink {
     fn identity(&self) -> SinkIdentity {
         SinkIdentity::new("noop", "bench")
     }
-    async fn marker(&self, _name: &QueryName) -> Result<Option<SinkMarker>> {
+    async fn marker(&self, _name: &QueryName, _known_ids: &[QueryId]) -> Result<Option<SinkMarker>> {
         Ok(*self.marker.lock().unwrap())
     }
     fn create_writer(&self, _batch: &BatchContext, partition_id: usize) -> Result<Box<dyn DataWriter>> {

@@ -112,3 +112,34 @@ fn every_payment_exactly_once_after_random_sigkills() {
     assert!(unexpected.is_empty(), "unexpected ids (seed {seed}): {unexpected:?}");
     assert_eq!(counts.len() as i64, expected);
 }
+
+#[test]
+fn weir_crash_at_aborts_the_process_at_each_named_point() {
+    let lake = tempfile::tempdir().unwrap();
+    let points = [
+        "after_offsets_written",
+        "after_data_written",
+        "after_sink_commit",
+        "after_commit_log",
+    ];
+    for (i, point) in points.iter().enumerate() {
+        let batch = 2 * i + 1;
+        let out = quickstart(lake.path())
+            .env("WEIR_CRASH_AT", format!("{point}@{batch}"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{point}: the process must die there");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("crash point fired"),
+            "{point}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let last = quickstart(lake.path()).output().unwrap();
+    assert!(last.status.success(), "{}", String::from_utf8_lossy(&last.stderr));
+    let counts = ids_in(&lake.path().join("warehouse/quickstart/payments"));
+    let expected = (TOTAL_BATCHES * ROWS_PER_BATCH) as i64;
+    assert_eq!(counts.len() as i64, expected);
+    assert!(counts.values().all(|n| *n == 1));
+    assert!((0..expected).all(|id| counts.contains_key(&id)));
+}

@@ -123,6 +123,14 @@ impl CrashPoints {
         Ok(points.arm(name.parse()?, batch, CrashAction::Abort))
     }
 
+    /// These points plus the one named in `WEIR_CRASH_AT`, if set.
+    pub fn with_env(self) -> Result<Self> {
+        let env = Self::from_env()?;
+        let arms: Vec<Arm> = env.lock().drain(..).collect();
+        self.lock().extend(arms);
+        Ok(self)
+    }
+
     /// Called by the driver at each point: fires (once) if armed.
     pub fn hit(&self, point: CrashPoint, batch_id: BatchId) -> Result<()> {
         let fired = {

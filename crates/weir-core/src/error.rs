@@ -59,13 +59,13 @@ pub enum Error {
         requested: QueryName,
     },
 
-    /// Another run of the same query planned or committed this batch at the
-    /// same time: this run stops, the other one keeps the batch.
-    #[error("query {query_id}: batch {batch_id} was {what} by another run of the same query at the same time; this run stopped and wrote nothing for it. Run one copy of a query at a time")]
+    /// Another run of the same query id worked on the same batch at the same
+    /// time: this run stopped, the other one keeps the batch.
+    #[error("query {query_id}, batch {batch_id}: {detail}. Run one copy of a query at a time")]
     ConcurrentRun {
         query_id: QueryId,
         batch_id: BatchId,
-        what: &'static str,
+        detail: String,
     },
 
     /// A start-up or commit guard refused to go on (invariants I4, I4b, I6).
@@ -81,7 +81,7 @@ pub enum Error {
     },
 
     /// A file of the file source cannot be read or parsed.
-    #[error("source file {}: {reason}; the batch was not committed, fix or remove the file and restart", path.display())]
+    #[error("source file {}: {reason}. The batch was not committed; restore the file as it was when the batch was planned (a replay reads exactly the planned files) and restart", path.display())]
     SourceFile { path: PathBuf, reason: String },
 
     /// The query's transformation failed on a batch.
@@ -110,7 +110,7 @@ pub enum Error {
 
     /// A sink failed. The batch was not recorded as committed; a restart
     /// replays it and the sink's marker keeps it exactly once.
-    #[error("sink {sink}{}: {source}", batch_id.map(|b| format!(", batch {b}")).unwrap_or_default())]
+    #[error("sink {sink}{}: {source}. The batch is not recorded as committed; restarting the query replays it, and the sink's marker keeps it exactly once", batch_id.map(|b| format!(", batch {b}")).unwrap_or_default())]
     Sink {
         sink: String,
         batch_id: Option<BatchId>,

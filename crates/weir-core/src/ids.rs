@@ -39,6 +39,12 @@ impl QueryId {
     pub fn new() -> Self {
         QueryId(Uuid::new_v4())
     }
+
+    /// The id a sink reports for a marker whose owner it cannot name (the
+    /// nil uuid). It is never the id of a real query.
+    pub fn unknown() -> Self {
+        QueryId(Uuid::nil())
+    }
 }
 
 impl Default for QueryId {

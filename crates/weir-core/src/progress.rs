@@ -74,8 +74,6 @@ pub struct SourceProgress {
 pub struct SinkProgress {
     /// The sink, as its identity describes it.
     pub description: String,
-    /// `true` if the commit found the batch already in the sink.
-    pub already_committed: bool,
     /// The sink's version after the commit, where it has one.
     pub version: Option<i64>,
 }

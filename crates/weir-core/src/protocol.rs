@@ -122,8 +122,16 @@ pub struct StartFacts {
     pub current_sink: SinkIdentity,
     /// The marker of another query id this checkpoint took over earlier.
     pub taken_over: Option<SinkMarker>,
+    /// The first batch this checkpoint wrote (or will write) to its recorded
+    /// sink, after a sink change or a takeover: batches before it are not
+    /// expected in the sink.
+    pub sink_since: Option<BatchId>,
     /// The sink's marker for the query name.
     pub marker: Option<SinkMarker>,
+    /// The sources the checkpoint was created for (empty for a new one).
+    pub recorded_sources: Vec<String>,
+    /// The sources the query is started with.
+    pub current_sources: Vec<String>,
 }
 
 /// How a query starts, decided by [`decide_start`].
@@ -140,6 +148,9 @@ pub struct StartPlan {
     /// A marker of another query id that this start takes over; the
     /// checkpoint records it, and [`decide_commit`] accepts it once.
     pub take_over: Option<SinkMarker>,
+    /// Set when this start changes the sink or takes over output: the first
+    /// batch the sink receives from this checkpoint, to be recorded.
+    pub sink_since: Option<BatchId>,
 }
 
 /// A guard's refusal: what was found, why going on would lose or repeat rows,
@@ -156,7 +167,7 @@ pub enum Refusal {
     },
 
     /// I4b: the name has output under another query id.
-    #[error("query {name:?} already has output in the {sink}: {other}, but checkpoint {checkpoint} has query id {query_id}. The query's old checkpoint was probably deleted or replaced; starting over would write its rows again. Restore the old checkpoint, or set take_over_output to continue after batch {} with this checkpoint", other.batch_id)]
+    #[error("query {name:?} already has output in the {sink}: {other}, but checkpoint {checkpoint} has query id {query_id}. The query's old checkpoint was probably deleted or replaced. Restore the old checkpoint to go on exactly once; or set take_over_output to continue the batch ids after batch {} with this checkpoint, which reads its sources from where this checkpoint stands (from their start for a new checkpoint), so rows the old checkpoint already wrote are written again unless the sources no longer hold them", other.batch_id)]
     OutputOfAnotherQuery {
         name: QueryName,
         sink: SinkIdentity,
@@ -185,6 +196,14 @@ pub enum Refusal {
         marker: Option<BatchId>,
     },
 
+    /// The query reads other sources than the checkpoint was made for.
+    #[error("checkpoint {checkpoint} was created for the sources {recorded:?}, but the query reads {current:?}. Its offsets mean nothing for other sources; use a new checkpoint for the new sources")]
+    SourcesChanged {
+        checkpoint: String,
+        recorded: Vec<String>,
+        current: Vec<String>,
+    },
+
     /// The checkpoint's logs contradict each other.
     #[error("checkpoint {checkpoint} is inconsistent: {reason}; restore it from a backup or start a new checkpoint")]
     InconsistentCheckpoint { checkpoint: String, reason: String },
@@ -201,6 +220,13 @@ pub enum Refusal {
 
 /// Decides how a query starts, or refuses with the reason.
 pub fn decide_start(facts: &StartFacts, overrides: &Overrides) -> Result<StartPlan, Refusal> {
+    if !facts.recorded_sources.is_empty() && facts.recorded_sources != facts.current_sources {
+        return Err(Refusal::SourcesChanged {
+            checkpoint: facts.checkpoint.clone(),
+            recorded: facts.recorded_sources.clone(),
+            current: facts.current_sources.clone(),
+        });
+    }
     let sink_changed = match &facts.recorded_sink {
         Some(recorded) if !recorded.same_sink(&facts.current_sink) => {
             if !overrides.allow_sink_change {
@@ -254,8 +280,36 @@ pub fn decide_start(facts: &StartFacts, overrides: &Overrides) -> Result<StartPl
             reason: "take_over_output needs a checkpoint with no batch in flight; start it once without the option so the in-flight batch is finished, or use a new checkpoint".into(),
         });
     }
+    if sink_changed && in_flight.is_some() {
+        // The old sink may already hold the batch in flight; replaying it
+        // into the new sink would put its rows in both.
+        return Err(Refusal::InconsistentCheckpoint {
+            checkpoint: facts.checkpoint.clone(),
+            reason: "allow_sink_change needs a checkpoint with no batch in flight; start it once against the old sink so the in-flight batch is finished, or use a new checkpoint".into(),
+        });
+    }
+    if let (Some(taken), Some(p)) = (facts.taken_over, in_flight) {
+        if p <= taken.batch_id {
+            return Err(Refusal::InconsistentCheckpoint {
+                checkpoint: facts.checkpoint.clone(),
+                reason: format!(
+                    "offsets/{p} is in flight, but the checkpoint took over output up to batch {}",
+                    taken.batch_id
+                ),
+            });
+        }
+    }
+    // Commits made before the sink changed or was taken over (now or at an
+    // earlier start) are not expected in the sink.
+    let moves_sink = sink_changed || take_over.is_some();
+    let floor = if moves_sink {
+        Some(next_after(planned))
+    } else {
+        facts.sink_since
+    };
+    let committed_here = committed.filter(|c| floor.is_none_or(|since| *c >= since));
 
-    match own_marker {
+    let plan = match own_marker {
         Some(t) if planned.is_none_or(|p| t > p) => {
             if !overrides.resume_after_sink_marker {
                 return Err(Refusal::SinkAhead {
@@ -271,14 +325,15 @@ pub fn decide_start(facts: &StartFacts, overrides: &Overrides) -> Result<StartPl
                 record_only: None,
                 next_batch: t.next().max(next_after(planned)),
                 take_over: None,
+                sink_since: None,
             })
         }
-        t if committed.is_some() && t < committed && !sink_changed && !overrides.accept_lost_batches => {
+        t if committed_here.is_some() && t < committed_here && !sink_changed && !overrides.accept_lost_batches => {
             Err(Refusal::SinkBehind {
                 name: facts.query_name.clone(),
                 sink: facts.current_sink.clone(),
                 checkpoint: facts.checkpoint.clone(),
-                committed: committed.unwrap_or(BatchId(0)),
+                committed: committed_here.unwrap_or(BatchId(0)),
                 marker: t,
             })
         }
@@ -293,9 +348,13 @@ pub fn decide_start(facts: &StartFacts, overrides: &Overrides) -> Result<StartPl
                 record_only,
                 next_batch: next_after(planned),
                 take_over,
+                sink_since: None,
             })
         }
-    }
+    }?;
+    // The sink receives batches from this checkpoint starting here.
+    let sink_since = moves_sink.then_some(plan.next_batch);
+    Ok(StartPlan { sink_since, ..plan })
 }
 
 /// The driver plans batch N+1 only after recording N, so at most the last

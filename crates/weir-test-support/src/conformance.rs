@@ -14,7 +14,7 @@ use futures::TryStreamExt;
 use weir_core::crash::{CrashPoint, CrashPoints};
 use weir_core::protocol::{Refusal, SinkMarker};
 use weir_core::sink::{BatchContext, CommitMessage, CommitOutcome, QueryInfo, Sink};
-use weir_core::source::{Offset, RateSource, Source};
+use weir_core::source::{MemoryStream, Offset, RateSource, Source};
 use weir_core::{read_stream, BatchId, Error, OutputMode, QueryId, QueryName, RunId, StreamWriter, Trigger};
 
 use crate::data::assert_exactly_once;
@@ -26,7 +26,7 @@ pub trait SinkHarness: Send + Sync {
     /// open it. The table may be created by the sink's `prepare`.
     async fn sink(&self) -> Arc<dyn Sink>;
 
-    /// A handle on a different table.
+    /// A handle on a different table: the same other table on every call.
     async fn other_sink(&self) -> Arc<dyn Sink>;
 
     /// Drops the table and makes a new empty one at the same place, as a
@@ -159,7 +159,7 @@ pub async fn commit_is_idempotent_per_batch(h: &dyn SinkHarness) {
     };
     assert_eq!(outcome, CommitOutcome::AlreadyCommitted(expected));
     sink.abort(&replay, messages).await.expect("abort the replay");
-    assert_eq!(sink.marker(&name()).await.expect("marker"), Some(expected));
+    assert_eq!(sink.marker(&name(), &[qid]).await.expect("marker"), Some(expected));
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..1));
 }
 
@@ -195,7 +195,7 @@ pub async fn empty_batch_commits_the_marker(h: &dyn SinkHarness) {
     run_to(h, drop_all, 1).await.expect("empty batches");
     let sink = h.sink().await;
     let marker = sink
-        .marker(&name())
+        .marker(&name(), &[])
         .await
         .expect("marker")
         .expect("the empty batches set a marker");
@@ -205,28 +205,47 @@ pub async fn empty_batch_commits_the_marker(h: &dyn SinkHarness) {
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(2..3));
 }
 
-/// A crash at each named point, then a restart: every row once.
+/// A crash at each named point, then a restart: every row once. New rows
+/// arrive while the query is down, so a restart that planned the crashed
+/// batch again instead of replaying its logged offsets would lose or repeat
+/// them.
 pub async fn crash_at_every_point_then_restart_is_exactly_once(h: &dyn SinkHarness) {
     let chk = tempfile::tempdir().expect("tempdir");
-    let mut last = 0;
-    for (i, point) in CrashPoint::ALL.into_iter().enumerate() {
-        // Crash in the first batch of the run, then in a later one.
-        for crash_batch in [2 * i as u64, 2 * i as u64 + 1] {
-            let armed = query(chk.path()).crash_points(CrashPoints::new().fail_at(point, Some(BatchId(crash_batch))));
-            match run_to(h, armed, crash_batch).await {
-                Err(Error::InjectedCrash { point: p, batch_id }) => {
-                    assert_eq!((p, batch_id), (point, BatchId(crash_batch)))
-                }
-                other => panic!("expected a crash at {point} in batch {crash_batch}, got {other:?}"),
+    let input = MemoryStream::new(RateSource::output_schema());
+    let mut chunks = 0u64;
+    let mut add_chunk = || {
+        input
+            .add_batch(RateSource::generate(chunks * ROWS, (chunks + 1) * ROWS))
+            .expect("add rows");
+        chunks += 1;
+        chunks
+    };
+    let growing = || {
+        read_stream(input.clone())
+            .write_stream()
+            .query_name(NAME)
+            .checkpoint_location(chk.path())
+            .writer_parallelism(2)
+    };
+    let mut batch = 0u64;
+    for point in CrashPoint::ALL {
+        // Twice per point: the second crash hits the batch right after a restart.
+        for _ in 0..2 {
+            add_chunk();
+            let armed = growing().crash_points(CrashPoints::new().fail_at(point, Some(BatchId(batch))));
+            match run_to(h, armed, batch).await {
+                Err(Error::InjectedCrash { point: p, batch_id }) => assert_eq!((p, batch_id), (point, BatchId(batch))),
+                other => panic!("expected a crash at {point} in batch {batch}, got {other:?}"),
             }
+            let total = add_chunk();
+            run_to(h, growing(), batch + 1)
+                .await
+                .unwrap_or_else(|e| panic!("restart after {point}: {e}"));
+            batch += 2;
+            assert_exactly_once(&h.read_event_ids().await, 0..(total * ROWS) as i64);
         }
-        last = 2 * i as u64 + 1;
-        run_to(h, query(chk.path()), last)
-            .await
-            .unwrap_or_else(|e| panic!("restart after {point}: {e}"));
-        assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..last + 1));
     }
-    assert_eq!(last, 7);
+    assert_eq!(batch, 16);
 }
 
 /// The sink committed but `commits/N` was never written: the restart
@@ -288,7 +307,13 @@ pub async fn deleted_checkpoint_is_refused_then_taken_over(h: &dyn SinkHarness) 
     run_to(h, query(new.path()).take_over_output(true), 3)
         .await
         .expect("take over");
-    let marker = h.sink().await.marker(&name()).await.expect("marker").expect("a marker");
+    let marker = h
+        .sink()
+        .await
+        .marker(&name(), &[])
+        .await
+        .expect("marker")
+        .expect("a marker");
     assert_eq!(marker.batch_id, BatchId(3), "batch ids continue after the old marker");
     // The new checkpoint read its source from the start, as documented: the
     // old rows and the new checkpoint's first two batches.
@@ -328,40 +353,47 @@ pub async fn old_checkpoint_copy_is_refused(h: &dyn SinkHarness) {
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..4));
 }
 
-/// I4 (T < C): a table that lost committed batches is refused.
+/// I4 (T < C): a table that lost committed batches is refused. A sink whose
+/// tables have ids sees a re-created table as another table (I6).
 pub async fn lost_table_is_refused(h: &dyn SinkHarness) {
     let chk = tempfile::tempdir().expect("tempdir");
     run_to(h, query(chk.path()), 1).await.expect("run");
     h.recreate_table().await;
-    let r = refusal(run_to(h, query(chk.path()), 3).await);
-    assert!(
-        matches!(
-            r,
-            Refusal::SinkBehind {
-                committed: BatchId(1),
-                marker: None,
-                ..
-            }
-        ),
-        "{r}"
-    );
-    run_to(h, query(chk.path()).accept_lost_batches(true), 3)
-        .await
-        .expect("accepted");
+    let accepted = match refusal(run_to(h, query(chk.path()), 3).await) {
+        Refusal::SinkBehind {
+            committed: BatchId(1),
+            marker: None,
+            ..
+        } => query(chk.path()).accept_lost_batches(true),
+        Refusal::SinkChanged { .. } => query(chk.path()).allow_sink_change(true),
+        other => panic!("expected SinkBehind or SinkChanged, got {other}"),
+    };
+    run_to(h, accepted, 3).await.expect("accepted");
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(2..4));
 }
 
-/// I6: a checkpoint started against another sink is refused.
+/// I6: a checkpoint started against another sink is refused; the explicit
+/// change sends later batches there and is remembered.
 pub async fn other_sink_is_refused(h: &dyn SinkHarness) {
     let chk = tempfile::tempdir().expect("tempdir");
     run_to(h, query(chk.path()), 0).await.expect("run");
-    let other = h.other_sink().await;
-    let result = async {
-        let q = query(chk.path()).stop_after_batch(BatchId(2)).start_arc(other).await?;
+    let on_other = |writer: StreamWriter, last: u64| async move {
+        let q = writer
+            .stop_after_batch(BatchId(last))
+            .start_arc(h.other_sink().await)
+            .await?;
         q.await_termination().await
-    }
-    .await;
-    assert!(matches!(refusal(result), Refusal::SinkChanged { .. }));
+    };
+    assert!(matches!(
+        refusal(on_other(query(chk.path()), 2).await),
+        Refusal::SinkChanged { .. }
+    ));
+    on_other(query(chk.path()).allow_sink_change(true), 2)
+        .await
+        .expect("allowed change");
+    on_other(query(chk.path()), 3)
+        .await
+        .expect("a restart on the new sink needs no option");
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..1));
 }
 
@@ -386,6 +418,11 @@ pub async fn concurrent_copies_of_a_query_write_each_batch_once(h: &dyn SinkHarn
         1,
         "exactly one copy stops: {ra:?} {rb:?}"
     );
+    assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..6));
+    // The losing copy is refused from then on, never recorded as committed.
+    let loser = if lost(&ra) { a.path() } else { b.path() };
+    let r = refusal(run_to(h, query(loser), 8).await);
+    assert!(matches!(r, Refusal::SinkAhead { .. }), "{r}");
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..6));
 }
 

@@ -29,6 +29,12 @@ pub struct CheckpointMetadata {
     /// The marker of another query id whose output this query took over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub taken_over: Option<SinkMarker>,
+    /// The first batch written to `sink` after a sink change or a takeover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink_since: Option<BatchId>,
+    /// What each source reads ([`crate::source::Source::description`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<String>,
 }
 
 /// `offsets/N`: the write-ahead entry that defines batch N forever.

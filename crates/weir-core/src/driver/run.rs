@@ -31,7 +31,7 @@ use crate::crash::{CrashPoint, CrashPoints};
 use crate::error::{Error, Result};
 use crate::ids::{BatchId, QueryId, QueryName, RunId};
 use crate::progress::{PhaseDurations, QueryProgress, SinkProgress, SourceProgress};
-use crate::protocol::{decide_start, SinkMarker, StartFacts, StartPlan};
+use crate::protocol::{decide_start, Refusal, SinkIdentity, SinkMarker, StartFacts, StartPlan};
 use crate::sink::{BatchContext, CommitOutcome, OutputMode, QueryInfo, Sink};
 use crate::source::{Offset, ReadLimit, SourceContext};
 
@@ -92,6 +92,22 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
     };
     let span = tracing::info_span!("query", query = %query_name, query_id = %query_id, run_id = %run_id);
 
+    // I6 before `prepare`, so that a refused start cannot create or alter a
+    // table at the wrong place. Table ids are compared after `prepare`.
+    if let Some(m) = &metadata {
+        let current = sink.identity();
+        let moved = m.sink.format != current.format || m.sink.location != current.location;
+        if moved && !options.overrides.allow_sink_change {
+            return Err(Refusal::SinkChanged {
+                checkpoint: checkpoint.location().to_string(),
+                recorded: m.sink.clone(),
+                current,
+            }
+            .into());
+        }
+    }
+    let source = options.stream.source.clone();
+
     sink.prepare(&QueryInfo {
         query_id,
         query_name: query_name.clone(),
@@ -101,8 +117,12 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
     .await?;
     let last_planned = checkpoint.offsets().latest().await?;
     let last_committed = checkpoint.commits().latest().await?;
+    let recorded_takeover = metadata.as_ref().and_then(|m| m.taken_over);
+    let known_ids: Vec<QueryId> = std::iter::once(query_id)
+        .chain(recorded_takeover.map(|m| m.query_id))
+        .collect();
     let marker = if sink.keeps_marker() {
-        sink.marker(&query_name).await?
+        sink.marker(&query_name, &known_ids).await?
     } else {
         // Without a durable marker, the checkpoint is all there is: replay
         // the batch in flight (at least once).
@@ -116,14 +136,16 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
         last_committed,
         recorded_sink: metadata.as_ref().map(|m| m.sink.clone()),
         current_sink: sink.identity(),
-        taken_over: metadata.as_ref().and_then(|m| m.taken_over),
+        taken_over: recorded_takeover,
+        sink_since: metadata.as_ref().and_then(|m| m.sink_since),
         marker,
+        recorded_sources: metadata.as_ref().map(|m| m.sources.clone()).unwrap_or_default(),
+        current_sources: vec![source.description()],
     };
     let plan = decide_start(&facts, &options.overrides)?;
     tracing::info!(parent: &span, ?plan, ?last_planned, ?last_committed, ?marker, "starting query");
     let taken_over = record_metadata(&checkpoint, metadata, &facts, &plan).await?;
 
-    let source = options.stream.source.clone();
     source
         .open(&SourceContext {
             store: checkpoint.store().clone(),
@@ -149,7 +171,7 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
         output_mode: options.output_mode,
         parallelism: options.parallelism,
         retain: options.retain_batches,
-        crash: options.crash_points.clone(),
+        crash: options.crash_points.clone().with_env()?,
         listeners: options.listeners.clone(),
         taken_over,
         stop_after: options.stop_after,
@@ -197,20 +219,37 @@ async fn record_metadata(
                     created_at: Utc::now(),
                     sink: facts.current_sink.clone(),
                     taken_over,
+                    sink_since: plan.sink_since,
+                    sources: facts.current_sources.clone(),
                 })
                 .await?;
             if created.query_id != facts.query_id {
                 return Err(Error::ConcurrentRun {
                     query_id: created.query_id,
                     batch_id: plan.next_batch,
-                    what: "started",
+                    detail: "another run created this checkpoint at the same moment with another query id; this run wrote nothing".into(),
                 });
             }
         }
-        Some(mut m) => {
-            if m.sink != facts.current_sink || m.taken_over != taken_over {
-                m.sink = facts.current_sink.clone();
-                m.taken_over = taken_over;
+        Some(old) => {
+            let mut m = old.clone();
+            let same_place =
+                m.sink.format == facts.current_sink.format && m.sink.location == facts.current_sink.location;
+            // A table id is filled in, never cleared: losing it would weaken I6.
+            let table_id = match (&facts.current_sink.table_id, same_place) {
+                (None, true) => m.sink.table_id.clone(),
+                (id, _) => id.clone(),
+            };
+            m.sink = SinkIdentity {
+                table_id,
+                ..facts.current_sink.clone()
+            };
+            m.taken_over = taken_over;
+            m.sink_since = plan.sink_since.or(m.sink_since);
+            if m.sources.is_empty() {
+                m.sources = facts.current_sources.clone();
+            }
+            if m != old {
                 checkpoint.replace_metadata(&m).await?;
             }
         }
@@ -344,7 +383,7 @@ impl Driver {
             return Err(Error::ConcurrentRun {
                 query_id: self.query_id,
                 batch_id,
-                what: "planned",
+                detail: format!("another run wrote offsets/{batch_id} of this checkpoint at the same time with other offsets; this run stopped before reading anything"),
             });
         }
         self.crash.hit(CrashPoint::AfterOffsetsWritten, batch_id)?;
@@ -419,32 +458,14 @@ impl Driver {
             partitions,
             read_time,
         } = written;
-        let outcome = match self.sink.commit(&ctx, messages.clone()).await {
-            Ok(o) => o,
-            Err(e) => {
-                if let Err(abort) = self.sink.abort(&ctx, messages).await {
-                    tracing::warn!(error = %abort, "abort after a failed commit also failed");
-                }
-                return Err(e);
-            }
-        };
+        // No abort after a failed commit: the error may hide a commit that
+        // landed (a timeout after the swap), and deleting its files would lose
+        // rows. Files of a commit that did not land are orphans for vacuum.
+        let outcome = self.sink.commit(&ctx, messages.clone()).await?;
         let commit_time = commit_started.elapsed();
         let version = match outcome {
             CommitOutcome::Committed { version } => version,
-            CommitOutcome::AlreadyCommitted(marker) => {
-                self.sink.abort(&ctx, messages).await?;
-                if !replayed {
-                    // A batch this run planned just now cannot be in the sink
-                    // unless another run of the query planned it too.
-                    return Err(Error::ConcurrentRun {
-                        query_id: self.query_id,
-                        batch_id,
-                        what: "committed",
-                    });
-                }
-                tracing::info!(%marker, "the sink already holds the replayed batch");
-                None
-            }
+            CommitOutcome::AlreadyCommitted(marker) => return Err(self.lost_race(&ctx, messages, marker).await),
         };
         self.crash.hit(CrashPoint::AfterSinkCommit, batch_id)?;
 
@@ -489,7 +510,6 @@ impl Driver {
             }],
             sink: SinkProgress {
                 description: self.sink.identity().to_string(),
-                already_committed: matches!(outcome, CommitOutcome::AlreadyCommitted(_)),
                 version,
             },
         };
@@ -499,6 +519,36 @@ impl Driver {
         }
         self.shared.push_progress(progress);
         Ok(())
+    }
+
+    /// The sink already holds a batch this run was about to commit: another
+    /// run of the same query id (a copy of the checkpoint) committed it, maybe
+    /// with other offsets. This run discards its files and takes `offsets/N`
+    /// out of its log, so that the sink's marker is ahead of this checkpoint
+    /// and every later start of this copy is refused (I4) instead of
+    /// recording a batch whose rows it never wrote.
+    async fn lost_race(
+        &self,
+        ctx: &BatchContext,
+        messages: Vec<crate::sink::CommitMessage>,
+        marker: SinkMarker,
+    ) -> Error {
+        if let Err(e) = self.sink.abort(ctx, messages).await {
+            tracing::warn!(error = %e, "could not remove the files of a batch another run committed; they are orphans");
+        }
+        let withdrawn = self.checkpoint.offsets().remove(ctx.batch_id).await;
+        if let Err(e) = &withdrawn {
+            tracing::warn!(error = %e, "could not take the batch out of the offset log");
+        }
+        tracing::error!(%marker, "another run of the same query committed this batch");
+        Error::ConcurrentRun {
+            query_id: self.query_id,
+            batch_id: ctx.batch_id,
+            detail: format!(
+                "the sink already holds {marker}, committed by another run of the same query id (a copy of this checkpoint). This run committed nothing of it{}",
+                if withdrawn.is_ok() { " and took the batch out of its offset log, so this copy of the checkpoint is refused from now on; keep the checkpoint of the run that went on" } else { "" }
+            ),
+        }
     }
 
     /// Writes `commits/N`, runs the source's commit hook, and trims the logs.

@@ -17,10 +17,13 @@ fn facts(planned: Option<u64>, committed: Option<u64>, marker: Option<u64>) -> S
         recorded_sink: Some(sink("t")),
         current_sink: sink("t"),
         taken_over: None,
+        sink_since: None,
         marker: marker.map(|b| SinkMarker {
             query_id,
             batch_id: BatchId(b),
         }),
+        recorded_sources: vec!["rate".into()],
+        current_sources: vec!["rate".into()],
     }
 }
 
@@ -164,6 +167,84 @@ fn another_sink_is_refused_unless_allowed() {
 }
 
 #[test]
+fn a_sink_change_is_remembered_across_a_restart_before_its_first_commit() {
+    // Changed at start with C=3: the new sink gets batches from 4 on.
+    let mut f = facts(Some(3), Some(3), None);
+    f.current_sink = sink("new");
+    let plan = decide_start(
+        &f,
+        &Overrides {
+            allow_sink_change: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!((plan.next_batch, plan.sink_since), (BatchId(4), Some(BatchId(4))));
+
+    // Restarted before batch 4 committed, without the option: the recorded
+    // sink is the new one and batches before 4 are not expected in it.
+    f.recorded_sink = Some(sink("new"));
+    f.sink_since = Some(BatchId(4));
+    let plan = decide_start(&f, &Overrides::default()).unwrap();
+    assert_eq!(plan.next_batch, BatchId(4));
+    f.last_planned = Some(BatchId(4));
+    let plan = decide_start(&f, &Overrides::default()).unwrap();
+    assert_eq!(plan.replay, Some(BatchId(4)));
+
+    // Once the new sink holds batch 4, losing it is caught again.
+    f.last_committed = Some(BatchId(4));
+    assert!(matches!(
+        decide_start(&f, &Overrides::default()),
+        Err(Refusal::SinkBehind { .. })
+    ));
+}
+
+#[test]
+fn a_sink_change_with_a_batch_in_flight_is_refused() {
+    let mut f = facts(Some(4), Some(3), None);
+    f.current_sink = sink("new");
+    let err = decide_start(
+        &f,
+        &Overrides {
+            allow_sink_change: true,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("no batch in flight"), "{err}");
+}
+
+#[test]
+fn take_over_on_a_used_checkpoint_is_not_taken_for_a_lost_table() {
+    let mut f = facts(Some(3), Some(3), None);
+    f.marker = Some(other_marker(9));
+    let plan = decide_start(
+        &f,
+        &Overrides {
+            take_over_output: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!((plan.next_batch, plan.sink_since), (BatchId(10), Some(BatchId(10))));
+}
+
+#[test]
+fn other_sources_are_refused() {
+    let mut f = facts(Some(3), Some(3), Some(3));
+    f.current_sources = vec!["files JsonLines in /in".into()];
+    assert!(matches!(
+        decide_start(&f, &Overrides::default()),
+        Err(Refusal::SourcesChanged { .. })
+    ));
+    f.recorded_sources.clear();
+    assert!(
+        decide_start(&f, &Overrides::default()).is_ok(),
+        "a checkpoint that recorded no sources takes any"
+    );
+}
+
+#[test]
 fn sink_identity_with_table_ids() {
     let mut a = sink("t");
     let mut b = sink("t");
@@ -256,19 +337,30 @@ fn opt_batch() -> impl Strategy<Value = Option<u64>> {
 }
 
 proptest! {
-    /// With any overrides, a plan never makes the sink receive a batch id at
-    /// or below a marker of this query (I4: batch ids never go backwards).
+    /// With any overrides, recorded takeover, sink change and floor, a plan
+    /// never makes the sink receive a batch id at or below a marker of this
+    /// query (I4: batch ids never go backwards), never replays into a changed
+    /// sink, and never both replays and records a batch.
     #[test]
     fn batch_ids_never_go_backwards(
         p in opt_batch(), c in opt_batch(), t in opt_batch(),
         other in proptest::option::of(0u64..1_000_000),
-        take_over in any::<bool>(), resume in any::<bool>(), accept in any::<bool>(),
+        recorded_takeover in any::<bool>(), moved in any::<bool>(),
+        since in opt_batch(),
+        take_over in any::<bool>(), resume in any::<bool>(), accept in any::<bool>(), allow in any::<bool>(),
     ) {
         let mut f = facts(p, c, t);
         if let Some(o) = other {
             f.marker = Some(other_marker(o));
+            if recorded_takeover {
+                f.taken_over = f.marker;
+            }
         }
-        let over = Overrides { take_over_output: take_over, resume_after_sink_marker: resume, accept_lost_batches: accept, allow_sink_change: false };
+        if moved {
+            f.current_sink = sink("elsewhere");
+        }
+        f.sink_since = since.map(BatchId);
+        let over = Overrides { take_over_output: take_over, resume_after_sink_marker: resume, accept_lost_batches: accept, allow_sink_change: allow };
         if let Ok(plan) = decide_start(&f, &over) {
             let first = first_new_batch(&plan);
             if let Some(m) = f.marker {
@@ -276,6 +368,14 @@ proptest! {
             }
             prop_assert!(plan.next_batch > p.map(BatchId).unwrap_or(BatchId(0)) || p.is_none());
             prop_assert!(plan.replay.is_none() || plan.record_only.is_none());
+            if moved {
+                prop_assert!(allow, "a sink change needs the option");
+                prop_assert!(plan.replay.is_none() && plan.record_only.is_none(), "nothing in flight goes to a new sink");
+                prop_assert_eq!(plan.sink_since, Some(plan.next_batch));
+            }
+            if let Some(since) = plan.sink_since {
+                prop_assert_eq!(since, plan.next_batch, "the floor is the first batch the sink receives");
+            }
         }
     }
 

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use super::staging::Staging;
 use super::{BatchContext, CommitMessage, CommitOutcome, DataWriter, OutputMode, Sink};
 use crate::error::{Error, Result};
-use crate::ids::QueryName;
+use crate::ids::{QueryId, QueryName};
 use crate::protocol::{SinkIdentity, SinkMarker};
 
 /// Prints each batch's rows (up to a limit) to standard output, the way a
@@ -55,7 +55,7 @@ impl Sink for ConsoleSink {
         false
     }
 
-    async fn marker(&self, _name: &QueryName) -> Result<Option<SinkMarker>> {
+    async fn marker(&self, _name: &QueryName, _known_ids: &[QueryId]) -> Result<Option<SinkMarker>> {
         Ok(None)
     }
 

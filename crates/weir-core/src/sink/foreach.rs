@@ -10,7 +10,7 @@ use async_trait::async_trait;
 
 use super::{BatchContext, CommitMessage, CommitOutcome, DataWriter, OutputMode, Sink};
 use crate::error::{BoxError, Error, Result};
-use crate::ids::{BatchId, QueryName};
+use crate::ids::{BatchId, QueryId, QueryName};
 use crate::protocol::{SinkIdentity, SinkMarker};
 
 /// An application's per-partition row writer, as in Spark's `foreach`.
@@ -116,11 +116,18 @@ struct ForeachPartition {
     batch_id: BatchId,
     open: Option<bool>,
     rows: u64,
+    closed: bool,
 }
 
 impl ForeachPartition {
+    fn close(&mut self, error: Option<&BoxError>) {
+        if !std::mem::replace(&mut self.closed, true) {
+            self.writer.close(error);
+        }
+    }
+
     fn fail(&mut self, e: BoxError) -> Error {
-        self.writer.close(Some(&e));
+        self.close(Some(&e));
         Error::sink("foreach", Some(self.batch_id), false, e)
     }
 }
@@ -152,12 +159,12 @@ impl DataWriter for ForeachPartition {
     }
 
     async fn commit(mut self: Box<Self>) -> Result<CommitMessage> {
-        self.writer.close(None);
+        self.close(None);
         CommitMessage::new(self.partition_id, &self.rows)
     }
 
     async fn abort(mut self: Box<Self>) -> Result<()> {
-        self.writer.close(Some(&"the batch was aborted".into()));
+        self.close(Some(&"the batch was aborted".into()));
         Ok(())
     }
 }
@@ -176,7 +183,7 @@ impl Sink for ForeachSink {
         false
     }
 
-    async fn marker(&self, _name: &QueryName) -> Result<Option<SinkMarker>> {
+    async fn marker(&self, _name: &QueryName, _known_ids: &[QueryId]) -> Result<Option<SinkMarker>> {
         Ok(None)
     }
 
@@ -187,6 +194,7 @@ impl Sink for ForeachSink {
             batch_id: batch.batch_id,
             open: None,
             rows: 0,
+            closed: false,
         }))
     }
 

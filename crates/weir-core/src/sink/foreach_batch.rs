@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use super::staging::Staging;
 use super::{BatchContext, CommitMessage, CommitOutcome, DataWriter, OutputMode, Sink};
 use crate::error::{BoxError, Error, Result};
-use crate::ids::{BatchId, QueryName};
+use crate::ids::{BatchId, QueryId, QueryName};
 use crate::protocol::{SinkIdentity, SinkMarker};
 
 type BatchFn = dyn Fn(Vec<RecordBatch>, BatchId) -> BoxFuture<'static, std::result::Result<(), BoxError>> + Send + Sync;
@@ -64,7 +64,7 @@ impl Sink for ForeachBatchSink {
         false
     }
 
-    async fn marker(&self, _name: &QueryName) -> Result<Option<SinkMarker>> {
+    async fn marker(&self, _name: &QueryName, _known_ids: &[QueryId]) -> Result<Option<SinkMarker>> {
         Ok(None)
     }
 

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use super::staging::Staging;
 use super::{BatchContext, CommitMessage, CommitOutcome, DataWriter, OutputMode, Sink};
 use crate::error::Result;
-use crate::ids::{BatchId, QueryName};
+use crate::ids::{BatchId, QueryId, QueryName};
 use crate::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
 
 /// A queryable in-memory table. Clones share the table, so a test can read
@@ -84,7 +84,7 @@ impl Sink for MemorySink {
         Ok(())
     }
 
-    async fn marker(&self, name: &QueryName) -> Result<Option<SinkMarker>> {
+    async fn marker(&self, name: &QueryName, _known_ids: &[QueryId]) -> Result<Option<SinkMarker>> {
         Ok(self.lock().markers.get(name).copied())
     }
 

@@ -90,6 +90,13 @@ pub struct BatchContext {
 }
 
 impl BatchContext {
+    /// The query ids this batch's commit can vouch for, for [`Sink::marker`].
+    pub fn known_ids(&self) -> Vec<QueryId> {
+        std::iter::once(self.query_id)
+            .chain(self.taken_over.map(|m| m.query_id))
+            .collect()
+    }
+
     /// The facts for [`crate::protocol::decide_commit`].
     pub fn commit_facts(&self) -> CommitFacts<'_> {
         CommitFacts {
@@ -181,7 +188,14 @@ pub trait Sink: Send + Sync + fmt::Debug {
     }
 
     /// The last batch committed under `name`, and by which query id.
-    async fn marker(&self, name: &QueryName) -> Result<Option<SinkMarker>>;
+    ///
+    /// `known_ids` are the query ids the caller can vouch for (its own, and
+    /// one whose output it took over). A sink that stores the owning query id
+    /// with the marker ignores them. A sink that can only test ownership by
+    /// key (Delta's `txn` actions) must return the exact owner when it is one
+    /// of `known_ids`, and otherwise a marker with another id: the true owner
+    /// where it can find it, else [`QueryId::unknown`].
+    async fn marker(&self, name: &QueryName, known_ids: &[QueryId]) -> Result<Option<SinkMarker>>;
 
     /// A writer for one partition of a batch.
     fn create_writer(&self, batch: &BatchContext, partition_id: usize) -> Result<Box<dyn DataWriter>>;

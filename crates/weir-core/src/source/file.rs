@@ -197,6 +197,10 @@ impl Source for FileSource {
         &self.name
     }
 
+    fn description(&self) -> String {
+        format!("files {:?} in {}", self.format, self.dir.display())
+    }
+
     fn schema(&self) -> SchemaRef {
         self.schema.clone()
     }
@@ -279,14 +283,14 @@ impl Source for FileSource {
             let entry = self
                 .read_entry(ctx.store.as_ref(), &format!("{}/{index}", ctx.dir))
                 .await?;
-            paths.extend(entry.files.into_iter().map(|f| self.dir.join(f.name)));
+            paths.extend(entry.files.into_iter().map(|f| (self.dir.join(f.name), f.size)));
         }
         let (format, schema) = (self.format, self.schema.clone());
         let stream = futures::stream::iter(paths)
-            .then(move |path| {
+            .then(move |(path, size)| {
                 let schema = schema.clone();
                 async move {
-                    tokio::task::spawn_blocking(move || read_file(&path, format, &schema))
+                    tokio::task::spawn_blocking(move || read_file(&path, size, format, &schema))
                         .await
                         .unwrap_or_else(|e| {
                             Err(Error::Source {
@@ -304,13 +308,20 @@ impl Source for FileSource {
     }
 }
 
-/// Reads a whole file into record batches of `schema`.
-fn read_file(path: &Path, format: FileFormat, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+/// Reads a whole file into record batches of `schema`, refusing a file
+/// whose size changed since it was planned (a replay would read other rows).
+fn read_file(path: &Path, planned_size: u64, format: FileFormat, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
     let fail = |reason: String| Error::SourceFile {
         path: path.to_path_buf(),
         reason,
     };
-    let file = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+    let file = File::open(path).map_err(|e| fail(format!("cannot open a file planned into a batch: {e}")))?;
+    let size = file.metadata().map_err(|e| fail(format!("cannot stat: {e}")))?.len();
+    if size != planned_size {
+        return Err(fail(format!(
+            "it had {planned_size} bytes when its batch was planned and has {size} now; files must not change once they are in the directory (write them elsewhere and move them in)"
+        )));
+    }
     let batches: std::result::Result<Vec<RecordBatch>, arrow_schema::ArrowError> = match format {
         FileFormat::JsonLines => arrow_json::ReaderBuilder::new(schema.clone())
             .build(BufReader::new(file))

@@ -71,6 +71,13 @@ pub trait Source: Send + Sync + fmt::Debug {
     /// `offsets/N`. It must not change between runs of a query.
     fn name(&self) -> &str;
 
+    /// What the source reads, recorded in the checkpoint: a query restarted
+    /// with a source whose description differs is refused, since the
+    /// checkpoint's offsets mean nothing for it. Defaults to the name.
+    fn description(&self) -> String {
+        self.name().to_string()
+    }
+
     /// The schema of every record batch the source returns.
     fn schema(&self) -> SchemaRef;
 

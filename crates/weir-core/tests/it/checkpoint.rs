@@ -31,6 +31,8 @@ fn metadata() -> CheckpointMetadata {
             query_id: QueryId(uuid::Uuid::nil()),
             batch_id: BatchId(41),
         }),
+        sink_since: Some(BatchId(42)),
+        sources: vec!["rate".into()],
     }
 }
 

@@ -137,12 +137,22 @@ async fn a_bad_file_fails_the_batch_and_names_the_file() {
     assert_eq!(table.row_count(), 0, "nothing of the failed batch is committed");
     assert_eq!(table.staged_count(), 0, "the failed batch's writers were aborted");
 
-    // Fixing the file lets the same batch (same files) go through.
+    // A planned file must keep its size: a replay would read other rows.
     write_json(input.path(), "bad", 10..20);
+    let err = run(files_query(input.path(), chk.path(), FileFormat::JsonLines), &table)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("bytes when its batch was planned"), "{err}");
+    assert_eq!(table.row_count(), 0);
+
+    // Restoring a readable file of the planned size lets the batch through.
+    let fixed = "{\"event_id\":10,\"name\":\"n10\"}\n";
+    assert_eq!(fixed.len(), 29, "the size of the bad file");
+    std::fs::write(input.path().join("bad"), fixed).unwrap();
     run(files_query(input.path(), chk.path(), FileFormat::JsonLines), &table)
         .await
         .unwrap();
-    assert_exactly_once(&event_ids(&table.batches()), 0..20);
+    assert_exactly_once(&event_ids(&table.batches()), 0..11);
 }
 
 #[tokio::test]

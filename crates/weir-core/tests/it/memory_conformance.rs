@@ -8,11 +8,13 @@ use weir_test_support::{event_ids, SinkHarness};
 
 struct MemoryHarness {
     table: Mutex<MemorySink>,
+    other: MemorySink,
 }
 
 async fn memory_harness() -> MemoryHarness {
     MemoryHarness {
         table: Mutex::new(MemorySink::new("conformance-table")),
+        other: MemorySink::new("another-table"),
     }
 }
 
@@ -29,7 +31,7 @@ impl SinkHarness for MemoryHarness {
     }
 
     async fn other_sink(&self) -> Arc<dyn Sink> {
-        Arc::new(MemorySink::new("another-table"))
+        Arc::new(self.other.clone())
     }
 
     async fn recreate_table(&self) {

@@ -93,7 +93,19 @@ async fn foreach_error_closes_with_it_and_fails_the_query() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("poison row"), "{err}");
-    assert!(log.0.lock().unwrap().iter().any(|l| l == "close poison row"));
+    let closes: Vec<String> = log
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.starts_with("close"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        closes,
+        vec!["close poison row".to_string()],
+        "closed once, with the error"
+    );
     assert!(!chk.path().join("commits/0").exists());
 }
 
@@ -177,8 +189,8 @@ impl Sink for AppendOnly {
     fn identity(&self) -> weir_core::protocol::SinkIdentity {
         self.0.identity()
     }
-    async fn marker(&self, name: &QueryName) -> Result<Option<weir_core::protocol::SinkMarker>> {
-        self.0.marker(name).await
+    async fn marker(&self, name: &QueryName, ids: &[QueryId]) -> Result<Option<weir_core::protocol::SinkMarker>> {
+        self.0.marker(name, ids).await
     }
     fn create_writer(
         &self,
