@@ -12,6 +12,15 @@ if ! cargo nextest --version >/dev/null 2>&1; then
     cargo install cargo-nextest --locked
 fi
 
+step "independent readers (Python deltalake, DuckDB) in .venv-readers"
+requirements=integration/readers/requirements.txt
+stamp=.venv-readers/.installed
+if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
+    python3 -m venv .venv-readers
+    .venv-readers/bin/pip install --quiet --disable-pip-version-check -r "$requirements"
+    cp "$requirements" "$stamp"
+fi
+
 step "formatting"
 cargo fmt --all -- --check
 

@@ -1,1 +1,48 @@
-//! weir-delta
+//! # weir-delta: the Delta Lake sink of weir
+//!
+//! [`DeltaSink`] writes each micro-batch of a weir streaming query into a
+//! Delta table exactly once.
+//!
+//! ## Guarantees
+//!
+//! - **One atomic commit per batch.** Writers put Parquet files (named with
+//!   the query id, batch id and a per-attempt uuid) straight into the table
+//!   directory, where no reader sees them; the batch's single Delta commit
+//!   adds them together with `txn {appId: <query name>, version: <batch id>}`
+//!   and `txn {appId: <query name>@<query id>, ...}`, and a commit info
+//!   `STREAMING UPDATE` naming the query. A reader sees all of a batch or
+//!   none of it.
+//! - **Exactly once.** Before committing, the sink reads the name's `txn`
+//!   version on the snapshot the commit is built on; a batch already there is
+//!   not committed again. A concurrent run of the same query that commits
+//!   first makes Delta's conflict checker fail this commit, the sink re-reads
+//!   the marker, and the batch is in the table once. Other writers
+//!   (other queries, compaction) are rebased over, not failed.
+//! - **Guards.** The marker carries the query name, so a deleted and
+//!   recreated checkpoint, an old copy of one, or a restored table is caught
+//!   by weir-core's start-up guards; the table's metadata id is part of the
+//!   sink's identity.
+//! - **Empty batches** commit only the `txn`, so a restart resumes after them.
+//! - **Log health.** deltalake writes a checkpoint every
+//!   `delta.checkpointInterval` commits (default 100) and cleans up expired
+//!   log files, so commit time does not grow with the table's history.
+//! - **Files are never deleted after a commit attempt whose outcome is
+//!   unknown**; only files of attempts known not to have committed are.
+//!
+//! Output modes: Append, and Complete (one commit removes every current file
+//! and adds the batch's). Schema: the stream must match the table (names and
+//! types); with `merge_schema`, new nullable columns are added in the commit
+//! of the first batch that has them. Column mapping is not supported.
+
+mod error;
+mod marker;
+mod options;
+mod partition;
+mod sink;
+mod stats;
+mod table;
+mod writer;
+
+pub use error::DeltaSinkError;
+pub use options::{Compression, DeltaSinkOptions};
+pub use sink::DeltaSink;

@@ -151,6 +151,7 @@ pub async fn commit_is_idempotent_per_batch(h: &dyn SinkHarness) {
 
     let replay = batch_ctx(qid, 0);
     let sink = h.sink().await;
+    prepare(sink.as_ref(), qid).await;
     let messages = write_batch(sink.as_ref(), &replay).await;
     let outcome = sink.commit(&replay, messages.clone()).await.expect("replayed commit");
     let expected = SinkMarker {
@@ -168,6 +169,7 @@ pub async fn racing_commits_of_one_batch_commit_once(h: &dyn SinkHarness) {
     let qid = QueryId::new();
     let (a, b) = (h.sink().await, h.sink().await);
     prepare(a.as_ref(), qid).await;
+    prepare(b.as_ref(), qid).await;
     let (ctx_a, ctx_b) = (batch_ctx(qid, 0), batch_ctx(qid, 0));
     let (msg_a, msg_b) = (
         write_batch(a.as_ref(), &ctx_a).await,
@@ -283,12 +285,26 @@ pub async fn second_query_on_a_checkpoint_is_refused(h: &dyn SinkHarness) {
         }
         other => panic!("expected CheckpointInUse, got {other:?}"),
     }
+    wait_for_batch(&first).await;
     first.stop_and_wait().await.expect("stop");
     let second = slow().start_arc(h.sink().await).await.expect("free after stop");
+    wait_for_batch(&second).await;
     second.stop_and_wait().await.expect("stop");
     let ids = h.read_event_ids().await;
     assert!(!ids.is_empty() && ids.len() % ROWS as usize == 0);
     assert_exactly_once(&ids, 0..ids.len() as i64);
+}
+
+/// Waits (up to a minute) until the query has committed a batch.
+async fn wait_for_batch(q: &weir_core::StreamingQuery) {
+    for _ in 0..6000 {
+        if q.last_progress().is_some() {
+            return;
+        }
+        assert!(q.is_active(), "the query stopped: {:?}", q.exception());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no batch committed in a minute");
 }
 
 /// I4b: a new checkpoint for a name with output under another query id is

@@ -1,1 +1,4 @@
+//! Integration tests of weir-delta.
 
+mod conformance;
+mod readers;

@@ -1,0 +1,92 @@
+//! The error type of weir-delta.
+
+use deltalake::DeltaTableError;
+use weir_core::BatchId;
+
+/// What can go wrong in the Delta sink. Every variant names the table.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeltaSinkError {
+    /// The location is not a path or URL weir can open.
+    #[error("invalid Delta table location {location:?}: {reason}")]
+    Location { location: String, reason: String },
+
+    /// deltalake failed to read or commit the table.
+    #[error("Delta table {table}: {source}")]
+    Delta {
+        table: String,
+        #[source]
+        source: DeltaTableError,
+    },
+
+    /// A data file could not be written, read or deleted.
+    #[error("Delta table {table}: data file {path}: {source}")]
+    Store {
+        table: String,
+        path: String,
+        #[source]
+        source: object_store::Error,
+    },
+
+    /// Rows could not be encoded as Parquet.
+    #[error("Delta table {table}: cannot encode Parquet for {path}: {source}")]
+    Parquet {
+        table: String,
+        path: String,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+
+    /// The stream's rows do not fit the table's schema.
+    #[error("Delta table {table}: the stream's schema does not match the table's: {differences}. Nothing was written; set merge_schema to add new nullable columns, or write to another table")]
+    SchemaMismatch { table: String, differences: String },
+
+    /// A partition column cannot be used.
+    #[error("Delta table {table}: partition column {column:?}: {reason}")]
+    Partition {
+        table: String,
+        column: String,
+        reason: String,
+    },
+
+    /// The table uses a feature this sink does not write.
+    #[error("Delta table {table} uses {feature}, which weir's Delta sink does not write; nothing was written")]
+    Unsupported { table: String, feature: String },
+
+    /// Other writers kept winning the commit race.
+    #[error("Delta table {table}: batch {batch_id} lost {attempts} commit races in a row to other writers; nothing of it was committed and a restart retries it")]
+    TooManyConflicts {
+        table: String,
+        batch_id: BatchId,
+        attempts: usize,
+    },
+
+    /// The sink was used before the driver prepared it.
+    #[error("Delta table {table}: the sink was used before prepare; start it through a streaming query")]
+    NotPrepared { table: String },
+}
+
+impl DeltaSinkError {
+    /// Whether trying again may succeed.
+    pub fn retryable(&self) -> bool {
+        match self {
+            DeltaSinkError::Store { .. } | DeltaSinkError::TooManyConflicts { .. } => true,
+            DeltaSinkError::Delta { source, .. } => matches!(
+                source,
+                DeltaTableError::ObjectStore { .. } | DeltaTableError::Io { .. } | DeltaTableError::Transaction { .. }
+            ),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn into_core(self, batch_id: Option<BatchId>) -> weir_core::Error {
+        let retryable = self.retryable();
+        weir_core::Error::sink("delta", batch_id, retryable, self)
+    }
+}
+
+impl From<DeltaSinkError> for weir_core::Error {
+    fn from(e: DeltaSinkError) -> Self {
+        e.into_core(None)
+    }
+}

@@ -1,0 +1,356 @@
+//! The Delta sink: the [`Sink`] of weir-core on a Delta table.
+
+use std::sync::{Arc, Once, RwLock};
+
+use async_trait::async_trait;
+use deltalake::kernel::transaction::{CommitBuilder, CommitConflictError, CommitProperties, TransactionError};
+use deltalake::kernel::{Action, Add};
+use deltalake::protocol::{DeltaOperation, OutputMode as DeltaOutputMode};
+use deltalake::{DeltaTable, DeltaTableError};
+use serde_json::json;
+use url::Url;
+use weir_core::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
+use weir_core::sink::{BatchContext, CommitMessage, CommitOutcome, DataWriter, OutputMode, QueryInfo, Sink};
+use weir_core::{QueryId, QueryName};
+
+use crate::error::DeltaSinkError;
+use crate::marker;
+use crate::options::{Compression, DeltaSinkOptions};
+use crate::table::{self, Layout};
+use crate::writer::{delete_files, AddFile, DeltaWriter, WriterContext};
+
+/// How often the sink re-reads the table and re-checks its marker after
+/// losing a commit race before giving up (deltalake itself rebases past
+/// writers that do not conflict).
+const MAX_COMMIT_ATTEMPTS: usize = 100;
+
+/// deltalake's own retries of a commit over non-conflicting winners.
+const DELTA_RETRIES: usize = 15;
+
+/// Writes a streaming query's batches into a Delta table, each batch exactly
+/// once: its files and the query's `txn` marker in one Delta commit.
+///
+/// ```no_run
+/// use weir_core::prelude::*;
+/// use weir_delta::DeltaSink;
+///
+/// # async fn run() -> weir_core::Result<()> {
+/// let sink = DeltaSink::try_new("lake/bronze/payments")?.with_partition_by(["account_id"]);
+/// let query = read_stream(RateSource::rows_per_second(1000))
+///     .write_stream()
+///     .query_name("payments-bronze")
+///     .checkpoint_location("chk/payments-bronze")
+///     .start(sink)
+///     .await?;
+/// # query.stop_and_wait().await
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct DeltaSink {
+    url: Url,
+    options: DeltaSinkOptions,
+    state: Arc<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The loaded table, kept between commits so each reads only new log
+    /// entries.
+    table: tokio::sync::Mutex<Option<DeltaTable>>,
+    layout: RwLock<Option<Arc<Layout>>>,
+}
+
+static REGISTER_STORES: Once = Once::new();
+
+impl DeltaSink {
+    /// A sink on the Delta table at `location`: a local directory or an
+    /// object store URL (`s3://bucket/path`). The table is created from the
+    /// stream's schema when the query starts, if there is none.
+    pub fn try_new(location: &str) -> Result<Self, DeltaSinkError> {
+        REGISTER_STORES.call_once(|| deltalake::aws::register_handlers(None));
+        Ok(DeltaSink {
+            url: table::table_url(location)?,
+            options: DeltaSinkOptions::default(),
+            state: Arc::default(),
+        })
+    }
+
+    /// All options at once.
+    pub fn with_options(mut self, options: DeltaSinkOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Partition columns of a table the sink creates.
+    pub fn with_partition_by<S: Into<String>>(mut self, columns: impl IntoIterator<Item = S>) -> Self {
+        self.options.partition_by = columns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// A table property of a table the sink creates.
+    pub fn with_table_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.options.table_properties.insert(key.into(), value.into());
+        self
+    }
+
+    /// Add the stream's new nullable columns to the table.
+    pub fn with_merge_schema(mut self, merge: bool) -> Self {
+        self.options.merge_schema = merge;
+        self
+    }
+
+    /// A storage option for the object store (endpoint, region, keys).
+    pub fn with_storage_option(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.options.storage_options.insert(key.into(), value.into());
+        self
+    }
+
+    /// The size at which data files are closed.
+    pub fn with_target_file_size(mut self, bytes: u64) -> Self {
+        self.options.target_file_size = Some(bytes);
+        self
+    }
+
+    /// The Parquet compression of data files.
+    pub fn with_compression(mut self, compression: Compression) -> Self {
+        self.options.compression = compression;
+        self
+    }
+
+    /// The table's URL.
+    pub fn url(&self) -> &Url {
+        &self.url
+    }
+
+    fn err(&self, source: DeltaTableError) -> DeltaSinkError {
+        DeltaSinkError::Delta {
+            table: self.url.to_string(),
+            source,
+        }
+    }
+
+    fn layout(&self) -> Result<Arc<Layout>, DeltaSinkError> {
+        self.state
+            .layout
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| DeltaSinkError::NotPrepared {
+                table: self.url.to_string(),
+            })
+    }
+
+    /// The table brought up to its latest version.
+    async fn latest<'a>(&self, slot: &'a mut Option<DeltaTable>) -> Result<&'a DeltaTable, DeltaSinkError> {
+        match slot {
+            Some(table) => table.update_incremental(None).await.map_err(|e| self.err(e))?,
+            None => {
+                let table = table::load(&self.url, &self.options).await?.ok_or_else(|| {
+                    self.err(DeltaTableError::NotATable(format!(
+                        "{} has no Delta table (was it deleted?)",
+                        self.url
+                    )))
+                })?;
+                *slot = Some(table);
+            }
+        }
+        Ok(slot.as_ref().expect("loaded above"))
+    }
+
+    fn actions(
+        &self,
+        table: &DeltaTable,
+        ctx: &BatchContext,
+        files: &[AddFile],
+        layout: &Layout,
+    ) -> Result<Vec<Action>, DeltaSinkError> {
+        let mut actions = Vec::with_capacity(files.len() + 1);
+        if let Some(metadata) = table::merged_metadata(table, &self.url, &layout.added_columns)? {
+            actions.push(Action::Metadata(metadata));
+        }
+        if ctx.output_mode == OutputMode::Complete {
+            let snapshot = table.snapshot().map_err(|e| self.err(e))?;
+            actions.extend(
+                snapshot
+                    .log_data()
+                    .iter()
+                    .map(|f| Action::Remove(f.remove_action(true))),
+            );
+        }
+        actions.extend(files.iter().map(|f| {
+            Action::Add(Add {
+                path: f.path.clone(),
+                partition_values: f.partition_values.clone().into_iter().collect(),
+                size: f.size,
+                modification_time: f.modification_time,
+                data_change: true,
+                stats: Some(f.stats.clone()),
+                ..Default::default()
+            })
+        }));
+        Ok(actions)
+    }
+
+    async fn try_commit(
+        &self,
+        table: &DeltaTable,
+        ctx: &BatchContext,
+        actions: Vec<Action>,
+    ) -> Result<i64, DeltaTableError> {
+        let metadata = [
+            ("weir.queryName".to_string(), json!(ctx.query_name.as_str())),
+            ("weir.queryId".to_string(), json!(ctx.query_id.to_string())),
+            ("weir.batchId".to_string(), json!(ctx.batch_id.0)),
+            ("weir.runId".to_string(), json!(ctx.run_id.to_string())),
+        ];
+        let properties = CommitProperties::default()
+            .with_application_transactions(marker::transactions(&ctx.query_name, ctx.query_id, ctx.batch_id))
+            .with_metadata(metadata)
+            .with_max_retries(DELTA_RETRIES);
+        let operation = DeltaOperation::StreamingUpdate {
+            output_mode: match ctx.output_mode {
+                OutputMode::Append => DeltaOutputMode::Append,
+                OutputMode::Complete => DeltaOutputMode::Complete,
+            },
+            query_id: ctx.query_id.to_string(),
+            epoch_id: ctx.batch_id.0 as i64,
+        };
+        let committed = CommitBuilder::from(properties)
+            .with_actions(actions)
+            .build(Some(table.snapshot()?), table.log_store(), operation)
+            .await?;
+        Ok(committed.version() as i64)
+    }
+}
+
+/// Whether a failed commit lost a race that a re-read and a retry can win.
+fn lost_race(e: &DeltaTableError) -> bool {
+    match e {
+        DeltaTableError::VersionAlreadyExists(_) => true,
+        DeltaTableError::Transaction { source } => matches!(
+            source,
+            TransactionError::CommitConflict(
+                CommitConflictError::ConcurrentTransaction
+                    | CommitConflictError::ConcurrentAppend
+                    | CommitConflictError::ConcurrentDeleteRead
+                    | CommitConflictError::ConcurrentDeleteDelete
+                    | CommitConflictError::MetadataChanged
+            ) | TransactionError::VersionAlreadyExists(_)
+                | TransactionError::MaxCommitAttempts(_)
+        ),
+        _ => false,
+    }
+}
+
+#[async_trait]
+impl Sink for DeltaSink {
+    fn identity(&self) -> SinkIdentity {
+        let mut identity = SinkIdentity::new("delta", self.url.as_str());
+        identity.table_id = self.layout().ok().map(|l| l.table_id.clone());
+        identity
+    }
+
+    fn check_output_mode(&self, _mode: OutputMode) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn prepare(&self, query: &QueryInfo) -> weir_core::Result<()> {
+        let mut slot = self.state.table.lock().await;
+        let table = match table::load(&self.url, &self.options).await? {
+            Some(table) => table,
+            None => table::create(&self.url, &query.schema, &self.options).await?,
+        };
+        let layout = table::layout(&table, &self.url, &query.schema, &self.options)?;
+        tracing::info!(table = %self.url, partitions = ?layout.partition_columns, target_file_size = layout.target_file_size, "Delta sink ready");
+        *self.state.layout.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(layout));
+        *slot = Some(table);
+        Ok(())
+    }
+
+    async fn marker(&self, name: &QueryName, known_ids: &[QueryId]) -> weir_core::Result<Option<SinkMarker>> {
+        let mut slot = self.state.table.lock().await;
+        let table = self.latest(&mut slot).await?;
+        Ok(marker::read(table, name, known_ids).await.map_err(|e| self.err(e))?)
+    }
+
+    fn create_writer(&self, batch: &BatchContext, partition_id: usize) -> weir_core::Result<Box<dyn DataWriter>> {
+        let layout = self.layout()?;
+        let store = self
+            .state
+            .table
+            .try_lock()
+            .ok()
+            .and_then(|t| t.as_ref().map(|t| t.log_store().object_store(None)))
+            .ok_or_else(|| DeltaSinkError::NotPrepared {
+                table: self.url.to_string(),
+            })?;
+        let ctx = WriterContext {
+            table: self.url.to_string(),
+            store,
+            layout,
+            compression: self.options.compression,
+            file_prefix: format!(
+                "part-{:05}-{}-{}-p{:03}",
+                batch.batch_id.0, batch.query_id, batch.attempt_id, partition_id
+            ),
+            batch_id: batch.batch_id,
+        };
+        Ok(Box::new(DeltaWriter::new(ctx, partition_id)))
+    }
+
+    async fn commit(&self, ctx: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<CommitOutcome> {
+        let layout = self.layout()?;
+        let mut files = Vec::new();
+        for m in &messages {
+            files.extend(m.decode::<Vec<AddFile>>()?);
+        }
+        let mut slot = self.state.table.lock().await;
+        for attempt in 1..=MAX_COMMIT_ATTEMPTS {
+            let table = self
+                .latest(&mut slot)
+                .await
+                .map_err(|e| e.into_core(Some(ctx.batch_id)))?;
+            // The marker is read on the snapshot the commit is built on; a
+            // winner that moves it makes deltalake fail the commit with a
+            // conflict, and the next attempt reads it again.
+            let found = marker::read(table, &ctx.query_name, &ctx.known_ids())
+                .await
+                .map_err(|e| self.err(e).into_core(Some(ctx.batch_id)))?;
+            if let CommitDecision::AlreadyCommitted(m) = decide_commit(found, ctx.commit_facts())? {
+                return Ok(CommitOutcome::AlreadyCommitted(m));
+            }
+            let actions = self
+                .actions(table, ctx, &files, &layout)
+                .map_err(|e| e.into_core(Some(ctx.batch_id)))?;
+            match self.try_commit(table, ctx, actions).await {
+                Ok(version) => {
+                    tracing::debug!(version, attempt, files = files.len(), "committed to Delta");
+                    return Ok(CommitOutcome::Committed { version: Some(version) });
+                }
+                Err(e) if lost_race(&e) => {
+                    tracing::info!(attempt, error = %e, "lost a commit race; re-reading the table");
+                }
+                Err(e) => return Err(self.err(e).into_core(Some(ctx.batch_id))),
+            }
+        }
+        Err(DeltaSinkError::TooManyConflicts {
+            table: self.url.to_string(),
+            batch_id: ctx.batch_id,
+            attempts: MAX_COMMIT_ATTEMPTS,
+        }
+        .into_core(Some(ctx.batch_id)))
+    }
+
+    async fn abort(&self, _batch: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<()> {
+        let store = match self.state.table.lock().await.as_ref() {
+            Some(t) => t.log_store().object_store(None),
+            None => return Ok(()),
+        };
+        for m in &messages {
+            if let Ok(files) = m.decode::<Vec<AddFile>>() {
+                delete_files(&store, &files).await;
+            }
+        }
+        Ok(())
+    }
+}

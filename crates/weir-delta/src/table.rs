@@ -1,0 +1,262 @@
+//! Opening or creating the table, and fitting the stream's schema to it.
+
+use std::sync::Arc;
+
+use arrow_schema::{Field, Schema, SchemaRef};
+use deltalake::kernel::engine::arrow_conversion::{TryIntoArrow, TryIntoKernel};
+use deltalake::kernel::{Metadata, MetadataExt, StructField, StructType};
+use deltalake::operations::create::CreateBuilder;
+use deltalake::table::config::TablePropertiesExt;
+use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use url::Url;
+
+use crate::error::DeltaSinkError;
+use crate::options::DeltaSinkOptions;
+use crate::partition;
+
+/// How the stream's rows map onto the table's data files, fixed when the
+/// query starts.
+#[derive(Debug)]
+pub(crate) struct Layout {
+    /// The table's metadata id.
+    pub table_id: String,
+    /// Partition columns, in table order.
+    pub partition_columns: Vec<String>,
+    /// Their indices in the stream's batches.
+    pub partition_indices: Vec<usize>,
+    /// The columns of a data file (the table's non-partition columns, in
+    /// table order).
+    pub file_schema: SchemaRef,
+    /// For each file column, its index in the stream's batches, or `None`
+    /// for a nullable table column the stream does not have (written null).
+    pub file_sources: Vec<Option<usize>>,
+    /// New nullable columns to add with the first commit (merge_schema).
+    pub added_columns: Vec<StructField>,
+    pub target_file_size: u64,
+    pub num_indexed_cols: usize,
+}
+
+pub(crate) fn table_url(location: &str) -> Result<Url, DeltaSinkError> {
+    let err = |reason: String| DeltaSinkError::Location {
+        location: location.to_string(),
+        reason,
+    };
+    if location.contains("://") {
+        let mut url = Url::parse(location).map_err(|e| err(e.to_string()))?;
+        if !url.path().ends_with('/') {
+            url.set_path(&format!("{}/", url.path()));
+        }
+        return Ok(url);
+    }
+    std::fs::create_dir_all(location).map_err(|e| err(format!("cannot create the directory: {e}")))?;
+    let absolute = std::fs::canonicalize(location).map_err(|e| err(e.to_string()))?;
+    Url::from_directory_path(&absolute).map_err(|()| err("not an absolute path".into()))
+}
+
+fn delta_err(table: &Url) -> impl Fn(DeltaTableError) -> DeltaSinkError + '_ {
+    move |source| DeltaSinkError::Delta {
+        table: table.to_string(),
+        source,
+    }
+}
+
+/// Loads the table at `url`, or `None` if there is no table there.
+pub(crate) async fn load(url: &Url, options: &DeltaSinkOptions) -> Result<Option<DeltaTable>, DeltaSinkError> {
+    let builder = DeltaTableBuilder::from_url(url.clone())
+        .map_err(delta_err(url))?
+        .with_storage_options(options.storage_options.clone());
+    match builder.load().await {
+        Ok(table) => Ok(Some(table)),
+        Err(DeltaTableError::NotATable(_)) => Ok(None),
+        Err(e) => Err(delta_err(url)(e)),
+    }
+}
+
+/// Creates the table from the stream's schema; if another writer created it
+/// meanwhile, loads that one.
+pub(crate) async fn create(
+    url: &Url,
+    schema: &Schema,
+    options: &DeltaSinkOptions,
+) -> Result<DeltaTable, DeltaSinkError> {
+    for column in &options.partition_by {
+        let field = schema.field_with_name(column).map_err(|_| DeltaSinkError::Partition {
+            table: url.to_string(),
+            column: column.clone(),
+            reason: "the stream has no such column".into(),
+        })?;
+        if !partition::supported(field.data_type()) {
+            return Err(DeltaSinkError::Partition {
+                table: url.to_string(),
+                column: column.clone(),
+                reason: format!(
+                    "weir partitions by strings, integers, dates and booleans, not {}",
+                    field.data_type()
+                ),
+            });
+        }
+    }
+    let kernel: StructType = schema.try_into_kernel().map_err(|e| DeltaSinkError::SchemaMismatch {
+        table: url.to_string(),
+        differences: format!("the stream's schema has no Delta equivalent: {e}"),
+    })?;
+    let mut builder = CreateBuilder::new()
+        .with_location(url.to_string())
+        .with_columns(kernel.fields().cloned())
+        .with_partition_columns(options.partition_by.clone())
+        .with_storage_options(options.storage_options.clone())
+        .with_configuration(
+            options
+                .table_properties
+                .iter()
+                .map(|(k, v)| (k.clone(), Some(v.clone()))),
+        );
+    if let Some(name) = &options.table_name {
+        builder = builder.with_table_name(name.clone());
+    }
+    match builder.await {
+        Ok(table) => {
+            tracing::info!(table = %url, "created the Delta table");
+            Ok(table)
+        }
+        Err(e) => match load(url, options).await? {
+            Some(table) => Ok(table),
+            None => Err(delta_err(url)(e)),
+        },
+    }
+}
+
+/// Fits the stream's `schema` to the table: every stream column must be a
+/// table column of the same type (or, with merge_schema, a new nullable
+/// column), every non-null table column must be in the stream.
+pub(crate) fn layout(
+    table: &DeltaTable,
+    url: &Url,
+    schema: &Schema,
+    options: &DeltaSinkOptions,
+) -> Result<Layout, DeltaSinkError> {
+    let snapshot = table.snapshot().map_err(delta_err(url))?;
+    let metadata = snapshot.metadata();
+    let config = metadata.configuration();
+    if config.get("delta.columnMapping.mode").is_some_and(|m| m != "none") {
+        return Err(DeltaSinkError::Unsupported {
+            table: url.to_string(),
+            feature: "column mapping".into(),
+        });
+    }
+    let table_schema = snapshot.schema();
+    let stream: StructType = schema.try_into_kernel().map_err(|e| DeltaSinkError::SchemaMismatch {
+        table: url.to_string(),
+        differences: format!("the stream's schema has no Delta equivalent: {e}"),
+    })?;
+    let mut differences = Vec::new();
+    let mut added_columns = Vec::new();
+    for field in stream.fields() {
+        match table_schema.field(field.name()) {
+            None if options.merge_schema && field.is_nullable() => added_columns.push(field.clone()),
+            None if options.merge_schema => differences.push(format!(
+                "new column {:?} is not nullable, so it cannot be added",
+                field.name()
+            )),
+            None => differences.push(format!("column {:?} is not in the table", field.name())),
+            Some(t) if t.data_type() != field.data_type() => differences.push(format!(
+                "column {:?} is {} in the stream and {} in the table",
+                field.name(),
+                field.data_type(),
+                t.data_type()
+            )),
+            Some(t) if field.is_nullable() && !t.is_nullable() => differences.push(format!(
+                "column {:?} may be null in the stream but not in the table",
+                field.name()
+            )),
+            Some(_) => {}
+        }
+    }
+    let partition_columns: Vec<String> = metadata.partition_columns().to_vec();
+    for t in table_schema.fields() {
+        if stream.field(t.name()).is_none() && (!t.is_nullable() || partition_columns.contains(t.name())) {
+            differences.push(format!(
+                "the stream lacks column {:?}, which the table requires",
+                t.name()
+            ));
+        }
+    }
+    if !differences.is_empty() {
+        return Err(DeltaSinkError::SchemaMismatch {
+            table: url.to_string(),
+            differences: differences.join("; "),
+        });
+    }
+
+    let index_of = |name: &str| schema.index_of(name).ok();
+    let mut file_fields: Vec<Field> = Vec::new();
+    let mut file_sources = Vec::new();
+    let table_and_added = table_schema.fields().chain(added_columns.iter());
+    for t in table_and_added.filter(|f| !partition_columns.contains(f.name())) {
+        match index_of(t.name()) {
+            Some(i) => {
+                file_fields.push(schema.field(i).clone());
+                file_sources.push(Some(i));
+            }
+            None => {
+                let arrow: Field = t.try_into_arrow().map_err(|e| DeltaSinkError::SchemaMismatch {
+                    table: url.to_string(),
+                    differences: format!("table column {:?} has no Arrow equivalent: {e}", t.name()),
+                })?;
+                file_fields.push(arrow);
+                file_sources.push(None);
+            }
+        }
+    }
+    let table_config = snapshot.table_config();
+    // `delta.dataSkippingNumIndexedCols`: -1 for all columns, default 32.
+    let num_indexed_cols = match config
+        .get("delta.dataSkippingNumIndexedCols")
+        .and_then(|v| v.parse::<i64>().ok())
+    {
+        Some(n) if n < 0 => usize::MAX,
+        Some(n) => n as usize,
+        None => 32,
+    };
+    Ok(Layout {
+        table_id: metadata.id().to_string(),
+        partition_indices: partition_columns.iter().filter_map(|c| index_of(c)).collect(),
+        partition_columns,
+        file_schema: Arc::new(Schema::new(file_fields)),
+        file_sources,
+        added_columns,
+        target_file_size: options
+            .target_file_size
+            .unwrap_or_else(|| table_config.target_file_size().get()),
+        num_indexed_cols,
+    })
+}
+
+/// The table's metadata with `added` columns, if the table lacks any of them.
+pub(crate) fn merged_metadata(
+    table: &DeltaTable,
+    url: &Url,
+    added: &[StructField],
+) -> Result<Option<Metadata>, DeltaSinkError> {
+    let snapshot = table.snapshot().map_err(delta_err(url))?;
+    let schema = snapshot.schema();
+    let missing: Vec<StructField> = added
+        .iter()
+        .filter(|f| schema.field(f.name()).is_none())
+        .cloned()
+        .collect();
+    if missing.is_empty() {
+        return Ok(None);
+    }
+    let fields = schema.fields().cloned().chain(missing);
+    let merged = StructType::try_new(fields).map_err(|e| DeltaSinkError::SchemaMismatch {
+        table: url.to_string(),
+        differences: e.to_string(),
+    })?;
+    let metadata = snapshot
+        .metadata()
+        .clone()
+        .with_schema(&merged)
+        .map_err(|e| delta_err(url)(e.into()))?;
+    Ok(Some(metadata))
+}

@@ -1,0 +1,121 @@
+"""Independent readers of weir's tables, for weir's tests.
+
+Usage:
+    read_table.py ids deltalake|duckdb <table dir>
+        -> {"ids": [...], "rows": n, "amount_cents": sum}
+    read_table.py txn <table dir> <app id>...
+        -> {"<app id>": version or null, ...}
+    read_table.py describe <table dir>
+        -> {"version": v, "schema": [[name, type, nullable]], "partition_columns": [...],
+            "files": [{"path": ..., "partition_values": {...}, "num_records": n}],
+            "last_commit": {...commit info...}}
+
+Each command prints one JSON object on standard output.
+"""
+
+import glob
+import importlib.util
+import json
+import os
+import sys
+
+
+def duckdb_connection():
+    import duckdb
+
+    con = duckdb.connect(
+        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    )
+    for name in ("delta",):
+        spec = importlib.util.find_spec(f"duckdb_extension_{name}")
+        base = list(spec.submodule_search_locations)[0]
+        found = glob.glob(os.path.join(base, "**", f"{name}.duckdb_extension"), recursive=True)
+        if not found:
+            raise SystemExit(f"the {name} extension file is missing under {base}")
+        con.execute(f"LOAD '{found[0]}'")
+    return con
+
+
+def ids(reader, table):
+    if reader == "deltalake":
+        from deltalake import DeltaTable
+
+        t = DeltaTable(table).to_pyarrow_table()
+        names = t.column_names
+        event_ids = t.column("event_id").to_pylist() if "event_id" in names else []
+        cents = None
+        if "amount" in names:
+            cents = sum(int(a * 100) for a in t.column("amount").to_pylist() if a is not None)
+        return {"ids": event_ids, "rows": t.num_rows, "amount_cents": cents}
+    if reader == "duckdb":
+        con = duckdb_connection()
+        cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM delta_scan('{table}')").fetchall()]
+        rows = con.execute(f"SELECT count(*) FROM delta_scan('{table}')").fetchone()[0]
+        event_ids = []
+        if "event_id" in cols:
+            event_ids = [r[0] for r in con.execute(f"SELECT event_id FROM delta_scan('{table}')").fetchall()]
+        cents = None
+        if "amount" in cols:
+            cents = con.execute(
+                f"SELECT CAST(coalesce(sum(amount), 0) * 100 AS BIGINT) FROM delta_scan('{table}')"
+            ).fetchone()[0]
+        return {"ids": event_ids, "rows": rows, "amount_cents": cents}
+    raise SystemExit(f"unknown reader {reader}")
+
+
+def txn(table, app_ids):
+    from deltalake import DeltaTable
+
+    t = DeltaTable(table)
+    return {app: t.transaction_version(app) for app in app_ids}
+
+
+def describe(table):
+    from deltalake import DeltaTable
+
+    t = DeltaTable(table)
+    schema = [[f.name, str(f.type), f.nullable] for f in t.schema().fields]
+    import pyarrow as pa
+
+    actions = pa.table(t.get_add_actions(flatten=True)).to_pydict()
+    files = []
+    n = len(actions["path"])
+    part_cols = t.metadata().partition_columns
+    for i in range(n):
+        files.append(
+            {
+                "path": actions["path"][i],
+                "num_records": actions.get("num_records", [None] * n)[i],
+                "partition_values": {c: actions.get(f"partition.{c}", [None] * n)[i] for c in part_cols},
+            }
+        )
+    history = t.history(1)
+    return {
+        "version": t.version(),
+        "schema": schema,
+        "partition_columns": part_cols,
+        "files": files,
+        "last_commit": history[0] if history else None,
+    }
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "ids":
+        out = ids(sys.argv[2], sys.argv[3])
+    elif cmd == "txn":
+        out = txn(sys.argv[2], sys.argv[3:])
+    elif cmd == "describe":
+        out = describe(sys.argv[2])
+    else:
+        raise SystemExit(f"unknown command {cmd}")
+    json.dump(out, sys.stdout, default=str)
+    sys.stdout.flush()
+    # Leave without interpreter teardown: native reader threads can abort
+    # the process there ("terminate called without an active exception")
+    # after the answer is out.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
