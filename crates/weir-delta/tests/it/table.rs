@@ -1,0 +1,287 @@
+//! The Delta table as other engines see it: partitions, txn entries, commit
+//! info, schema checks and evolution, log checkpoints, file sizes.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use weir_core::prelude::*;
+use weir_core::source::RateSource;
+use weir_delta::DeltaSink;
+use weir_test_support::assert_exactly_once;
+
+use crate::readers;
+
+/// The sum of `amount` in cents over event ids `0..n`, as the rate source
+/// makes them.
+fn amount_cents(n: i64) -> i64 {
+    (0..n).map(|i| (i * 7919) % 100_000).sum()
+}
+
+/// The rate source with a `bucket` column (`event_id % 3` as a string).
+fn bucketed(rows_per_batch: u64) -> ReadStream {
+    read_stream(RateSource::rows_per_batch(rows_per_batch)).map_batches(|b| {
+        let ids = b.column(0).as_primitive::<Int64Type>();
+        let buckets: StringArray = ids.iter().map(|v| v.map(|v| format!("b{}", v % 3))).collect();
+        let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("bucket", DataType::Utf8, true));
+        let mut columns = b.columns().to_vec();
+        columns.push(Arc::new(buckets));
+        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+    })
+}
+
+async fn run(stream: ReadStream, chk: &Path, sink: DeltaSink, name: &str, last: u64) -> Result<StreamingQuery> {
+    let q = stream
+        .write_stream()
+        .query_name(name)
+        .checkpoint_location(chk)
+        .stop_after_batch(BatchId(last))
+        .start(sink)
+        .await?;
+    q.await_termination().await?;
+    Ok(q)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_table_reads_the_same_in_duckdb_and_deltalake() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("payments");
+    let sink = DeltaSink::try_new(table.to_str().unwrap())
+        .unwrap()
+        .with_partition_by(["bucket"]);
+    let q = run(bucketed(500), &dir.path().join("chk"), sink, "payments-bronze", 3)
+        .await
+        .unwrap();
+
+    let Some(describe) = readers::read(&["describe", table.to_str().unwrap()]) else {
+        return;
+    };
+    assert_eq!(describe["partition_columns"], serde_json::json!(["bucket"]));
+    let files = describe["files"].as_array().unwrap();
+    let mut buckets: Vec<&str> = files
+        .iter()
+        .map(|f| f["partition_values"]["bucket"].as_str().unwrap())
+        .collect();
+    buckets.sort_unstable();
+    buckets.dedup();
+    assert_eq!(buckets, vec!["b0", "b1", "b2"]);
+    let records: i64 = files
+        .iter()
+        .map(|f| f["num_records"].as_i64().expect("stats have numRecords"))
+        .sum();
+    assert_eq!(records, 2000);
+
+    for reader in ["deltalake", "duckdb"] {
+        let json = readers::read(&["ids", reader, table.to_str().unwrap()]).unwrap();
+        let ids: Vec<i64> = json["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
+        assert_exactly_once(&ids, 0..2000);
+        assert_eq!(
+            json["amount_cents"].as_i64(),
+            Some(amount_cents(2000)),
+            "{reader}: the amounts"
+        );
+    }
+
+    // The marker and the commit info, as other engines read them.
+    let name_app = "payments-bronze".to_string();
+    let owner_app = format!("payments-bronze@{}", q.id());
+    let txn = readers::read(&["txn", table.to_str().unwrap(), &name_app, &owner_app]).unwrap();
+    assert_eq!(txn[&name_app], 3);
+    assert_eq!(txn[&owner_app], 3);
+    let commit = &describe["last_commit"];
+    assert_eq!(commit["operation"], "STREAMING UPDATE");
+    assert_eq!(commit["operationParameters"]["epochId"], "3");
+    assert_eq!(commit["operationParameters"]["queryId"], q.id().to_string());
+    assert_eq!(commit["weir.queryName"], "payments-bronze");
+    assert_eq!(commit["weir.batchId"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_does_not_fit_the_table_is_refused_by_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    let sink = || DeltaSink::try_new(table.to_str().unwrap()).unwrap();
+    run(
+        read_stream(RateSource::rows_per_batch(10)),
+        &dir.path().join("a"),
+        sink(),
+        "a",
+        0,
+    )
+    .await
+    .unwrap();
+
+    // `amount` as a string, and a new column.
+    let other = read_stream(RateSource::rows_per_batch(10)).map_batches(|b| {
+        let schema = Schema::new(vec![
+            Field::new("event_id", DataType::Int64, false),
+            Field::new("amount", DataType::Utf8, false),
+            Field::new("note", DataType::Utf8, true),
+        ]);
+        let n = b.num_rows();
+        Ok(RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                b.column(0).clone(),
+                Arc::new(StringArray::from(vec!["x"; n])),
+                Arc::new(StringArray::from(vec![Some("y"); n])),
+            ],
+        )?)
+    });
+    let err = run(other, &dir.path().join("b"), sink(), "b", 0).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("\"amount\" is string in the stream and decimal(18,2) in the table"),
+        "{msg}"
+    );
+    assert!(msg.contains("\"note\" is not in the table"), "{msg}");
+    assert!(msg.contains("merge_schema"), "{msg}");
+    let ids = readers::event_ids(&table).await;
+    assert_exactly_once(&ids, 0..10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_schema_adds_new_nullable_columns_in_the_batch_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    let sink = || DeltaSink::try_new(table.to_str().unwrap()).unwrap();
+    run(
+        read_stream(RateSource::rows_per_batch(10)),
+        &dir.path().join("a"),
+        sink(),
+        "a",
+        1,
+    )
+    .await
+    .unwrap();
+
+    let with_note = read_stream(RateSource::rows_per_batch(10)).map_batches(|b| {
+        let ids = b.column(0).as_primitive::<Int64Type>();
+        let notes: StringArray = ids.iter().map(|v| v.map(|v| format!("n{v}"))).collect();
+        let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("note", DataType::Utf8, true));
+        let mut columns = b.columns().to_vec();
+        columns.push(Arc::new(notes));
+        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+    });
+    let err = run(with_note.clone(), &dir.path().join("b"), sink(), "b", 0)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("\"note\" is not in the table"), "{err}");
+    run(with_note, &dir.path().join("b"), sink().with_merge_schema(true), "b", 1)
+        .await
+        .unwrap();
+
+    // A stream without the new column still writes (nulls).
+    run(
+        read_stream(RateSource::rows_per_batch(10)),
+        &dir.path().join("a"),
+        sink(),
+        "a",
+        2,
+    )
+    .await
+    .unwrap();
+
+    let Some(describe) = readers::read(&["describe", table.to_str().unwrap()]) else {
+        return;
+    };
+    let names: Vec<&str> = describe["schema"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f[0].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["event_id", "ts", "account_id", "amount", "note"]);
+    // Query a wrote ids 0..20 then 20..30; query b wrote 0..20 with notes.
+    let mut ids = readers::event_ids(&table).await;
+    ids.sort_unstable();
+    let mut expected: Vec<i64> = (0..30).chain(0..20).collect();
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_is_checkpointed_at_the_tables_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    let sink = DeltaSink::try_new(table.to_str().unwrap())
+        .unwrap()
+        .with_table_property("delta.checkpointInterval", "5");
+    run(
+        read_stream(RateSource::rows_per_batch(7)),
+        &dir.path().join("c"),
+        sink,
+        "q",
+        11,
+    )
+    .await
+    .unwrap();
+    // Twelve commits at an interval of five: two checkpoints (deltalake
+    // writes one after every fifth commit counting version 0).
+    let log = table.join("_delta_log");
+    let mut checkpoints: Vec<u64> = std::fs::read_dir(&log)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().to_string();
+            name.strip_suffix(".checkpoint.parquet").map(|v| v.parse().unwrap())
+        })
+        .collect();
+    checkpoints.sort_unstable();
+    assert_eq!(checkpoints.len(), 2, "{checkpoints:?}");
+    let last: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(log.join("_last_checkpoint")).unwrap()).unwrap();
+    assert_eq!(last["version"].as_u64(), checkpoints.last().copied());
+    assert_exactly_once(&readers::event_ids(&table).await, 0..84);
+    // The marker survives in the checkpoint: a restart resumes exactly.
+    let sink = DeltaSink::try_new(table.to_str().unwrap()).unwrap();
+    run(
+        read_stream(RateSource::rows_per_batch(7)),
+        &dir.path().join("c"),
+        sink,
+        "q",
+        13,
+    )
+    .await
+    .unwrap();
+    assert_exactly_once(&readers::event_ids(&table).await, 0..98);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_roll_at_the_target_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    let sink = DeltaSink::try_new(table.to_str().unwrap())
+        .unwrap()
+        .with_target_file_size(256 * 1024);
+    let q = read_stream(RateSource::rows_per_batch(300_000))
+        .write_stream()
+        .checkpoint_location(dir.path().join("c"))
+        .writer_parallelism(1)
+        .stop_after_batch(BatchId(0))
+        .start(sink)
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    let files: Vec<std::fs::DirEntry> = std::fs::read_dir(&table)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".zstd.parquet"))
+        .collect();
+    assert!(files.len() >= 3, "{} files for ~2 MiB at a 256 KiB target", files.len());
+    let name = files[0].file_name().to_string_lossy().to_string();
+    assert!(
+        name.starts_with("part-00000-") && name.contains(&q.id().to_string()),
+        "{name}"
+    );
+    assert_exactly_once(&readers::event_ids(&table).await, 0..300_000);
+}
