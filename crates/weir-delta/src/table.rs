@@ -62,11 +62,18 @@ fn delta_err(table: &Url) -> impl Fn(DeltaTableError) -> DeltaSinkError + '_ {
 
 /// Loads the table at `url`, or `None` if there is no table there.
 pub(crate) async fn load(url: &Url, options: &DeltaSinkOptions) -> Result<Option<DeltaTable>, DeltaSinkError> {
-    let builder = DeltaTableBuilder::from_url(url.clone())
+    let mut table = DeltaTableBuilder::from_url(url.clone())
         .map_err(delta_err(url))?
-        .with_storage_options(options.storage_options.clone());
-    match builder.load().await {
-        Ok(table) => Ok(Some(table)),
+        .with_storage_options(options.storage_options.clone())
+        .build()
+        .map_err(delta_err(url))?;
+    // Asking the log first keeps the kernel from logging a missing table as
+    // an error.
+    if !table.verify_deltatable_existence().await.map_err(delta_err(url))? {
+        return Ok(None);
+    }
+    match table.load().await {
+        Ok(()) => Ok(Some(table)),
         Err(DeltaTableError::NotATable(_)) => Ok(None),
         Err(e) => Err(delta_err(url)(e)),
     }

@@ -1,0 +1,191 @@
+//! The Delta sink, as ratios measured in one run.
+//!
+//! 1. Throughput with 1M-row batches: weir's Delta sink against deltalake's
+//!    own `RecordBatchWriter` writing and committing the same batches.
+//! 2. Commit latency of 1,000-row batches at a table history of 10, 1,000
+//!    and 10,000 commits (the history is made of 1-row batches).
+//! 3. 1,000-row micro-batches, exactly once, against Python deltalake
+//!    checking the txn version before each `write_deltalake` (skipped with a
+//!    notice if the readers' Python environment is missing).
+//!
+//! `cargo bench -p weir-benches --bench delta`; `WEIR_BENCH_HISTORY=1000`
+//! stops the history at 1,000 commits for a quicker run.
+
+use std::path::Path;
+use std::time::Instant;
+
+use deltalake::writer::{DeltaWriter as _, RecordBatchWriter};
+use weir_core::prelude::*;
+use weir_delta::DeltaSink;
+
+fn url(path: &Path) -> url::Url {
+    std::fs::create_dir_all(path).unwrap();
+    url::Url::from_directory_path(std::fs::canonicalize(path).unwrap()).unwrap()
+}
+
+/// Runs the rate source into the table until batch `last`, returning the
+/// progress of this run's batches.
+async fn stream(table: &Path, chk: &Path, rows: u64, last: u64) -> Vec<QueryProgress> {
+    let sink = DeltaSink::try_new(table.to_str().unwrap()).unwrap();
+    let q = read_stream(RateSource::rows_per_batch(rows))
+        .write_stream()
+        .query_name("bench")
+        .checkpoint_location(chk)
+        .stop_after_batch(BatchId(last))
+        .start(sink)
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    q.recent_progress()
+}
+
+async fn weir_rows_per_second(rows: u64, batches: u64) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    stream(&dir.path().join("t"), &dir.path().join("c"), rows, batches - 1).await;
+    (rows * batches) as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn deltalake_rows_per_second(rows: u64, batches: u64) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    // The table exists before timing starts, as weir's is created once.
+    let sink_dir = dir.path().join("t");
+    stream(&sink_dir, &dir.path().join("c"), 1, 0).await;
+    let mut table = deltalake::open_table(url(&sink_dir)).await.unwrap();
+    let started = Instant::now();
+    for b in 0..batches {
+        let mut writer = RecordBatchWriter::for_table(&table).unwrap();
+        let (from, to) = (b * rows, (b + 1) * rows);
+        for lo in (from..to).step_by(64 * 1024) {
+            writer
+                .write(RateSource::generate(lo, (lo + 64 * 1024).min(to)))
+                .await
+                .unwrap();
+        }
+        writer.flush_and_commit(&mut table).await.unwrap();
+    }
+    (rows * batches) as f64 / started.elapsed().as_secs_f64()
+}
+
+fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len().max(1) as f64
+}
+
+/// Mean total and commit milliseconds of `n` 1,000-row batches after the
+/// table's history reaches each of `levels` commits.
+async fn latency_by_history(levels: &[u64], n: u64) -> Vec<(u64, f64, f64)> {
+    let dir = tempfile::tempdir().unwrap();
+    let (table, chk_small, chk_big) = (dir.path().join("t"), dir.path().join("small"), dir.path().join("big"));
+    let mut out = Vec::new();
+    let mut history = 0u64; // commits of the 1-row query so far
+    let mut big_last: Option<u64> = None;
+    for &level in levels {
+        // Grow the history with 1-row batches of another query.
+        let target = level.saturating_sub(big_last.map(|b| b + 1).unwrap_or(0));
+        if target > history {
+            stream(&table, &chk_small, 1, target - 1).await;
+            history = target;
+        }
+        let first = big_last.map(|b| b + 1).unwrap_or(0);
+        let last = first + n - 1;
+        let sink = DeltaSink::try_new(table.to_str().unwrap()).unwrap();
+        let q = read_stream(RateSource::rows_per_batch(1000))
+            .write_stream()
+            .query_name("measured")
+            .checkpoint_location(&chk_big)
+            .stop_after_batch(BatchId(last))
+            .start(sink)
+            .await
+            .unwrap();
+        q.await_termination().await.unwrap();
+        // The first batch of a run pays for loading the table: leave it out.
+        let progress: Vec<QueryProgress> = q.recent_progress().into_iter().skip(1).collect();
+        let total = mean(&progress.iter().map(|p| p.durations_ms.total).collect::<Vec<_>>());
+        let commit = mean(&progress.iter().map(|p| p.durations_ms.commit).collect::<Vec<_>>());
+        out.push((level, total, commit));
+        big_last = Some(last);
+    }
+    out
+}
+
+fn python_per_batch(batches: u64) -> Option<Vec<f64>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = root.join(".venv-readers/bin/python");
+    if !python.exists() {
+        eprintln!("NOTE: .venv-readers is missing (scripts/test.sh makes it); the Python comparison is left out");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(python)
+        .arg(root.join("benches/python/delta_microbatches.py"))
+        .arg(dir.path().join("t"))
+        .arg(batches.to_string())
+        .arg("1000")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    Some(
+        json["per_batch_ms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect(),
+    )
+}
+
+#[tokio::main]
+async fn main() {
+    let top: u64 = std::env::var("WEIR_BENCH_HISTORY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+
+    let (rows, batches) = (1_000_000, 5);
+    weir_rows_per_second(rows, 1).await;
+    let (mut weir, mut base) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        weir.push(weir_rows_per_second(rows, batches).await);
+        base.push(deltalake_rows_per_second(rows, batches).await);
+    }
+    let (weir, base) = (mean(&weir), mean(&base));
+    println!("1. throughput, {batches} batches of {rows} rows (mean of 3 alternating rounds):");
+    println!("   weir Delta sink          {weir:>12.0} rows/s");
+    println!("   deltalake RecordBatchWriter {base:>9.0} rows/s");
+    println!("   ratio weir / deltalake   {:>12.2}   (target >= 0.9)", weir / base);
+
+    let levels: Vec<u64> = [10, 1_000, 10_000].into_iter().filter(|l| *l <= top).collect();
+    let latencies = latency_by_history(&levels, 20).await;
+    println!("2. 1,000-row batches by table history (mean of 19 batches):");
+    for (level, total, commit) in &latencies {
+        println!("   history {level:>6}: {total:>7.2} ms per batch, {commit:>7.2} ms in the commit");
+    }
+    let ratio = latencies.last().unwrap().1 / latencies[0].1;
+    println!(
+        "   ratio at {} / at 10   {ratio:>7.2}   (target <= 1.5)",
+        latencies.last().unwrap().0
+    );
+
+    let n = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let progress = stream(&dir.path().join("t"), &dir.path().join("c"), 1000, n - 1).await;
+    let weir_first = mean(&progress[1..11].iter().map(|p| p.durations_ms.total).collect::<Vec<_>>());
+    let weir_last = mean(
+        &progress[progress.len() - 10..]
+            .iter()
+            .map(|p| p.durations_ms.total)
+            .collect::<Vec<_>>(),
+    );
+    println!("3. {n} exactly-once micro-batches of 1,000 rows:");
+    println!("   weir          {weir_first:>7.2} ms per batch at first, {weir_last:>7.2} ms at {n}");
+    if let Some(py) = python_per_batch(n) {
+        let py_first = mean(&py[1..11]);
+        let py_last = mean(&py[py.len() - 10..]);
+        println!("   Python deltalake {py_first:>7.2} ms per batch at first, {py_last:>7.2} ms at {n}");
+        println!(
+            "   ratio Python / weir at {n} {:>7.2}   (target >= 5)",
+            py_last / weir_last
+        );
+    }
+}

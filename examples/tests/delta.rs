@@ -1,0 +1,175 @@
+//! The Delta sink under SIGKILL and under two concurrent copies of a query,
+//! read back by Python deltalake and DuckDB.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const ROWS_PER_BATCH: u64 = 20;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn stream(table: &Path, checkpoint: &Path, total_batches: u64) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_delta-stream"));
+    cmd.arg("--table")
+        .arg(table)
+        .arg("--checkpoint")
+        .arg(checkpoint)
+        .args(["--query-name", "payments-bronze"])
+        .args(["--rows-per-batch", &ROWS_PER_BATCH.to_string()])
+        .args(["--total-batches", &total_batches.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Runs `read_table.py`; `None` outside CI when the readers are missing.
+fn read(args: &[&str]) -> Option<serde_json::Value> {
+    let python = workspace().join(".venv-readers/bin/python");
+    if !python.exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "the readers are missing; scripts/test.sh installs them"
+        );
+        eprintln!("SKIPPED: the independent readers are not installed; run scripts/test.sh");
+        return None;
+    }
+    let out = Command::new(python)
+        .arg(workspace().join("integration/readers/read_table.py"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// Checks every event id `0..n` exactly once with both readers, and the amounts.
+fn assert_table_exactly_once(table: &Path, n: i64) {
+    let expected_cents: i64 = (0..n).map(|i| (i * 7919) % 100_000).sum();
+    for reader in ["deltalake", "duckdb"] {
+        let Some(json) = read(&["ids", reader, table.to_str().unwrap()]) else {
+            return;
+        };
+        let mut ids: Vec<i64> = json["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
+        ids.sort_unstable();
+        let dups: Vec<&[i64]> = ids.windows(2).filter(|w| w[0] == w[1]).take(5).collect();
+        assert!(dups.is_empty(), "{reader}: repeated ids {dups:?}");
+        assert_eq!(ids.len() as i64, n, "{reader}: row count");
+        assert_eq!(ids.first().copied(), Some(0));
+        assert_eq!(ids.last().copied(), Some(n - 1), "{reader}: no id missing");
+        assert_eq!(
+            json["amount_cents"].as_i64(),
+            Some(expected_cents),
+            "{reader}: amount checksum"
+        );
+    }
+}
+
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[test]
+fn every_event_exactly_once_in_delta_after_random_sigkills() {
+    let seed = std::env::var("WEIR_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64);
+    eprintln!("kill test seed {seed}");
+    let mut rng = Lcg(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let (table, chk) = (dir.path().join("payments"), dir.path().join("chk"));
+    let total = 600;
+    let mut killed = 0;
+    for _ in 0..24 {
+        let mut child: Child = stream(&table, &chk, total).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(150 + rng.below(400)));
+        match child.try_wait().unwrap() {
+            Some(status) => {
+                let out = child.wait_with_output().unwrap();
+                assert!(
+                    status.success(),
+                    "a run failed by itself: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            None => {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                killed += 1;
+            }
+        }
+    }
+    let last = stream(&table, &chk, total).output().unwrap();
+    assert!(
+        last.status.success(),
+        "final run: {}",
+        String::from_utf8_lossy(&last.stderr)
+    );
+    eprintln!("{killed} of 24 runs killed (seed {seed})");
+    assert!(killed >= 20, "only {killed} kills landed mid-run");
+    assert_table_exactly_once(&table, (total * ROWS_PER_BATCH) as i64);
+    let Some(txn) = read(&["txn", table.to_str().unwrap(), "payments-bronze"]) else {
+        return;
+    };
+    assert_eq!(txn["payments-bronze"], total - 1, "the marker is the last batch");
+}
+
+#[test]
+fn two_processes_running_copies_of_one_query_write_each_batch_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (table, a, b) = (dir.path().join("payments"), dir.path().join("a"), dir.path().join("b"));
+    let first = stream(&table, &a, 2).output().unwrap();
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    copy_dir(&a, &b);
+    let total = 150;
+    let (ra, rb) = (
+        stream(&table, &a, total).spawn().unwrap(),
+        stream(&table, &b, total).spawn().unwrap(),
+    );
+    let (oa, ob) = (ra.wait_with_output().unwrap(), rb.wait_with_output().unwrap());
+    let failed: Vec<String> = [&oa, &ob]
+        .iter()
+        .filter(|o| !o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stderr).to_string())
+        .collect();
+    assert_eq!(failed.len(), 1, "exactly one copy stops: {failed:?}");
+    assert!(
+        failed[0].contains("another run of the same query id") || failed[0].contains("planned only up to"),
+        "the loser says why: {}",
+        failed[0]
+    );
+    assert_table_exactly_once(&table, (total * ROWS_PER_BATCH) as i64);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
