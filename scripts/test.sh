@@ -21,6 +21,15 @@ if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
     cp "$requirements" "$stamp"
 fi
 
+step "services: SeaweedFS (S3)"
+services=$(mktemp -d)
+cleanup() {
+    scripts/services/seaweedfs.sh stop "$services" || true
+    rm -rf "$services" "${lake:-}"
+}
+trap cleanup EXIT
+eval "$(scripts/services/seaweedfs.sh start "$services")"
+
 step "formatting"
 cargo fmt --all -- --check
 
@@ -32,7 +41,6 @@ cargo test --workspace --doc --locked
 
 step "quickstart, twice on one lake (the second run continues the first)"
 lake=$(mktemp -d)
-trap 'rm -rf "$lake"' EXIT
 cargo run --locked -q -p weir-examples --bin quickstart -- --lake "$lake" --batches 5 --rows-per-batch 1000
 cargo run --locked -q -p weir-examples --bin quickstart -- --lake "$lake" --batches 3 --rows-per-batch 1000
 

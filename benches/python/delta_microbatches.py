@@ -13,12 +13,13 @@ import sys
 import time
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 
 def batch(n, rows):
     ids = pa.array(range(n * rows, (n + 1) * rows), pa.int64())
-    return pa.table({"event_id": ids, "account_id": pa.compute.remainder(ids, 1000)})
+    return pa.table({"event_id": ids, "account_id": pc.remainder(ids, 1000)})
 
 
 def main():

@@ -36,11 +36,24 @@ def duckdb_connection():
     return con
 
 
+def storage_options(table):
+    """Options for a table on the test S3 (SeaweedFS), from the environment."""
+    if not table.startswith("s3://"):
+        return None
+    return {
+        "AWS_ENDPOINT_URL": os.environ["WEIR_TEST_S3_ENDPOINT"],
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": os.environ.get("AWS_REGION", "us-east-1"),
+        "AWS_ACCESS_KEY_ID": os.environ["AWS_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": os.environ["AWS_SECRET_ACCESS_KEY"],
+    }
+
+
 def ids(reader, table):
     if reader == "deltalake":
         from deltalake import DeltaTable
 
-        t = DeltaTable(table).to_pyarrow_table()
+        t = DeltaTable(table, storage_options=storage_options(table)).to_pyarrow_table()
         names = t.column_names
         event_ids = t.column("event_id").to_pylist() if "event_id" in names else []
         cents = None
@@ -66,7 +79,7 @@ def ids(reader, table):
 def txn(table, app_ids):
     from deltalake import DeltaTable
 
-    t = DeltaTable(table)
+    t = DeltaTable(table, storage_options=storage_options(table))
     return {app: t.transaction_version(app) for app in app_ids}
 
 

@@ -1,5 +1,6 @@
 //! The error type of weir-delta.
 
+use deltalake::kernel::transaction::TransactionError;
 use deltalake::DeltaTableError;
 use weir_core::BatchId;
 
@@ -61,6 +62,14 @@ pub enum DeltaSinkError {
         attempts: usize,
     },
 
+    /// The table was replaced (a new metadata id) while the query ran.
+    #[error("Delta table {table} was replaced while the query ran (metadata id {expected} is now {found}); nothing of the batch was committed. Restart the query: its start-up guards decide whether the new table may be written")]
+    TableReplaced {
+        table: String,
+        expected: String,
+        found: String,
+    },
+
     /// The sink was used before the driver prepared it.
     #[error("Delta table {table}: the sink was used before prepare; start it through a streaming query")]
     NotPrepared { table: String },
@@ -70,11 +79,20 @@ impl DeltaSinkError {
     /// Whether trying again may succeed.
     pub fn retryable(&self) -> bool {
         match self {
-            DeltaSinkError::Store { .. } | DeltaSinkError::TooManyConflicts { .. } => true,
-            DeltaSinkError::Delta { source, .. } => matches!(
-                source,
-                DeltaTableError::ObjectStore { .. } | DeltaTableError::Io { .. } | DeltaTableError::Transaction { .. }
-            ),
+            DeltaSinkError::TooManyConflicts { .. } => true,
+            DeltaSinkError::Store { source, .. } => transient(source),
+            DeltaSinkError::Delta { source, .. } => match source {
+                DeltaTableError::ObjectStore { source } => transient(source),
+                DeltaTableError::Io { .. } | DeltaTableError::VersionAlreadyExists(_) => true,
+                DeltaTableError::Transaction { source } => matches!(
+                    source,
+                    TransactionError::MaxCommitAttempts(_)
+                        | TransactionError::VersionAlreadyExists(_)
+                        | TransactionError::CommitConflict(_)
+                        | TransactionError::ObjectStore { .. }
+                ),
+                _ => false,
+            },
             _ => false,
         }
     }
@@ -83,6 +101,19 @@ impl DeltaSinkError {
         let retryable = self.retryable();
         weir_core::Error::sink("delta", batch_id, retryable, self)
     }
+}
+
+/// Whether an object store error may pass on a retry (not a missing file or
+/// a refused credential).
+fn transient(e: &object_store::Error) -> bool {
+    !matches!(
+        e,
+        object_store::Error::NotFound { .. }
+            | object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. }
+            | object_store::Error::InvalidPath { .. }
+            | object_store::Error::NotSupported { .. }
+    )
 }
 
 impl From<DeltaSinkError> for weir_core::Error {

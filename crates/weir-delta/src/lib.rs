@@ -28,6 +28,15 @@
 //!   log files, so commit time does not grow with the table's history.
 //! - **Files are never deleted after a commit attempt whose outcome is
 //!   unknown**; only files of attempts known not to have committed are.
+//!   Each commit info carries its attempt id, so a race lost to this
+//!   attempt's own retried write is recognised as a commit.
+//! - **A log checkpoint that fails after the commit landed is logged, not
+//!   reported as a failed commit**; expired-log cleanup runs after each log
+//!   checkpoint only, so commits do not list the whole log.
+//! - **Refused up front**: column mapping, `delta.setTransactionRetentionDuration`
+//!   (it would expire the marker), Complete mode on an append-only table,
+//!   unsigned and nanosecond columns; a table replaced while the query runs
+//!   stops it.
 //!
 //! Output modes: Append, and Complete (one commit removes every current file
 //! and adds the batch's). Schema: the stream must match the table (names and

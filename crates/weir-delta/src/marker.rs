@@ -9,6 +9,8 @@
 //! Delta's conflict checker fails a commit whose `txn` app ids were updated
 //! by a concurrent winner, which fences two runs of the same query.
 
+use std::collections::HashMap;
+
 use deltalake::kernel::Transaction;
 use deltalake::{DeltaTable, DeltaTableError};
 use weir_core::protocol::SinkMarker;
@@ -35,18 +37,69 @@ pub(crate) fn transactions(name: &QueryName, id: QueryId, batch: BatchId) -> Vec
     ]
 }
 
+/// `txn` versions by app id, valid at one table version and brought
+/// forward by reading only the commits after it, so a marker lookup costs
+/// the new commits, not a replay of the log since its last checkpoint.
+#[derive(Debug, Default)]
+pub(crate) struct TxnCache {
+    version: Option<u64>,
+    versions: HashMap<String, Option<i64>>,
+}
+
+impl TxnCache {
+    /// Brings the cache to the table's loaded version.
+    async fn advance(&mut self, table: &DeltaTable) -> Result<(), DeltaTableError> {
+        let latest = table.version();
+        match (self.version, latest) {
+            (Some(seen), Some(latest)) if seen <= latest => {
+                let log_store = table.log_store();
+                for v in seen + 1..=latest {
+                    let Some(bytes) = log_store.read_commit_entry(v).await? else {
+                        // The entry is gone (log cleanup): start afresh.
+                        self.versions.clear();
+                        break;
+                    };
+                    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                        let Ok(action) = serde_json::from_slice::<serde_json::Value>(line) else {
+                            continue;
+                        };
+                        if let Some(txn) = action.get("txn") {
+                            if let (Some(app), Some(version)) = (txn["appId"].as_str(), txn["version"].as_i64()) {
+                                self.versions.insert(app.to_string(), Some(version));
+                            }
+                        }
+                    }
+                }
+            }
+            _ => self.versions.clear(),
+        }
+        self.version = latest;
+        Ok(())
+    }
+
+    /// The app id's txn version at the cache's version.
+    async fn get(&mut self, table: &DeltaTable, app_id: String) -> Result<Option<i64>, DeltaTableError> {
+        if let Some(v) = self.versions.get(&app_id) {
+            return Ok(*v);
+        }
+        let v = table
+            .snapshot()?
+            .transaction_version(table.log_store().as_ref(), &app_id)
+            .await?;
+        self.versions.insert(app_id, v);
+        Ok(v)
+    }
+}
+
 /// The name's marker on the table's loaded snapshot.
 pub(crate) async fn read(
     table: &DeltaTable,
+    cache: &mut TxnCache,
     name: &QueryName,
     known_ids: &[QueryId],
 ) -> Result<Option<SinkMarker>, DeltaTableError> {
-    let snapshot = table.snapshot()?;
-    let log_store = table.log_store();
-    let Some(version) = snapshot
-        .transaction_version(log_store.as_ref(), name_app_id(name))
-        .await?
-    else {
+    cache.advance(table).await?;
+    let Some(version) = cache.get(table, name_app_id(name)).await? else {
         return Ok(None);
     };
     let Ok(batch) = u64::try_from(version) else {
@@ -59,10 +112,7 @@ pub(crate) async fn read(
     };
     let batch_id = BatchId(batch);
     for id in known_ids {
-        let owned = snapshot
-            .transaction_version(log_store.as_ref(), owner_app_id(name, *id))
-            .await?;
-        if owned == Some(version) {
+        if cache.get(table, owner_app_id(name, *id)).await? == Some(version) {
             return Ok(Some(SinkMarker {
                 query_id: *id,
                 batch_id,

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use deltalake::kernel::transaction::{CommitBuilder, CommitConflictError, CommitProperties, TransactionError};
 use deltalake::kernel::{Action, Add};
 use deltalake::protocol::{DeltaOperation, OutputMode as DeltaOutputMode};
+use deltalake::table::config::TablePropertiesExt;
 use deltalake::{DeltaTable, DeltaTableError};
 use serde_json::json;
 use url::Url;
@@ -57,7 +58,16 @@ struct State {
     /// The loaded table, kept between commits so each reads only new log
     /// entries.
     table: tokio::sync::Mutex<Option<DeltaTable>>,
-    layout: RwLock<Option<Arc<Layout>>>,
+    /// Markers, kept current with the table (locked after `table`).
+    txns: tokio::sync::Mutex<marker::TxnCache>,
+    /// Fixed by `prepare`: how rows map to files, and where files go.
+    prepared: RwLock<Option<Prepared>>,
+}
+
+#[derive(Debug, Clone)]
+struct Prepared {
+    layout: Arc<Layout>,
+    store: Arc<dyn deltalake::ObjectStore>,
 }
 
 static REGISTER_STORES: Once = Once::new();
@@ -129,15 +139,19 @@ impl DeltaSink {
         }
     }
 
-    fn layout(&self) -> Result<Arc<Layout>, DeltaSinkError> {
+    fn prepared(&self) -> Result<Prepared, DeltaSinkError> {
         self.state
-            .layout
+            .prepared
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .ok_or_else(|| DeltaSinkError::NotPrepared {
                 table: self.url.to_string(),
             })
+    }
+
+    fn layout(&self) -> Result<Arc<Layout>, DeltaSinkError> {
+        self.prepared().map(|p| p.layout)
     }
 
     /// The table brought up to its latest version.
@@ -191,6 +205,9 @@ impl DeltaSink {
         Ok(actions)
     }
 
+    /// One commit attempt. Returns the version once the log entry landed;
+    /// the post-commit work (log checkpoint, expired-log cleanup) runs after,
+    /// and its failure is logged, never reported as a failed commit.
     async fn try_commit(
         &self,
         table: &DeltaTable,
@@ -202,11 +219,22 @@ impl DeltaSink {
             ("weir.queryId".to_string(), json!(ctx.query_id.to_string())),
             ("weir.batchId".to_string(), json!(ctx.batch_id.0)),
             ("weir.runId".to_string(), json!(ctx.run_id.to_string())),
+            ("weir.attemptId".to_string(), json!(ctx.attempt_id.to_string())),
         ];
+        // Complete mode must not be rebased over another writer's adds: its
+        // removes would miss them. Any winner sends it back to the loop,
+        // which rebuilds the removes from the new snapshot.
+        let retries = match ctx.output_mode {
+            OutputMode::Append => DELTA_RETRIES,
+            OutputMode::Complete => 0,
+        };
         let properties = CommitProperties::default()
             .with_application_transactions(marker::transactions(&ctx.query_name, ctx.query_id, ctx.batch_id))
             .with_metadata(metadata)
-            .with_max_retries(DELTA_RETRIES);
+            .with_max_retries(retries)
+            // Expired-log cleanup lists the whole log; it runs only after a
+            // log checkpoint instead (see `after_commit`).
+            .with_cleanup_expired_logs(Some(false));
         let operation = DeltaOperation::StreamingUpdate {
             output_mode: match ctx.output_mode {
                 OutputMode::Append => DeltaOutputMode::Append,
@@ -215,11 +243,53 @@ impl DeltaSink {
             query_id: ctx.query_id.to_string(),
             epoch_id: ctx.batch_id.0 as i64,
         };
-        let committed = CommitBuilder::from(properties)
+        let landed = CommitBuilder::from(properties)
             .with_actions(actions)
             .build(Some(table.snapshot()?), table.log_store(), operation)
+            .into_prepared_commit_future()
+            .await?
             .await?;
-        Ok(committed.version() as i64)
+        let version = landed.version;
+        if let Err(e) = landed.await {
+            tracing::warn!(version, error = %e, "the batch is committed; the log checkpoint after it failed and is retried at a later commit");
+        }
+        self.after_commit(table, version).await;
+        Ok(version as i64)
+    }
+
+    /// After the commit that made a log checkpoint, removes log files past
+    /// the table's retention, as Delta's expired-log cleanup does.
+    async fn after_commit(&self, table: &DeltaTable, version: u64) {
+        let Ok(snapshot) = table.snapshot() else { return };
+        let config = snapshot.table_config();
+        if !config.enable_expired_log_cleanup() || !(version + 1).is_multiple_of(config.checkpoint_interval().get()) {
+            return;
+        }
+        let cutoff = chrono::Utc::now().timestamp_millis() - config.log_retention_duration().as_millis() as i64;
+        let log_store = table.log_store();
+        if let Err(e) =
+            deltalake::checkpoints::cleanup_expired_logs_for(version, log_store.as_ref(), cutoff, None).await
+        {
+            tracing::warn!(version, error = %e, "expired-log cleanup failed; the next checkpoint retries it");
+        }
+    }
+
+    /// Whether a commit of this attempt landed (seen after a lost race that
+    /// was really our own write retried inside the object store or
+    /// deltalake): its commit info carries the attempt id.
+    async fn attempt_landed(
+        &self,
+        table: &DeltaTable,
+        ctx: &BatchContext,
+        since_version: u64,
+    ) -> Result<bool, DeltaTableError> {
+        let latest = table.version().unwrap_or(0);
+        let depth = (latest.saturating_sub(since_version) + 1) as usize;
+        let attempt = ctx.attempt_id.to_string();
+        Ok(table
+            .history(Some(depth))
+            .await?
+            .any(|info| info.info.get("weir.attemptId").and_then(|v| v.as_str()) == Some(attempt.as_str())))
     }
 }
 
@@ -260,9 +330,13 @@ impl Sink for DeltaSink {
             Some(table) => table,
             None => table::create(&self.url, &query.schema, &self.options).await?,
         };
-        let layout = table::layout(&table, &self.url, &query.schema, &self.options)?;
+        let layout = table::layout(&table, &self.url, &query.schema, query.output_mode, &self.options)?;
         tracing::info!(table = %self.url, partitions = ?layout.partition_columns, target_file_size = layout.target_file_size, "Delta sink ready");
-        *self.state.layout.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(layout));
+        let prepared = Prepared {
+            layout: Arc::new(layout),
+            store: table.log_store().object_store(None),
+        };
+        *self.state.prepared.write().unwrap_or_else(|e| e.into_inner()) = Some(prepared);
         *slot = Some(table);
         Ok(())
     }
@@ -270,20 +344,14 @@ impl Sink for DeltaSink {
     async fn marker(&self, name: &QueryName, known_ids: &[QueryId]) -> weir_core::Result<Option<SinkMarker>> {
         let mut slot = self.state.table.lock().await;
         let table = self.latest(&mut slot).await?;
-        Ok(marker::read(table, name, known_ids).await.map_err(|e| self.err(e))?)
+        let mut txns = self.state.txns.lock().await;
+        Ok(marker::read(table, &mut txns, name, known_ids)
+            .await
+            .map_err(|e| self.err(e))?)
     }
 
     fn create_writer(&self, batch: &BatchContext, partition_id: usize) -> weir_core::Result<Box<dyn DataWriter>> {
-        let layout = self.layout()?;
-        let store = self
-            .state
-            .table
-            .try_lock()
-            .ok()
-            .and_then(|t| t.as_ref().map(|t| t.log_store().object_store(None)))
-            .ok_or_else(|| DeltaSinkError::NotPrepared {
-                table: self.url.to_string(),
-            })?;
+        let Prepared { layout, store } = self.prepared()?;
         let ctx = WriterContext {
             table: self.url.to_string(),
             store,
@@ -299,29 +367,48 @@ impl Sink for DeltaSink {
     }
 
     async fn commit(&self, ctx: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<CommitOutcome> {
+        let core = |e: DeltaSinkError| e.into_core(Some(ctx.batch_id));
         let layout = self.layout()?;
         let mut files = Vec::new();
         for m in &messages {
             files.extend(m.decode::<Vec<AddFile>>()?);
         }
         let mut slot = self.state.table.lock().await;
+        let mut txns = self.state.txns.lock().await;
+        // The version before this batch's first try: a commit of this
+        // attempt can only be after it.
+        let mut first_try: Option<u64> = None;
         for attempt in 1..=MAX_COMMIT_ATTEMPTS {
-            let table = self
-                .latest(&mut slot)
-                .await
-                .map_err(|e| e.into_core(Some(ctx.batch_id)))?;
+            let table = self.latest(&mut slot).await.map_err(core)?;
+            let snapshot = table.snapshot().map_err(|e| core(self.err(e)))?;
+            if snapshot.metadata().id() != layout.table_id {
+                return Err(core(DeltaSinkError::TableReplaced {
+                    table: self.url.to_string(),
+                    expected: layout.table_id.clone(),
+                    found: snapshot.metadata().id().to_string(),
+                }));
+            }
             // The marker is read on the snapshot the commit is built on; a
             // winner that moves it makes deltalake fail the commit with a
             // conflict, and the next attempt reads it again.
-            let found = marker::read(table, &ctx.query_name, &ctx.known_ids())
+            let found = marker::read(table, &mut txns, &ctx.query_name, &ctx.known_ids())
                 .await
-                .map_err(|e| self.err(e).into_core(Some(ctx.batch_id)))?;
+                .map_err(|e| core(self.err(e)))?;
             if let CommitDecision::AlreadyCommitted(m) = decide_commit(found, ctx.commit_facts())? {
+                if let Some(since) = first_try {
+                    if self
+                        .attempt_landed(table, ctx, since)
+                        .await
+                        .map_err(|e| core(self.err(e)))?
+                    {
+                        tracing::info!(attempt, "the lost race was this attempt's own commit");
+                        return Ok(CommitOutcome::Committed { version: None });
+                    }
+                }
                 return Ok(CommitOutcome::AlreadyCommitted(m));
             }
-            let actions = self
-                .actions(table, ctx, &files, &layout)
-                .map_err(|e| e.into_core(Some(ctx.batch_id)))?;
+            first_try.get_or_insert(table.version().unwrap_or(0));
+            let actions = self.actions(table, ctx, &files, &layout).map_err(core)?;
             match self.try_commit(table, ctx, actions).await {
                 Ok(version) => {
                     tracing::debug!(version, attempt, files = files.len(), "committed to Delta");
@@ -329,22 +416,23 @@ impl Sink for DeltaSink {
                 }
                 Err(e) if lost_race(&e) => {
                     tracing::info!(attempt, error = %e, "lost a commit race; re-reading the table");
+                    // A little jittered backoff so racing writers spread out.
+                    let jitter = u64::from(ctx.attempt_id.as_u128() as u16 % 20);
+                    tokio::time::sleep(std::time::Duration::from_millis((attempt as u64 * 5).min(200) + jitter)).await;
                 }
-                Err(e) => return Err(self.err(e).into_core(Some(ctx.batch_id))),
+                Err(e) => return Err(core(self.err(e))),
             }
         }
-        Err(DeltaSinkError::TooManyConflicts {
+        Err(core(DeltaSinkError::TooManyConflicts {
             table: self.url.to_string(),
             batch_id: ctx.batch_id,
             attempts: MAX_COMMIT_ATTEMPTS,
-        }
-        .into_core(Some(ctx.batch_id)))
+        }))
     }
 
     async fn abort(&self, _batch: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<()> {
-        let store = match self.state.table.lock().await.as_ref() {
-            Some(t) => t.log_store().object_store(None),
-            None => return Ok(()),
+        let Ok(Prepared { store, .. }) = self.prepared() else {
+            return Ok(());
         };
         for m in &messages {
             if let Ok(files) = m.decode::<Vec<AddFile>>() {

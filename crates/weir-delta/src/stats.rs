@@ -42,13 +42,17 @@ pub(crate) struct FileStats {
 }
 
 impl FileStats {
-    /// Statistics for the first `indexed` top-level, non-nested columns.
-    pub(crate) fn new(schema: &Schema, indexed: usize) -> Self {
+    /// Statistics for the named columns, or else the first `indexed`
+    /// top-level columns; nested columns get none.
+    pub(crate) fn new(schema: &Schema, indexed: usize, only: Option<&[String]>) -> Self {
         let columns = schema
             .fields()
             .iter()
             .enumerate()
-            .take(indexed)
+            .filter(|(i, f)| match only {
+                Some(names) => names.iter().any(|n| n == f.name()),
+                None => *i < indexed,
+            })
             .filter(|(_, f)| !f.data_type().is_nested())
             .map(|(index, f)| ColumnStats {
                 index,
@@ -133,7 +137,8 @@ fn bounds(array: &ArrayRef) -> Option<Result<(Bound, Bound), ()>> {
     macro_rules! floats {
         ($t:ty) => {{
             let a = array.as_primitive::<$t>();
-            if a.iter().flatten().any(|v| v.is_nan()) {
+            // NaN and infinities have no place in JSON bounds.
+            if a.iter().flatten().any(|v| !v.is_finite()) {
                 return Some(Err(()));
             }
             Some(Ok((
@@ -247,7 +252,7 @@ mod tests {
                 true,
             ),
         ]));
-        let mut stats = FileStats::new(&schema, 32);
+        let mut stats = FileStats::new(&schema, 32, None);
         let batch = |ids: Vec<Option<i64>>, names: Vec<Option<&str>>, xs: Vec<f64>, ts: Vec<i64>| {
             RecordBatch::try_new(
                 schema.clone(),

@@ -2,13 +2,14 @@
 
 use std::sync::Arc;
 
-use arrow_schema::{Field, Schema, SchemaRef};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use deltalake::kernel::engine::arrow_conversion::{TryIntoArrow, TryIntoKernel};
 use deltalake::kernel::{Metadata, MetadataExt, StructField, StructType};
 use deltalake::operations::create::CreateBuilder;
 use deltalake::table::config::TablePropertiesExt;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
+use weir_core::OutputMode;
 
 use crate::error::DeltaSinkError;
 use crate::options::DeltaSinkOptions;
@@ -34,6 +35,8 @@ pub(crate) struct Layout {
     pub added_columns: Vec<StructField>,
     pub target_file_size: u64,
     pub num_indexed_cols: usize,
+    /// `delta.dataSkippingStatsColumns`, which replaces the first-N rule.
+    pub stats_columns: Option<Vec<String>>,
 }
 
 pub(crate) fn table_url(location: &str) -> Result<Url, DeltaSinkError> {
@@ -140,15 +143,53 @@ pub(crate) fn layout(
     table: &DeltaTable,
     url: &Url,
     schema: &Schema,
+    mode: OutputMode,
     options: &DeltaSinkOptions,
 ) -> Result<Layout, DeltaSinkError> {
     let snapshot = table.snapshot().map_err(delta_err(url))?;
     let metadata = snapshot.metadata();
     let config = metadata.configuration();
+    let unsupported = |feature: &str| DeltaSinkError::Unsupported {
+        table: url.to_string(),
+        feature: feature.into(),
+    };
     if config.get("delta.columnMapping.mode").is_some_and(|m| m != "none") {
-        return Err(DeltaSinkError::Unsupported {
+        return Err(unsupported("column mapping"));
+    }
+    // Expiring txn actions would expire the exactly-once marker.
+    if config.contains_key("delta.setTransactionRetentionDuration") {
+        return Err(unsupported(
+            "delta.setTransactionRetentionDuration (it expires the txn actions that hold each query's exactly-once marker)",
+        ));
+    }
+    if mode == OutputMode::Complete && config.get("delta.appendOnly").is_some_and(|v| v == "true") {
+        return Err(unsupported(
+            "delta.appendOnly=true with the Complete output mode, which removes files",
+        ));
+    }
+    let unreadable: Vec<String> = schema
+        .fields()
+        .iter()
+        .filter(|f| {
+            matches!(
+                f.data_type(),
+                DataType::UInt8
+                    | DataType::UInt16
+                    | DataType::UInt32
+                    | DataType::UInt64
+                    | DataType::Date64
+                    | DataType::Timestamp(TimeUnit::Nanosecond, _)
+            )
+        })
+        .map(|f| format!("{:?} ({})", f.name(), f.data_type()))
+        .collect();
+    if !unreadable.is_empty() {
+        return Err(DeltaSinkError::SchemaMismatch {
             table: url.to_string(),
-            feature: "column mapping".into(),
+            differences: format!(
+                "columns {} have types Delta readers do not read the same way; cast them (signed integers, date32, timestamps in microseconds) in the query",
+                unreadable.join(", ")
+            ),
         });
     }
     let table_schema = snapshot.schema();
@@ -180,6 +221,20 @@ pub(crate) fn layout(
         }
     }
     let partition_columns: Vec<String> = metadata.partition_columns().to_vec();
+    for column in &partition_columns {
+        if let Some(field) = schema.fields().iter().find(|f| f.name() == column) {
+            if !partition::supported(field.data_type()) {
+                return Err(DeltaSinkError::Partition {
+                    table: url.to_string(),
+                    column: column.clone(),
+                    reason: format!(
+                        "weir writes partitions of strings, integers, dates and booleans, not {}",
+                        field.data_type()
+                    ),
+                });
+            }
+        }
+    }
     for t in table_schema.fields() {
         if stream.field(t.name()).is_none() && (!t.is_nullable() || partition_columns.contains(t.name())) {
             differences.push(format!(
@@ -225,8 +280,15 @@ pub(crate) fn layout(
         Some(n) => n as usize,
         None => 32,
     };
+    let stats_columns = config.get("delta.dataSkippingStatsColumns").map(|v| {
+        v.split(',')
+            .map(|c| c.trim().to_string())
+            .filter(|c| !c.is_empty())
+            .collect()
+    });
     Ok(Layout {
         table_id: metadata.id().to_string(),
+        stats_columns,
         partition_indices: partition_columns.iter().filter_map(|c| index_of(c)).collect(),
         partition_columns,
         file_schema: Arc::new(Schema::new(file_fields)),

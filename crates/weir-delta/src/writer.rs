@@ -122,7 +122,11 @@ impl DeltaWriter {
             path,
             values: values.to_vec(),
             writer,
-            stats: FileStats::new(&self.ctx.layout.file_schema, self.ctx.layout.num_indexed_cols),
+            stats: FileStats::new(
+                &self.ctx.layout.file_schema,
+                self.ctx.layout.num_indexed_cols,
+                self.ctx.layout.stats_columns.as_deref(),
+            ),
         })
     }
 

@@ -36,6 +36,13 @@ pub trait SinkHarness: Send + Sync {
     /// The `event_id` of every row in the table, read back (by an
     /// independent reader where the sink is a table format).
     async fn read_event_ids(&self) -> Vec<i64>;
+
+    /// Why the suite cannot run here (a service that is not running), if so.
+    /// The cases then print the reason and do nothing; a harness must not
+    /// give a reason in CI, where every service is started.
+    fn skip_reason(&self) -> Option<String> {
+        None
+    }
 }
 
 const ROWS: u64 = 100;

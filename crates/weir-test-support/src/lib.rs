@@ -43,6 +43,10 @@ macro_rules! sink_conformance_tests {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     let harness = super::$harness().await;
+                    if let Some(reason) = $crate::SinkHarness::skip_reason(&harness) {
+                        eprintln!("SKIPPED {}: {reason}", stringify!($case));
+                        return;
+                    }
                     $crate::conformance::$case(&harness).await;
                 }
             )+

@@ -136,8 +136,11 @@ pub enum CommitOutcome {
     /// The batch is now visible; `version` is the sink's new version (table
     /// version, snapshot id) where it has one.
     Committed { version: Option<i64> },
-    /// The sink already held this batch of this query: nothing was
-    /// committed, and the messages' output must be discarded.
+    /// The sink already held this batch of this query from another attempt
+    /// (another run): nothing was committed, and the messages' output will be
+    /// discarded by [`Sink::abort`]. A sink must only say so when it knows
+    /// this attempt's own output is not in the sink (a retried write of this
+    /// attempt that landed is `Committed`).
     AlreadyCommitted(SinkMarker),
 }
 

@@ -2,4 +2,5 @@
 
 mod conformance;
 mod readers;
+mod s3;
 mod table;

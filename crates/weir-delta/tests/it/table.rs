@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{RecordBatch, StringArray};
+use arrow_array::{Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use weir_core::prelude::*;
 use weir_core::source::RateSource;
@@ -284,4 +284,44 @@ async fn files_roll_at_the_target_size() {
         "{name}"
     );
     assert_exactly_once(&readers::event_ids(&table).await, 0..300_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_queries_writing_the_same_table_are_rebased_not_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    let sink = || DeltaSink::try_new(table.to_str().unwrap()).unwrap();
+    // Create the table first so both queries start against it.
+    run(
+        read_stream(RateSource::rows_per_batch(1)),
+        &dir.path().join("init"),
+        sink(),
+        "init",
+        0,
+    )
+    .await
+    .unwrap();
+    let shifted = |offset: i64| {
+        read_stream(RateSource::rows_per_batch(50)).map_batches(move |b| {
+            let ids: Int64Array = b.column(0).as_primitive::<Int64Type>().unary(|v| v + offset);
+            let mut columns = b.columns().to_vec();
+            columns[0] = Arc::new(ids);
+            Ok(RecordBatch::try_new(b.schema(), columns)?)
+        })
+    };
+    let (chk_a, chk_b) = (dir.path().join("a"), dir.path().join("b"));
+    let (a, b) = tokio::join!(
+        run(shifted(1_000), &chk_a, sink(), "a", 29),
+        run(shifted(1_000_000), &chk_b, sink(), "b", 29),
+    );
+    a.expect("query a never fails for b's commits");
+    b.expect("query b never fails for a's commits");
+    let mut ids = readers::event_ids(&table).await;
+    ids.sort_unstable();
+    let mut expected: Vec<i64> = std::iter::once(0)
+        .chain(1_000..2_500)
+        .chain(1_000_000..1_001_500)
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
 }

@@ -1,0 +1,95 @@
+//! The sink conformance suite on a Delta table in S3 (SeaweedFS, started by
+//! scripts/test.sh), read back by Python deltalake. Commits rely on S3's
+//! conditional put; no locking service, no unsafe rename.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use deltalake::DeltaTableBuilder;
+use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+use weir_core::sink::Sink;
+use weir_delta::DeltaSink;
+use weir_test_support::SinkHarness;
+
+struct S3Harness {
+    endpoint: Option<String>,
+    prefix: String,
+}
+
+async fn s3_harness() -> S3Harness {
+    let endpoint = std::env::var("WEIR_TEST_S3_ENDPOINT").ok();
+    assert!(
+        endpoint.is_some() || std::env::var_os("CI").is_none(),
+        "WEIR_TEST_S3_ENDPOINT is not set; scripts/test.sh starts SeaweedFS and sets it"
+    );
+    let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
+    S3Harness {
+        endpoint,
+        prefix: format!("s3://{bucket}/delta-conformance/{}", uuid::Uuid::new_v4()),
+    }
+}
+
+impl S3Harness {
+    fn sink_at(&self, name: &str) -> DeltaSink {
+        DeltaSink::try_new(&format!("{}/{name}", self.prefix))
+            .unwrap()
+            .with_storage_option("AWS_ENDPOINT_URL", self.endpoint.clone().unwrap_or_default())
+            .with_storage_option("AWS_ALLOW_HTTP", "true")
+    }
+}
+
+#[async_trait]
+impl SinkHarness for S3Harness {
+    async fn sink(&self) -> Arc<dyn Sink> {
+        Arc::new(self.sink_at("table"))
+    }
+
+    async fn other_sink(&self) -> Arc<dyn Sink> {
+        Arc::new(self.sink_at("other"))
+    }
+
+    async fn recreate_table(&self) {
+        let url = url::Url::parse(&format!("{}/table/", self.prefix)).unwrap();
+        let store = DeltaTableBuilder::from_url(url)
+            .unwrap()
+            .with_storage_options(
+                [
+                    (
+                        "AWS_ENDPOINT_URL".to_string(),
+                        self.endpoint.clone().unwrap_or_default(),
+                    ),
+                    ("AWS_ALLOW_HTTP".to_string(), "true".to_string()),
+                ]
+                .into(),
+            )
+            .build_storage()
+            .unwrap()
+            .object_store(None);
+        let files: Vec<_> = store.list(None).map_ok(|m| m.location).try_collect().await.unwrap();
+        for file in files {
+            store.delete(&file).await.unwrap();
+        }
+    }
+
+    async fn read_event_ids(&self) -> Vec<i64> {
+        let table = format!("{}/table", self.prefix);
+        let json = crate::readers::read(&["ids", "deltalake", &table]).expect("the readers are installed with S3");
+        json["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect()
+    }
+
+    fn skip_reason(&self) -> Option<String> {
+        match (&self.endpoint, crate::readers::python()) {
+            (None, _) => Some("no S3 endpoint (WEIR_TEST_S3_ENDPOINT); scripts/test.sh starts SeaweedFS".into()),
+            (_, None) => Some("the independent readers are not installed; run scripts/test.sh".into()),
+            _ => None,
+        }
+    }
+}
+
+weir_test_support::sink_conformance_tests!(s3_harness);
