@@ -71,6 +71,14 @@ fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len().max(1) as f64
 }
 
+/// The median: a batch's cost in steady state, not skewed by the one batch
+/// in a hundred that also writes a log checkpoint.
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// Mean total and commit milliseconds of `n` 1,000-row batches after the
 /// table's history reaches each of `levels` commits.
 async fn latency_by_history(levels: &[u64], n: u64) -> Vec<(u64, f64, f64)> {
@@ -100,8 +108,8 @@ async fn latency_by_history(levels: &[u64], n: u64) -> Vec<(u64, f64, f64)> {
         q.await_termination().await.unwrap();
         // The first batch of a run pays for loading the table: leave it out.
         let progress: Vec<QueryProgress> = q.recent_progress().into_iter().skip(1).collect();
-        let total = mean(&progress.iter().map(|p| p.durations_ms.total).collect::<Vec<_>>());
-        let commit = mean(&progress.iter().map(|p| p.durations_ms.commit).collect::<Vec<_>>());
+        let total = median(&progress.iter().map(|p| p.durations_ms.total).collect::<Vec<_>>());
+        let commit = median(&progress.iter().map(|p| p.durations_ms.commit).collect::<Vec<_>>());
         out.push((level, total, commit));
         big_last = Some(last);
     }
@@ -157,7 +165,7 @@ async fn main() {
 
     let levels: Vec<u64> = [10, 1_000, 10_000].into_iter().filter(|l| *l <= top).collect();
     let latencies = latency_by_history(&levels, 20).await;
-    println!("2. 1,000-row batches by table history (mean of 19 batches):");
+    println!("2. 1,000-row batches by table history (median of 19 batches):");
     for (level, total, commit) in &latencies {
         println!("   history {level:>6}: {total:>7.2} ms per batch, {commit:>7.2} ms in the commit");
     }
@@ -177,11 +185,11 @@ async fn main() {
             .map(|p| p.durations_ms.total)
             .collect::<Vec<_>>(),
     );
-    println!("3. {n} exactly-once micro-batches of 1,000 rows:");
+    println!("3. {n} exactly-once micro-batches of 1,000 rows (medians of the first and last 20):");
     println!("   weir          {weir_first:>7.2} ms per batch at first, {weir_last:>7.2} ms at {n}");
     if let Some(py) = python_per_batch(n) {
-        let py_first = mean(&py[1..11]);
-        let py_last = mean(&py[py.len() - 10..]);
+        let py_first = median(&py[1..21]);
+        let py_last = median(&py[py.len() - 20..]);
         println!("   Python deltalake {py_first:>7.2} ms per batch at first, {py_last:>7.2} ms at {n}");
         println!(
             "   ratio Python / weir at {n} {:>7.2}   (target >= 5)",

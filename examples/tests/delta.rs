@@ -1,9 +1,11 @@
 //! The Delta sink under SIGKILL and under two concurrent copies of a query,
 //! read back by Python deltalake and DuckDB.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 const ROWS_PER_BATCH: u64 = 20;
 
@@ -76,26 +78,9 @@ fn assert_table_exactly_once(table: &Path, n: i64) {
     }
 }
 
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
 #[test]
 fn every_event_exactly_once_in_delta_after_random_sigkills() {
-    let seed = std::env::var("WEIR_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64);
-    eprintln!("kill test seed {seed}");
-    let mut rng = Lcg(seed);
+    let (seed, mut rng) = common::seeded();
     let dir = tempfile::tempdir().unwrap();
     let (table, chk) = (dir.path().join("payments"), dir.path().join("chk"));
     let total = 600;

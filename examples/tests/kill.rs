@@ -2,10 +2,12 @@
 //! and restarted, twenty times and more, then run to the end; every
 //! payment id must be in its output exactly once, none missing.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
@@ -24,20 +26,6 @@ fn quickstart(lake: &Path) -> Command {
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     cmd
-}
-
-/// A small deterministic generator, seeded from the clock (printed, so a
-/// failing run can be repeated with WEIR_KILL_SEED).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next_below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
 }
 
 fn ids_in(dir: &Path) -> HashMap<i64, usize> {
@@ -62,18 +50,13 @@ fn ids_in(dir: &Path) -> HashMap<i64, usize> {
 
 #[test]
 fn every_payment_exactly_once_after_random_sigkills() {
-    let seed = std::env::var("WEIR_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64);
-    eprintln!("kill test seed {seed}");
-    let mut rng = Lcg(seed);
+    let (seed, mut rng) = common::seeded();
     let lake = tempfile::tempdir().unwrap();
     let mut killed = 0;
     let mut finished_early = 0;
     for _ in 0..KILLS {
         let mut child = quickstart(lake.path()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(30 + rng.next_below(250)));
+        std::thread::sleep(Duration::from_millis(30 + rng.below(250)));
         match child.try_wait().unwrap() {
             Some(status) => {
                 assert!(status.success(), "a run failed on its own: {status}");

@@ -17,13 +17,17 @@ use weir_core::{QueryId, QueryName};
 use crate::error::DeltaSinkError;
 use crate::marker;
 use crate::options::{Compression, DeltaSinkOptions};
-use crate::table::{self, Layout};
+use crate::table::{self, Files, Layout};
 use crate::writer::{delete_files, AddFile, DeltaWriter, WriterContext};
 
 /// How often the sink re-reads the table and re-checks its marker after
 /// losing a commit race before giving up (deltalake itself rebases past
 /// writers that do not conflict).
 const MAX_COMMIT_ATTEMPTS: usize = 100;
+
+/// How many versions the sink's table is updated incrementally before it is
+/// loaded afresh from the newest log checkpoint.
+const RELOAD_EVERY: u64 = 100;
 
 /// deltalake's own retries of a commit over non-conflicting winners.
 const DELTA_RETRIES: usize = 15;
@@ -58,6 +62,8 @@ struct State {
     /// The loaded table, kept between commits so each reads only new log
     /// entries.
     table: tokio::sync::Mutex<Option<DeltaTable>>,
+    /// The version at which `table` was last loaded afresh.
+    loaded_at: std::sync::Mutex<u64>,
     /// Markers, kept current with the table (locked after `table`).
     txns: tokio::sync::Mutex<marker::TxnCache>,
     /// Fixed by `prepare`: how rows map to files, and where files go.
@@ -156,15 +162,27 @@ impl DeltaSink {
 
     /// The table brought up to its latest version.
     async fn latest<'a>(&self, slot: &'a mut Option<DeltaTable>) -> Result<&'a DeltaTable, DeltaSinkError> {
+        // A table updated commit by commit carries every commit since it was
+        // loaded; loaded afresh, it starts from the newest log checkpoint.
+        if let Some(table) = slot.as_ref() {
+            let version = table.version().unwrap_or(0);
+            let mut loaded_at = self.state.loaded_at.lock().unwrap_or_else(|e| e.into_inner());
+            if version >= *loaded_at + RELOAD_EVERY {
+                *loaded_at = version;
+                *slot = None;
+            }
+        }
         match slot {
             Some(table) => table.update_incremental(None).await.map_err(|e| self.err(e))?,
             None => {
-                let table = table::load(&self.url, &self.options).await?.ok_or_else(|| {
-                    self.err(DeltaTableError::NotATable(format!(
-                        "{} has no Delta table (was it deleted?)",
-                        self.url
-                    )))
-                })?;
+                let table = table::load(&self.url, &self.options, Files::Untracked)
+                    .await?
+                    .ok_or_else(|| {
+                        self.err(DeltaTableError::NotATable(format!(
+                            "{} has no Delta table (was it deleted?)",
+                            self.url
+                        )))
+                    })?;
                 *slot = Some(table);
             }
         }
@@ -243,6 +261,9 @@ impl DeltaSink {
             query_id: ctx.query_id.to_string(),
             epoch_id: ctx.batch_id.0 as i64,
         };
+        // The commit has landed once the prepared commit resolves. Its
+        // post-commit hook (which rebuilds a snapshot of every file) is not
+        // run; `after_commit` writes log checkpoints instead.
         let landed = CommitBuilder::from(properties)
             .with_actions(actions)
             .build(Some(table.snapshot()?), table.log_store(), operation)
@@ -250,27 +271,42 @@ impl DeltaSink {
             .await?
             .await?;
         let version = landed.version;
-        if let Err(e) = landed.await {
-            tracing::warn!(version, error = %e, "the batch is committed; the log checkpoint after it failed and is retried at a later commit");
-        }
         self.after_commit(table, version).await;
         Ok(version as i64)
     }
 
-    /// After the commit that made a log checkpoint, removes log files past
-    /// the table's retention, as Delta's expired-log cleanup does.
+    /// Every `delta.checkpointInterval` commits (counted as deltalake does),
+    /// writes a log checkpoint and removes log files past the table's
+    /// retention. Failures are logged: the batch is committed, and the next
+    /// due commit tries again.
     async fn after_commit(&self, table: &DeltaTable, version: u64) {
         let Ok(snapshot) = table.snapshot() else { return };
         let config = snapshot.table_config();
-        if !config.enable_expired_log_cleanup() || !(version + 1).is_multiple_of(config.checkpoint_interval().get()) {
+        if !(version + 1).is_multiple_of(config.checkpoint_interval().get()) {
             return;
         }
-        let cutoff = chrono::Utc::now().timestamp_millis() - config.log_retention_duration().as_millis() as i64;
-        let log_store = table.log_store();
-        if let Err(e) =
-            deltalake::checkpoints::cleanup_expired_logs_for(version, log_store.as_ref(), cutoff, None).await
-        {
-            tracing::warn!(version, error = %e, "expired-log cleanup failed; the next checkpoint retries it");
+        let cleanup = config.enable_expired_log_cleanup();
+        let retention = config.log_retention_duration();
+        let full = match table::load(&self.url, &self.options, Files::Tracked).await {
+            Ok(Some(full)) => full,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(version, error = %e, "could not load the table for a log checkpoint");
+                return;
+            }
+        };
+        if let Err(e) = deltalake::checkpoints::create_checkpoint(&full, None).await {
+            tracing::warn!(version, error = %e, "the batch is committed; the log checkpoint after it failed and is retried at the next interval");
+            return;
+        }
+        if cleanup {
+            let cutoff = chrono::Utc::now().timestamp_millis() - retention.as_millis() as i64;
+            let log_store = full.log_store();
+            if let Err(e) =
+                deltalake::checkpoints::cleanup_expired_logs_for(version, log_store.as_ref(), cutoff, None).await
+            {
+                tracing::warn!(version, error = %e, "expired-log cleanup failed; the next checkpoint retries it");
+            }
         }
     }
 
@@ -326,7 +362,7 @@ impl Sink for DeltaSink {
 
     async fn prepare(&self, query: &QueryInfo) -> weir_core::Result<()> {
         let mut slot = self.state.table.lock().await;
-        let table = match table::load(&self.url, &self.options).await? {
+        let table = match table::load(&self.url, &self.options, Files::Untracked).await? {
             Some(table) => table,
             None => table::create(&self.url, &query.schema, &self.options).await?,
         };
@@ -378,8 +414,19 @@ impl Sink for DeltaSink {
         // The version before this batch's first try: a commit of this
         // attempt can only be after it.
         let mut first_try: Option<u64> = None;
+        let mut full: Option<DeltaTable>;
         for attempt in 1..=MAX_COMMIT_ATTEMPTS {
-            let table = self.latest(&mut slot).await.map_err(core)?;
+            let table = match ctx.output_mode {
+                OutputMode::Append => self.latest(&mut slot).await.map_err(core)?,
+                // Complete mode removes every live file: it needs them all.
+                OutputMode::Complete => {
+                    full = table::load(&self.url, &self.options, Files::Tracked)
+                        .await
+                        .map_err(core)?;
+                    full.as_ref()
+                        .ok_or_else(|| core(self.err(DeltaTableError::NotATable(self.url.to_string()))))?
+                }
+            };
             let snapshot = table.snapshot().map_err(|e| core(self.err(e)))?;
             if snapshot.metadata().id() != layout.table_id {
                 return Err(core(DeltaSinkError::TableReplaced {

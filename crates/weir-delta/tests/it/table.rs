@@ -21,17 +21,22 @@ fn amount_cents(n: i64) -> i64 {
     (0..n).map(|i| (i * 7919) % 100_000).sum()
 }
 
-/// The rate source with a `bucket` column (`event_id % 3` as a string).
-fn bucketed(rows_per_batch: u64) -> ReadStream {
-    read_stream(RateSource::rows_per_batch(rows_per_batch)).map_batches(|b| {
+/// The rate source with one more string column, made from each event id.
+fn with_string_column(rows_per_batch: u64, name: &'static str, value: fn(i64) -> String) -> ReadStream {
+    read_stream(RateSource::rows_per_batch(rows_per_batch)).map_batches(move |b| {
         let ids = b.column(0).as_primitive::<Int64Type>();
-        let buckets: StringArray = ids.iter().map(|v| v.map(|v| format!("b{}", v % 3))).collect();
+        let values: StringArray = ids.iter().map(|v| v.map(value)).collect();
         let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
-        fields.push(Field::new("bucket", DataType::Utf8, true));
+        fields.push(Field::new(name, DataType::Utf8, true));
         let mut columns = b.columns().to_vec();
-        columns.push(Arc::new(buckets));
+        columns.push(Arc::new(values));
         Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
     })
+}
+
+/// The rate source with a `bucket` column (`event_id % 3` as a string).
+fn bucketed(rows_per_batch: u64) -> ReadStream {
+    with_string_column(rows_per_batch, "bucket", |v| format!("b{}", v % 3))
 }
 
 async fn run(stream: ReadStream, chk: &Path, sink: DeltaSink, name: &str, last: u64) -> Result<StreamingQuery> {
@@ -164,15 +169,7 @@ async fn merge_schema_adds_new_nullable_columns_in_the_batch_commit() {
     .await
     .unwrap();
 
-    let with_note = read_stream(RateSource::rows_per_batch(10)).map_batches(|b| {
-        let ids = b.column(0).as_primitive::<Int64Type>();
-        let notes: StringArray = ids.iter().map(|v| v.map(|v| format!("n{v}"))).collect();
-        let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
-        fields.push(Field::new("note", DataType::Utf8, true));
-        let mut columns = b.columns().to_vec();
-        columns.push(Arc::new(notes));
-        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
-    });
+    let with_note = with_string_column(10, "note", |v| format!("n{v}"));
     let err = run(with_note.clone(), &dir.path().join("b"), sink(), "b", 0)
         .await
         .unwrap_err();
