@@ -187,6 +187,25 @@ async fn main() {
     );
     println!("3. {n} exactly-once micro-batches of 1,000 rows (medians of the first and last 20):");
     println!("   weir          {weir_first:>7.2} ms per batch at first, {weir_last:>7.2} ms at {n}");
+    let phase =
+        |f: fn(&QueryProgress) -> f64| median(&progress[progress.len() - 20..].iter().map(f).collect::<Vec<_>>());
+    if std::env::var_os("WEIR_BENCH_DUMP").is_some() {
+        for p in &progress[progress.len() - 20..] {
+            let d = p.durations_ms;
+            eprintln!(
+                "batch {} total {:.1} plan {:.1} write {:.1} commit {:.1} record {:.1}",
+                p.batch_id, d.total, d.plan, d.write, d.commit, d.record
+            );
+        }
+    }
+    println!(
+        "   weir at {n}, by phase: plan {:.2}, read {:.2}, write {:.2}, commit {:.2}, record {:.2} ms",
+        phase(|p| p.durations_ms.plan),
+        phase(|p| p.durations_ms.read),
+        phase(|p| p.durations_ms.write),
+        phase(|p| p.durations_ms.commit),
+        phase(|p| p.durations_ms.record)
+    );
     if let Some(py) = python_per_batch(n) {
         let py_first = median(&py[1..21]);
         let py_last = median(&py[py.len() - 20..]);
