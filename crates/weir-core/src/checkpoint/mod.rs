@@ -21,6 +21,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::Serialize;
 
+pub(crate) use format::decode;
 pub use format::{CheckpointMetadata, CommitEntry, OffsetEntry, SourceOffset, FORMAT_VERSION};
 pub use local::LocalStore;
 pub use log::BatchLog;

@@ -21,7 +21,8 @@ use crate::checkpoint::{CheckpointStore, PutOutcome};
 use crate::error::{Error, Result};
 
 const KEY: &str = "file_log_index";
-const LOG_VERSION: u32 = 1;
+/// The file log's format version; it follows the checkpoint's.
+const LOG_VERSION: u32 = crate::checkpoint::FORMAT_VERSION;
 
 /// The format of the files a [`FileSource`] reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,11 +126,9 @@ impl FileSource {
             path: path.into(),
             reason: "the file source's log entry for a planned batch is missing".into(),
         })?;
-        serde_json::from_slice(&bytes).map_err(|e| Error::CorruptCheckpoint {
-            location: store.location().into(),
-            path: path.into(),
-            reason: e.to_string(),
-        })
+        // Versioned like every checkpoint file: a newer weir's entry is
+        // refused by name, not misread.
+        crate::checkpoint::decode(store.location(), path, &bytes)
     }
 
     /// The directory's files not yet seen, oldest first.

@@ -182,3 +182,25 @@ async fn parquet_columns_are_matched_by_name() {
     assert_eq!(table.batches()[0].schema(), schema());
     assert_exactly_once(&event_ids(&table.batches()), 1..3);
 }
+
+#[tokio::test]
+async fn a_file_log_entry_of_a_newer_format_is_refused_by_name() {
+    let (input, chk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let table = MemorySink::new("t");
+    write_json(input.path(), "a", 0..10);
+    run(files_query(input.path(), chk.path(), FileFormat::JsonLines), &table)
+        .await
+        .unwrap();
+    let entry = chk.path().join("sources/files/0");
+    let text = std::fs::read_to_string(&entry).unwrap();
+    assert!(text.starts_with("{\"version\":1,"), "{text}");
+    std::fs::write(&entry, text.replacen("\"version\":1", "\"version\":9", 1)).unwrap();
+    let err = run(files_query(input.path(), chk.path(), FileFormat::JsonLines), &table)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::UnsupportedCheckpointVersion { path, found: 9, .. } if path == "sources/files/0"),
+        "{err}"
+    );
+    assert_exactly_once(&event_ids(&table.batches()), 0..10);
+}
