@@ -3,15 +3,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+use weir_test_support::{assert_exactly_once, copy_dir, readers};
 
 const ROWS_PER_BATCH: u64 = 20;
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn stream(table: &Path, checkpoint: &Path, total_batches: u64) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_delta-stream"));
@@ -27,54 +25,14 @@ fn stream(table: &Path, checkpoint: &Path, total_batches: u64) -> Command {
     cmd
 }
 
-/// Runs `read_table.py`; `None` outside CI when the readers are missing.
-fn read(args: &[&str]) -> Option<serde_json::Value> {
-    let python = workspace().join(".venv-readers/bin/python");
-    if !python.exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "the readers are missing; scripts/test.sh installs them"
-        );
-        eprintln!("SKIPPED: the independent readers are not installed; run scripts/test.sh");
-        return None;
-    }
-    let out = Command::new(python)
-        .arg(workspace().join("integration/readers/read_table.py"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(serde_json::from_slice(&out.stdout).unwrap())
-}
-
 /// Checks every event id `0..n` exactly once with both readers, and the amounts.
 fn assert_table_exactly_once(table: &Path, n: i64) {
-    let expected_cents: i64 = (0..n).map(|i| (i * 7919) % 100_000).sum();
     for reader in ["deltalake", "duckdb"] {
-        let Some(json) = read(&["ids", reader, table.to_str().unwrap()]) else {
+        let Some((ids, cents)) = readers::event_ids_with(reader, table.to_str().unwrap()) else {
             return;
         };
-        let mut ids: Vec<i64> = json["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_i64().unwrap())
-            .collect();
-        ids.sort_unstable();
-        let dups: Vec<&[i64]> = ids.windows(2).filter(|w| w[0] == w[1]).take(5).collect();
-        assert!(dups.is_empty(), "{reader}: repeated ids {dups:?}");
-        assert_eq!(ids.len() as i64, n, "{reader}: row count");
-        assert_eq!(ids.first().copied(), Some(0));
-        assert_eq!(ids.last().copied(), Some(n - 1), "{reader}: no id missing");
-        assert_eq!(
-            json["amount_cents"].as_i64(),
-            Some(expected_cents),
-            "{reader}: amount checksum"
-        );
+        assert_exactly_once(&ids, 0..n);
+        assert_eq!(cents, Some(readers::rate_amount_cents(n)), "{reader}: amount checksum");
     }
 }
 
@@ -113,7 +71,7 @@ fn every_event_exactly_once_in_delta_after_random_sigkills() {
     eprintln!("{killed} of 24 runs killed (seed {seed})");
     assert!(killed >= 20, "only {killed} kills landed mid-run");
     assert_table_exactly_once(&table, (total * ROWS_PER_BATCH) as i64);
-    let Some(txn) = read(&["txn", table.to_str().unwrap(), "payments-bronze"]) else {
+    let Some(txn) = readers::read(&["txn", table.to_str().unwrap(), "payments-bronze"]) else {
         return;
     };
     assert_eq!(txn["payments-bronze"], total - 1, "the marker is the last batch");
@@ -144,17 +102,4 @@ fn two_processes_running_copies_of_one_query_write_each_batch_once() {
         failed[0]
     );
     assert_table_exactly_once(&table, (total * ROWS_PER_BATCH) as i64);
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }

@@ -197,8 +197,11 @@ impl DeltaSink {
         layout: &Layout,
     ) -> Result<Vec<Action>, DeltaSinkError> {
         let mut actions = Vec::with_capacity(files.len() + 1);
-        if let Some(metadata) = table::merged_metadata(table, &self.url, &layout.added_columns)? {
-            actions.push(Action::Metadata(metadata));
+        // Only a query that adds columns pays for comparing schemas.
+        if !layout.added_columns.is_empty() {
+            if let Some(metadata) = table::merged_metadata(table, &self.url, &layout.added_columns)? {
+                actions.push(Action::Metadata(metadata));
+            }
         }
         if ctx.output_mode == OutputMode::Complete {
             let snapshot = table.snapshot().map_err(|e| self.err(e))?;

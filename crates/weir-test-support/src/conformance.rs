@@ -75,7 +75,8 @@ fn refusal(result: Result<(), Error>) -> Refusal {
     }
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+/// Copies a directory tree (a checkpoint, to make an old copy of it).
+pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("create the copy");
     for entry in std::fs::read_dir(from).expect("read the checkpoint") {
         let entry = entry.expect("entry");

@@ -12,8 +12,9 @@
 
 pub mod conformance;
 mod data;
+pub mod readers;
 
-pub use conformance::SinkHarness;
+pub use conformance::{copy_dir, SinkHarness};
 pub use data::{assert_exactly_once, event_ids};
 
 /// Expands to one `#[tokio::test]` per case of the conformance suite, each

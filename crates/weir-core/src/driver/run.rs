@@ -43,6 +43,8 @@ pub(crate) struct Driver {
     stream: ReadStream,
     schema: SchemaRef,
     sink: Arc<dyn Sink>,
+    /// The sink's identity as progress shows it, fixed at start.
+    sink_description: String,
     query_id: QueryId,
     query_name: QueryName,
     run_id: RunId,
@@ -163,6 +165,7 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
         checkpoint,
         stream: options.stream.clone(),
         schema,
+        sink_description: facts.current_sink.to_string(),
         sink,
         query_id,
         query_name: query_name.clone(),
@@ -509,7 +512,7 @@ impl Driver {
                 end_offset: end,
             }],
             sink: SinkProgress {
-                description: self.sink.identity().to_string(),
+                description: self.sink_description.clone(),
                 version,
             },
         };

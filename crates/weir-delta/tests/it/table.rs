@@ -15,15 +15,14 @@ use weir_test_support::assert_exactly_once;
 
 use crate::readers;
 
-/// The sum of `amount` in cents over event ids `0..n`, as the rate source
-/// makes them.
-fn amount_cents(n: i64) -> i64 {
-    (0..n).map(|i| (i * 7919) % 100_000).sum()
+/// The rate source, `rows` per batch.
+fn rate(rows: u64) -> ReadStream {
+    read_stream(RateSource::rows_per_batch(rows))
 }
 
 /// The rate source with one more string column, made from each event id.
 fn with_string_column(rows_per_batch: u64, name: &'static str, value: fn(i64) -> String) -> ReadStream {
-    read_stream(RateSource::rows_per_batch(rows_per_batch)).map_batches(move |b| {
+    rate(rows_per_batch).map_batches(move |b| {
         let ids = b.column(0).as_primitive::<Int64Type>();
         let values: StringArray = ids.iter().map(|v| v.map(value)).collect();
         let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
@@ -91,7 +90,7 @@ async fn a_partitioned_table_reads_the_same_in_duckdb_and_deltalake() {
         assert_exactly_once(&ids, 0..2000);
         assert_eq!(
             json["amount_cents"].as_i64(),
-            Some(amount_cents(2000)),
+            Some(weir_test_support::readers::rate_amount_cents(2000)),
             "{reader}: the amounts"
         );
     }
@@ -115,18 +114,10 @@ async fn a_stream_that_does_not_fit_the_table_is_refused_by_column() {
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("t");
     let sink = || DeltaSink::try_new(table.to_str().unwrap()).unwrap();
-    run(
-        read_stream(RateSource::rows_per_batch(10)),
-        &dir.path().join("a"),
-        sink(),
-        "a",
-        0,
-    )
-    .await
-    .unwrap();
+    run(rate(10), &dir.path().join("a"), sink(), "a", 0).await.unwrap();
 
     // `amount` as a string, and a new column.
-    let other = read_stream(RateSource::rows_per_batch(10)).map_batches(|b| {
+    let other = rate(10).map_batches(|b| {
         let schema = Schema::new(vec![
             Field::new("event_id", DataType::Int64, false),
             Field::new("amount", DataType::Utf8, false),
@@ -159,15 +150,7 @@ async fn merge_schema_adds_new_nullable_columns_in_the_batch_commit() {
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("t");
     let sink = || DeltaSink::try_new(table.to_str().unwrap()).unwrap();
-    run(
-        read_stream(RateSource::rows_per_batch(10)),
-        &dir.path().join("a"),
-        sink(),
-        "a",
-        1,
-    )
-    .await
-    .unwrap();
+    run(rate(10), &dir.path().join("a"), sink(), "a", 1).await.unwrap();
 
     let with_note = with_string_column(10, "note", |v| format!("n{v}"));
     let err = run(with_note.clone(), &dir.path().join("b"), sink(), "b", 0)
@@ -179,15 +162,7 @@ async fn merge_schema_adds_new_nullable_columns_in_the_batch_commit() {
         .unwrap();
 
     // A stream without the new column still writes (nulls).
-    run(
-        read_stream(RateSource::rows_per_batch(10)),
-        &dir.path().join("a"),
-        sink(),
-        "a",
-        2,
-    )
-    .await
-    .unwrap();
+    run(rate(10), &dir.path().join("a"), sink(), "a", 2).await.unwrap();
 
     let Some(describe) = readers::read(&["describe", table.to_str().unwrap()]) else {
         return;
@@ -214,15 +189,7 @@ async fn the_log_is_checkpointed_at_the_tables_interval() {
     let sink = DeltaSink::try_new(table.to_str().unwrap())
         .unwrap()
         .with_table_property("delta.checkpointInterval", "5");
-    run(
-        read_stream(RateSource::rows_per_batch(7)),
-        &dir.path().join("c"),
-        sink,
-        "q",
-        11,
-    )
-    .await
-    .unwrap();
+    run(rate(7), &dir.path().join("c"), sink, "q", 11).await.unwrap();
     // Twelve commits at an interval of five: two checkpoints (deltalake
     // writes one after every fifth commit counting version 0).
     let log = table.join("_delta_log");
@@ -241,15 +208,7 @@ async fn the_log_is_checkpointed_at_the_tables_interval() {
     assert_exactly_once(&readers::event_ids(&table).await, 0..84);
     // The marker survives in the checkpoint: a restart resumes exactly.
     let sink = DeltaSink::try_new(table.to_str().unwrap()).unwrap();
-    run(
-        read_stream(RateSource::rows_per_batch(7)),
-        &dir.path().join("c"),
-        sink,
-        "q",
-        13,
-    )
-    .await
-    .unwrap();
+    run(rate(7), &dir.path().join("c"), sink, "q", 13).await.unwrap();
     assert_exactly_once(&readers::event_ids(&table).await, 0..98);
 }
 
@@ -260,7 +219,7 @@ async fn files_roll_at_the_target_size() {
     let sink = DeltaSink::try_new(table.to_str().unwrap())
         .unwrap()
         .with_target_file_size(256 * 1024);
-    let q = read_stream(RateSource::rows_per_batch(300_000))
+    let q = rate(300_000)
         .write_stream()
         .checkpoint_location(dir.path().join("c"))
         .writer_parallelism(1)
@@ -289,17 +248,9 @@ async fn other_queries_writing_the_same_table_are_rebased_not_failed() {
     let table = dir.path().join("t");
     let sink = || DeltaSink::try_new(table.to_str().unwrap()).unwrap();
     // Create the table first so both queries start against it.
-    run(
-        read_stream(RateSource::rows_per_batch(1)),
-        &dir.path().join("init"),
-        sink(),
-        "init",
-        0,
-    )
-    .await
-    .unwrap();
+    run(rate(1), &dir.path().join("init"), sink(), "init", 0).await.unwrap();
     let shifted = |offset: i64| {
-        read_stream(RateSource::rows_per_batch(50)).map_batches(move |b| {
+        rate(50).map_batches(move |b| {
             let ids: Int64Array = b.column(0).as_primitive::<Int64Type>().unary(|v| v + offset);
             let mut columns = b.columns().to_vec();
             columns[0] = Arc::new(ids);
@@ -321,4 +272,52 @@ async fn other_queries_writing_the_same_table_are_rebased_not_failed() {
         .collect();
     expected.sort_unstable();
     assert_eq!(ids, expected);
+}
+
+/// I2: a reader polling the table while batches of several files each are
+/// committed sees whole batches only: ids `0..k * rows`, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_see_whole_batches_or_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    // Three source chunks per batch, over two writers: several files each.
+    let rows = 150_000u64;
+    let sink = DeltaSink::try_new(table.to_str().unwrap())
+        .unwrap()
+        .with_target_file_size(64 * 1024);
+    let query = rate(rows)
+        .write_stream()
+        .checkpoint_location(dir.path().join("c"))
+        .writer_parallelism(2)
+        // Paced so that the reader (a process per look) looks while batches land.
+        .trigger(Trigger::processing_time(std::time::Duration::from_millis(1500)))
+        .stop_after_batch(BatchId(4))
+        .start(sink)
+        .await
+        .unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    while query.is_active() {
+        if table.join("_delta_log").exists() {
+            let ids = readers::event_ids(&table).await;
+            let batches = ids.len() as u64 / rows;
+            assert_eq!(
+                ids.len() as u64 % rows,
+                0,
+                "a reader saw part of a batch: {} rows",
+                ids.len()
+            );
+            assert_exactly_once(&ids, 0..(batches * rows) as i64);
+            seen.insert(batches);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    query.await_termination().await.unwrap();
+    let files = std::fs::read_dir(&table)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".parquet"))
+        .count();
+    assert!(files >= 10, "{files} files: every batch spans several");
+    assert_exactly_once(&readers::event_ids(&table).await, 0..(5 * rows) as i64);
+    assert!(!seen.is_empty(), "the reader never looked while the query ran");
+    eprintln!("the reader saw the table at {seen:?} batches");
 }

@@ -1,0 +1,65 @@
+//! The independent readers of `integration/readers` (Python deltalake,
+//! DuckDB), run from tests. `scripts/test.sh` installs them in
+//! `.venv-readers`; CI requires them, elsewhere tests report them missing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The readers' Python (`WEIR_READERS_PYTHON`, else `.venv-readers`), if it
+/// exists. In CI it must.
+pub fn python() -> Option<PathBuf> {
+    let python = std::env::var_os("WEIR_READERS_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join(".venv-readers/bin/python"));
+    if python.exists() {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the independent readers are missing ({}); scripts/test.sh installs them",
+        python.display()
+    );
+    None
+}
+
+/// Runs `read_table.py` with `args` and parses its JSON; `None` (with a
+/// notice) when the readers are not installed outside CI.
+pub fn read(args: &[&str]) -> Option<serde_json::Value> {
+    let Some(python) = python() else {
+        eprintln!("SKIPPED: the independent readers are not installed; run scripts/test.sh to install them");
+        return None;
+    };
+    let out = Command::new(python)
+        .arg(workspace().join("integration/readers/read_table.py"))
+        .args(args)
+        .output()
+        .expect("run the reader");
+    assert!(
+        out.status.success(),
+        "reader {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).expect("the reader prints JSON"))
+}
+
+/// The event ids in the table by `reader` (`deltalake` or `duckdb`), with
+/// the reader's amount checksum in cents.
+pub fn event_ids_with(reader: &str, table: &str) -> Option<(Vec<i64>, Option<i64>)> {
+    let json = read(&["ids", reader, table])?;
+    let ids = json["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|v| v.as_i64().expect("an integer id"))
+        .collect();
+    Some((ids, json["amount_cents"].as_i64()))
+}
+
+/// The rate source's `amount` summed in cents over event ids `0..n`.
+pub fn rate_amount_cents(n: i64) -> i64 {
+    (0..n).map(|i| (i * 7919) % 100_000).sum()
+}
