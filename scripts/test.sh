@@ -25,7 +25,7 @@ step "services: SeaweedFS (S3)"
 services=$(mktemp -d)
 cleanup() {
     scripts/services/seaweedfs.sh stop "$services" || true
-    rm -rf "$services" "${lake:-}"
+    rm -rf "$services" "${lake:-}" || true
 }
 trap cleanup EXIT
 eval "$(scripts/services/seaweedfs.sh start "$services")"

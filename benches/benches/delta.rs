@@ -178,13 +178,9 @@ async fn main() {
     let n = 300;
     let dir = tempfile::tempdir().unwrap();
     let progress = stream(&dir.path().join("t"), &dir.path().join("c"), 1000, n - 1).await;
-    let weir_first = mean(&progress[1..11].iter().map(|p| p.durations_ms.total).collect::<Vec<_>>());
-    let weir_last = mean(
-        &progress[progress.len() - 10..]
-            .iter()
-            .map(|p| p.durations_ms.total)
-            .collect::<Vec<_>>(),
-    );
+    let totals: Vec<f64> = progress.iter().map(|p| p.durations_ms.total).collect();
+    let weir_first = median(&totals[1..21]);
+    let weir_last = median(&totals[totals.len() - 20..]);
     println!("3. {n} exactly-once micro-batches of 1,000 rows (medians of the first and last 20):");
     println!("   weir          {weir_first:>7.2} ms per batch at first, {weir_last:>7.2} ms at {n}");
     let phase =

@@ -47,7 +47,14 @@ start)
     ;;
 stop)
     if [ -f "$dir/weed.pid" ]; then
-        kill "$(cat "$dir/weed.pid")" 2>/dev/null || true
+        pid=$(cat "$dir/weed.pid")
+        kill "$pid" 2>/dev/null || true
+        # Wait for it to exit, so its data directory can be removed.
+        for _ in $(seq 1 100); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -9 "$pid" 2>/dev/null || true
         rm -f "$dir/weed.pid"
     fi
     ;;

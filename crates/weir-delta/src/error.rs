@@ -70,6 +70,16 @@ pub enum DeltaSinkError {
         found: String,
     },
 
+    /// Another writer changed the table, while the query ran, in a way the
+    /// batch's written files do not fit.
+    #[error("Delta table {table}: another writer changed it while the query ran: {change}. Nothing of the batch was committed; a restart writes it again with the table's new layout")]
+    TableChanged { table: String, change: String },
+
+    /// Other writers kept changing the table's metadata while the sink
+    /// reloaded it.
+    #[error("Delta table {table}: other writers changed its metadata {reloads} times in a row while weir reloaded it; nothing of the batch was committed and a restart retries it")]
+    Unsettled { table: String, reloads: usize },
+
     /// The sink was used before the driver prepared it.
     #[error("Delta table {table}: the sink was used before prepare; start it through a streaming query")]
     NotPrepared { table: String },
@@ -79,7 +89,7 @@ impl DeltaSinkError {
     /// Whether trying again may succeed.
     pub fn retryable(&self) -> bool {
         match self {
-            DeltaSinkError::TooManyConflicts { .. } => true,
+            DeltaSinkError::TooManyConflicts { .. } | DeltaSinkError::Unsettled { .. } => true,
             DeltaSinkError::Store { source, .. } => transient(source),
             DeltaSinkError::Delta { source, .. } => match source {
                 DeltaTableError::ObjectStore { source } => transient(source),

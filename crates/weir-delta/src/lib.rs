@@ -12,20 +12,30 @@
 //!   and `txn {appId: <query name>@<query id>, ...}`, and a commit info
 //!   `STREAMING UPDATE` naming the query. A reader sees all of a batch or
 //!   none of it.
-//! - **Exactly once.** Before committing, the sink reads the name's `txn`
-//!   version on the snapshot the commit is built on; a batch already there is
-//!   not committed again. A concurrent run of the same query that commits
-//!   first makes Delta's conflict checker fail this commit, the sink re-reads
-//!   the marker, and the batch is in the table once. Other writers
-//!   (other queries, compaction) are rebased over, not failed.
+//! - **Exactly once.** An append commits by writing log entry V+1 with a
+//!   put-if-absent, V being the latest version. The sink knows V by reading
+//!   only the entries after the one it last read (one read each, until the
+//!   first that does not exist; the log is listed again only when that
+//!   knowledge is older than 15 minutes or half the log retention), and
+//!   checks the query's `txn` marker on exactly those entries. A writer that
+//!   takes V+1 first is read, and the batch retried on top of it; a
+//!   concurrent run of the same query that committed the batch is found
+//!   that way, and the batch is in the table once. Complete mode, a commit
+//!   that adds columns, and log stores without conditional put commit
+//!   through deltalake's transaction, whose conflict checker fences a
+//!   concurrent run by the same `txn` app id.
+//! - **Other writers** (other queries, compaction, other engines) are
+//!   followed, not failed. A metadata or protocol change read in their
+//!   entries reloads the table: a new nullable column is taken in stride,
+//!   a new partitioning fails the batch before anything of it is committed.
 //! - **Guards.** The marker carries the query name, so a deleted and
 //!   recreated checkpoint, an old copy of one, or a restored table is caught
 //!   by weir-core's start-up guards; the table's metadata id is part of the
 //!   sink's identity.
 //! - **Empty batches** commit only the `txn`, so a restart resumes after them.
-//! - **Log health.** deltalake writes a checkpoint every
-//!   `delta.checkpointInterval` commits (default 100) and cleans up expired
-//!   log files, so commit time does not grow with the table's history.
+//! - **Log health.** A log checkpoint every `delta.checkpointInterval`
+//!   commits (default 100), then expired-log cleanup; with commits that
+//!   never list the log, commit time does not grow with the table's history.
 //! - **Files are never deleted after a commit attempt whose outcome is
 //!   unknown**; only files of attempts known not to have committed are.
 //!   Each commit info carries its attempt id, so a race lost to this
@@ -33,7 +43,10 @@
 //! - **A log checkpoint that fails after the commit landed is logged, not
 //!   reported as a failed commit**; expired-log cleanup runs after each log
 //!   checkpoint only, so commits do not list the whole log.
-//! - **Refused up front**: column mapping, `delta.setTransactionRetentionDuration`
+//! - **Refused up front**: a protocol deltalake cannot write without its
+//!   SQL engine (CHECK constraints, generated and identity columns, row
+//!   tracking, in-commit timestamps), invariants, column mapping,
+//!   `delta.setTransactionRetentionDuration`
 //!   (it would expire the marker), Complete mode on an append-only table,
 //!   unsigned and nanosecond columns; a table replaced while the query runs
 //!   stops it.
@@ -43,6 +56,7 @@
 //! types); with `merge_schema`, new nullable columns are added in the commit
 //! of the first batch that has them. Column mapping is not supported.
 
+mod entry;
 mod error;
 mod marker;
 mod options;

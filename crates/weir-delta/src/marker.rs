@@ -10,8 +10,10 @@
 //! by a concurrent winner, which fences two runs of the same query.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use deltalake::kernel::Transaction;
+use deltalake::logstore::LogStore;
 use deltalake::{DeltaTable, DeltaTableError};
 use weir_core::protocol::SinkMarker;
 use weir_core::{BatchId, QueryId, QueryName};
@@ -38,43 +40,128 @@ pub(crate) fn transactions(name: &QueryName, id: QueryId, batch: BatchId) -> Vec
 }
 
 /// `txn` versions by app id, valid at one table version and brought
-/// forward by reading only the commits after it, so a marker lookup costs
-/// the new commits, not a replay of the log since its last checkpoint.
+/// forward by reading only the log entries after it, one read each, until
+/// the first that does not exist. A marker lookup therefore costs the new
+/// commits, not a listing of the log or a replay since its last checkpoint.
+///
+/// Versions not in the map are read from the loaded table, whose version is
+/// never past the cache's and whose later txns the map holds.
 #[derive(Debug, Default)]
 pub(crate) struct TxnCache {
     version: Option<u64>,
     versions: HashMap<String, Option<i64>>,
+    /// When the entry after `version` was last seen not to exist.
+    confirmed: Option<Instant>,
+    /// A digest of entry `version`'s bytes, once read or written.
+    digest: Option<u64>,
+    /// Entries with metadata or protocol changes were read (or skipped by a
+    /// reset) and the stream has not been fitted to the table since.
+    refit: bool,
+}
+
+/// What reading the log's new entries found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tail {
+    /// Appends, removes and markers only (or nothing new).
+    Data,
+    /// Another writer changed the table's metadata or protocol: reload the
+    /// table and fit the stream to it again.
+    TableChanged,
+    /// The entry the cache last knew is gone or different: the table was
+    /// deleted or replaced under it. Load it afresh.
+    LogReplaced,
+}
+
+fn digest(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }
 
 impl TxnCache {
-    /// Brings the cache to the table's loaded version.
-    async fn advance(&mut self, table: &DeltaTable) -> Result<(), DeltaTableError> {
-        let latest = table.version();
-        match (self.version, latest) {
-            (Some(seen), Some(latest)) if seen <= latest => {
-                let log_store = table.log_store();
-                for v in seen + 1..=latest {
-                    let Some(bytes) = log_store.read_commit_entry(v).await? else {
-                        // The entry is gone (log cleanup): start afresh.
-                        self.versions.clear();
-                        break;
-                    };
-                    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                        let Ok(action) = serde_json::from_slice::<serde_json::Value>(line) else {
-                            continue;
-                        };
-                        if let Some(txn) = action.get("txn") {
-                            if let (Some(app), Some(version)) = (txn["appId"].as_str(), txn["version"].as_i64()) {
-                                self.versions.insert(app.to_string(), Some(version));
-                            }
-                        }
+    /// Starts afresh at the table's loaded version, which was the latest at
+    /// `listed` (when its load listed the log). What happened before is not
+    /// known, so the stream is fitted to the table again.
+    pub(crate) fn reset(&mut self, table: &DeltaTable, listed: Instant) {
+        *self = TxnCache {
+            version: table.version(),
+            confirmed: Some(listed),
+            refit: true,
+            ..TxnCache::default()
+        };
+    }
+
+    /// The latest version the cache has read.
+    pub(crate) fn version(&self) -> Option<u64> {
+        self.version
+    }
+
+    /// Whether the cache's version was the log's latest within `age`. Past
+    /// that, log cleanup may have removed entries after it, so a missing
+    /// entry no longer proves the version is the latest.
+    pub(crate) fn confirmed_within(&self, age: Duration) -> bool {
+        self.confirmed.is_some_and(|at| at.elapsed() < age)
+    }
+
+    /// Whether the stream must be fitted to the table again.
+    pub(crate) fn needs_refit(&self) -> bool {
+        self.refit
+    }
+
+    /// The stream fits the table as loaded.
+    pub(crate) fn refitted(&mut self) {
+        self.refit = false;
+    }
+
+    /// Reads the entries after the cache's version until the first missing
+    /// one (`TableChanged` if any of them changed the table's metadata or
+    /// protocol), after checking that the entry at the cache's version is still
+    /// the one it read (a table deleted and created again under the query
+    /// must not get an entry after a version it does not have).
+    pub(crate) async fn catch_up(&mut self, log_store: &dyn LogStore) -> Result<Tail, DeltaTableError> {
+        let Some(known) = self.version else {
+            return Ok(Tail::LogReplaced);
+        };
+        match log_store.read_commit_entry(known).await? {
+            None => return Ok(Tail::LogReplaced),
+            Some(bytes) if self.digest.is_some_and(|d| d != digest(&bytes)) => return Ok(Tail::LogReplaced),
+            Some(bytes) => self.digest = Some(digest(&bytes)),
+        }
+        let mut changed = false;
+        loop {
+            let version = self.version.unwrap_or(known) + 1;
+            let asked = Instant::now();
+            let Some(bytes) = log_store.read_commit_entry(version).await? else {
+                self.confirmed = Some(asked);
+                break;
+            };
+            for action in actions(&bytes) {
+                if let Some(txn) = action.get("txn") {
+                    if let (Some(app), Some(v)) = (txn["appId"].as_str(), txn["version"].as_i64()) {
+                        self.versions.insert(app.to_string(), Some(v));
                     }
                 }
+                changed |= action.get("metaData").is_some() || action.get("protocol").is_some();
             }
-            _ => self.versions.clear(),
+            self.version = Some(version);
+            self.digest = Some(digest(&bytes));
         }
-        self.version = latest;
-        Ok(())
+        self.refit |= changed;
+        Ok(if changed { Tail::TableChanged } else { Tail::Data })
+    }
+
+    /// Records the sink's own commit at `version`, written with a
+    /// put-if-absent that started at `asked` (so `version - 1` was the
+    /// latest then).
+    pub(crate) fn committed(&mut self, version: u64, entry: &[u8], txns: &[Transaction], asked: Instant) {
+        debug_assert_eq!(self.version.map(|v| v + 1), Some(version));
+        for txn in txns {
+            self.versions.insert(txn.app_id.clone(), Some(txn.version));
+        }
+        self.version = Some(version);
+        self.confirmed = Some(asked);
+        self.digest = Some(digest(entry));
     }
 
     /// The app id's txn version at the cache's version.
@@ -91,14 +178,41 @@ impl TxnCache {
     }
 }
 
-/// The name's marker on the table's loaded snapshot.
+/// The actions of a log entry, each as JSON.
+fn actions(entry: &[u8]) -> impl Iterator<Item = serde_json::Value> + '_ {
+    entry
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| serde_json::from_slice(l).ok())
+}
+
+/// Whether an entry in `from..=to` was committed by `attempt` (a commit that
+/// landed although its writer saw an error or lost a race to itself).
+pub(crate) async fn attempt_landed(
+    log_store: &dyn LogStore,
+    from: u64,
+    to: u64,
+    attempt: &str,
+) -> Result<bool, DeltaTableError> {
+    for version in from..=to {
+        let Some(bytes) = log_store.read_commit_entry(version).await? else {
+            continue;
+        };
+        let ours = actions(&bytes).any(|a| a["commitInfo"]["weir.attemptId"].as_str() == Some(attempt));
+        if ours {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The name's marker at the cache's version (bring it up to date first).
 pub(crate) async fn read(
     table: &DeltaTable,
     cache: &mut TxnCache,
     name: &QueryName,
     known_ids: &[QueryId],
 ) -> Result<Option<SinkMarker>, DeltaTableError> {
-    cache.advance(table).await?;
     let Some(version) = cache.get(table, name_app_id(name)).await? else {
         return Ok(None);
     };

@@ -1,19 +1,21 @@
 //! The Delta sink: the [`Sink`] of weir-core on a Delta table.
 
 use std::sync::{Arc, Once, RwLock};
+use std::time::{Duration, Instant};
 
+use arrow_schema::SchemaRef;
 use async_trait::async_trait;
 use deltalake::kernel::transaction::{CommitBuilder, CommitConflictError, CommitProperties, TransactionError};
-use deltalake::kernel::{Action, Add};
-use deltalake::protocol::{DeltaOperation, OutputMode as DeltaOutputMode};
+use deltalake::kernel::Action;
+use deltalake::logstore::CommitOrBytes;
 use deltalake::table::config::TablePropertiesExt;
 use deltalake::{DeltaTable, DeltaTableError};
-use serde_json::json;
 use url::Url;
 use weir_core::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
 use weir_core::sink::{BatchContext, CommitMessage, CommitOutcome, DataWriter, OutputMode, QueryInfo, Sink};
 use weir_core::{QueryId, QueryName};
 
+use crate::entry;
 use crate::error::DeltaSinkError;
 use crate::marker;
 use crate::options::{Compression, DeltaSinkOptions};
@@ -31,6 +33,16 @@ const RELOAD_EVERY: u64 = 100;
 
 /// deltalake's own retries of a commit over non-conflicting winners.
 const DELTA_RETRIES: usize = 15;
+
+/// How long a version seen as the log's latest stays the base of a commit
+/// without listing the log again (at most half the table's log retention:
+/// cleanup removes only entries older than that, so within it a missing
+/// next entry proves the version is the latest).
+const TRUST_LATEST_FOR: Duration = Duration::from_secs(15 * 60);
+
+/// How many times in a row other writers may change the table's metadata
+/// while the sink reloads it.
+const MAX_RELOADS: usize = 10;
 
 /// Writes a streaming query's batches into a Delta table, each batch exactly
 /// once: its files and the query's `txn` marker in one Delta commit.
@@ -74,6 +86,10 @@ struct State {
 struct Prepared {
     layout: Arc<Layout>,
     store: Arc<dyn deltalake::ObjectStore>,
+    /// The stream's schema and output mode, to fit the table again when
+    /// another writer changes its metadata.
+    schema: SchemaRef,
+    mode: OutputMode,
 }
 
 static REGISTER_STORES: Once = Once::new();
@@ -212,17 +228,7 @@ impl DeltaSink {
                     .map(|f| Action::Remove(f.remove_action(true))),
             );
         }
-        actions.extend(files.iter().map(|f| {
-            Action::Add(Add {
-                path: f.path.clone(),
-                partition_values: f.partition_values.clone().into_iter().collect(),
-                size: f.size,
-                modification_time: f.modification_time,
-                data_change: true,
-                stats: Some(f.stats.clone()),
-                ..Default::default()
-            })
-        }));
+        actions.extend(files.iter().map(entry::add));
         Ok(actions)
     }
 
@@ -235,13 +241,6 @@ impl DeltaSink {
         ctx: &BatchContext,
         actions: Vec<Action>,
     ) -> Result<i64, DeltaTableError> {
-        let metadata = [
-            ("weir.queryName".to_string(), json!(ctx.query_name.as_str())),
-            ("weir.queryId".to_string(), json!(ctx.query_id.to_string())),
-            ("weir.batchId".to_string(), json!(ctx.batch_id.0)),
-            ("weir.runId".to_string(), json!(ctx.run_id.to_string())),
-            ("weir.attemptId".to_string(), json!(ctx.attempt_id.to_string())),
-        ];
         // Complete mode must not be rebased over another writer's adds: its
         // removes would miss them. Any winner sends it back to the loop,
         // which rebuilds the removes from the new snapshot.
@@ -251,19 +250,12 @@ impl DeltaSink {
         };
         let properties = CommitProperties::default()
             .with_application_transactions(marker::transactions(&ctx.query_name, ctx.query_id, ctx.batch_id))
-            .with_metadata(metadata)
+            .with_metadata(entry::commit_metadata(ctx))
             .with_max_retries(retries)
             // Expired-log cleanup lists the whole log; it runs only after a
             // log checkpoint instead (see `after_commit`).
             .with_cleanup_expired_logs(Some(false));
-        let operation = DeltaOperation::StreamingUpdate {
-            output_mode: match ctx.output_mode {
-                OutputMode::Append => DeltaOutputMode::Append,
-                OutputMode::Complete => DeltaOutputMode::Complete,
-            },
-            query_id: ctx.query_id.to_string(),
-            epoch_id: ctx.batch_id.0 as i64,
-        };
+        let operation = entry::streaming_update(ctx);
         // The commit has landed once the prepared commit resolves. Its
         // post-commit hook (which rebuilds a snapshot of every file) is not
         // run; `after_commit` writes log checkpoints instead.
@@ -313,23 +305,144 @@ impl DeltaSink {
         }
     }
 
-    /// Whether a commit of this attempt landed (seen after a lost race that
-    /// was really our own write retried inside the object store or
-    /// deltalake): its commit info carries the attempt id.
-    async fn attempt_landed(
+    /// Brings the marker cache to the log's latest version, reading only
+    /// the entries after the one it knows. The table is loaded again (which
+    /// lists the log) when the cache's knowledge is too old to trust or
+    /// another writer changed the table's metadata or protocol; then the
+    /// stream is fitted to the table again.
+    async fn refresh(&self, slot: &mut Option<DeltaTable>, txns: &mut marker::TxnCache) -> Result<(), DeltaSinkError> {
+        let mut changed = false;
+        for _ in 0..MAX_RELOADS {
+            let loaded = slot.as_ref().and_then(|t| Some((t.version()?, t.snapshot().ok()?)));
+            let trust = loaded
+                .as_ref()
+                .map(|(_, s)| TRUST_LATEST_FOR.min(s.table_config().log_retention_duration() / 2))
+                .unwrap_or_default();
+            let trusted = txns.version().is_some() && txns.confirmed_within(trust);
+            // A table left far behind the cache is loaded afresh from the
+            // newest log checkpoint, so reloading it never replays much.
+            let behind = match (&loaded, txns.version()) {
+                (Some((t, _)), Some(c)) => c.saturating_sub(*t) >= RELOAD_EVERY,
+                _ => false,
+            };
+            if loaded.is_none() || !trusted || behind || changed {
+                if behind {
+                    *slot = None;
+                }
+                let listed = Instant::now();
+                let table = self.latest(slot).await?;
+                if !trusted {
+                    txns.reset(table, listed);
+                }
+            }
+            let table = slot.as_ref().expect("loaded above");
+            let tail = txns
+                .catch_up(table.log_store().as_ref())
+                .await
+                .map_err(|e| self.err(e))?;
+            match tail {
+                marker::Tail::Data => {
+                    if txns.needs_refit() {
+                        self.fit_again(table)?;
+                        txns.refitted();
+                    }
+                    return Ok(());
+                }
+                marker::Tail::TableChanged => {
+                    tracing::info!(table = %self.url, "another writer changed the table's metadata; reloading it");
+                    changed = true;
+                }
+                marker::Tail::LogReplaced => {
+                    tracing::warn!(table = %self.url, "the log entry the sink last read is gone or different; loading the table afresh");
+                    *slot = None;
+                    *txns = marker::TxnCache::default();
+                }
+            }
+        }
+        Err(DeltaSinkError::Unsettled {
+            table: self.url.to_string(),
+            reloads: MAX_RELOADS,
+        })
+    }
+
+    /// Checks that the table, whose metadata another writer changed, is
+    /// still the one the query started on and still takes the stream.
+    fn fit_again(&self, table: &DeltaTable) -> Result<(), DeltaSinkError> {
+        let Ok(prepared) = self.prepared() else {
+            // Not started: `prepare` fits the stream when it is.
+            return Ok(());
+        };
+        let snapshot = table.snapshot().map_err(|e| self.err(e))?;
+        if snapshot.metadata().id() != prepared.layout.table_id {
+            return Err(DeltaSinkError::TableReplaced {
+                table: self.url.to_string(),
+                expected: prepared.layout.table_id.clone(),
+                found: snapshot.metadata().id().to_string(),
+            });
+        }
+        let layout = table::layout(table, &self.url, &prepared.schema, prepared.mode, &self.options)?;
+        if layout.partition_columns != prepared.layout.partition_columns {
+            return Err(DeltaSinkError::TableChanged {
+                table: self.url.to_string(),
+                change: format!(
+                    "the partition columns went from {:?} to {:?}",
+                    prepared.layout.partition_columns, layout.partition_columns
+                ),
+            });
+        }
+        let mut slot = self.state.prepared.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = slot.as_mut() {
+            p.layout = Arc::new(layout);
+        }
+        Ok(())
+    }
+
+    /// Whether this batch can be committed by writing its log entry with a
+    /// put-if-absent on the version after the cache's: an append that
+    /// changes no metadata, on a log store that writes entries that way.
+    fn direct(&self, table: &DeltaTable, ctx: &BatchContext, layout: &Layout) -> Result<bool, DeltaSinkError> {
+        Ok(ctx.output_mode == OutputMode::Append
+            && table.log_store().name() == "DefaultLogStore"
+            && (layout.added_columns.is_empty()
+                || table::merged_metadata(table, &self.url, &layout.added_columns)?.is_none()))
+    }
+
+    /// Writes the batch's log entry at `version`. `Ok(false)`: another
+    /// writer took that version first.
+    async fn write_entry(
         &self,
         table: &DeltaTable,
+        txns: &mut marker::TxnCache,
         ctx: &BatchContext,
-        since_version: u64,
-    ) -> Result<bool, DeltaTableError> {
-        let latest = table.version().unwrap_or(0);
-        let depth = (latest.saturating_sub(since_version) + 1) as usize;
-        let attempt = ctx.attempt_id.to_string();
-        Ok(table
-            .history(Some(depth))
-            .await?
-            .any(|info| info.info.get("weir.attemptId").and_then(|v| v.as_str()) == Some(attempt.as_str())))
+        files: &[AddFile],
+        version: u64,
+    ) -> Result<bool, DeltaSinkError> {
+        let transactions = marker::transactions(&ctx.query_name, ctx.query_id, ctx.batch_id);
+        let bytes = entry::append(ctx, &transactions, files, version - 1).map_err(|e| {
+            self.err(DeltaTableError::Transaction {
+                source: TransactionError::SerializeLogJson { json_err: e },
+            })
+        })?;
+        let asked = Instant::now();
+        let written = table
+            .log_store()
+            .write_commit_entry(version, CommitOrBytes::LogBytes(bytes.clone()), uuid::Uuid::new_v4())
+            .await;
+        match written {
+            Ok(()) => {
+                txns.committed(version, &bytes, &transactions, asked);
+                Ok(true)
+            }
+            Err(TransactionError::VersionAlreadyExists(_)) => Ok(false),
+            Err(source) => Err(self.err(DeltaTableError::Transaction { source })),
+        }
     }
+}
+
+/// A little jittered backoff so racing writers spread out.
+async fn backoff(ctx: &BatchContext, attempt: usize) {
+    let jitter = u64::from(ctx.attempt_id.as_u128() as u16 % 20);
+    tokio::time::sleep(Duration::from_millis((attempt as u64 * 5).min(200) + jitter)).await;
 }
 
 /// Whether a failed commit lost a race that a re-read and a retry can win.
@@ -365,6 +478,8 @@ impl Sink for DeltaSink {
 
     async fn prepare(&self, query: &QueryInfo) -> weir_core::Result<()> {
         let mut slot = self.state.table.lock().await;
+        // A sink started again knows nothing of what happened meanwhile.
+        *self.state.txns.lock().await = marker::TxnCache::default();
         let table = match table::load(&self.url, &self.options, Files::Untracked).await? {
             Some(table) => table,
             None => table::create(&self.url, &query.schema, &self.options).await?,
@@ -374,6 +489,8 @@ impl Sink for DeltaSink {
         let prepared = Prepared {
             layout: Arc::new(layout),
             store: table.log_store().object_store(None),
+            schema: query.schema.clone(),
+            mode: query.output_mode,
         };
         *self.state.prepared.write().unwrap_or_else(|e| e.into_inner()) = Some(prepared);
         *slot = Some(table);
@@ -382,15 +499,16 @@ impl Sink for DeltaSink {
 
     async fn marker(&self, name: &QueryName, known_ids: &[QueryId]) -> weir_core::Result<Option<SinkMarker>> {
         let mut slot = self.state.table.lock().await;
-        let table = self.latest(&mut slot).await?;
         let mut txns = self.state.txns.lock().await;
+        self.refresh(&mut slot, &mut txns).await?;
+        let table = slot.as_ref().expect("refreshed");
         Ok(marker::read(table, &mut txns, name, known_ids)
             .await
             .map_err(|e| self.err(e))?)
     }
 
     fn create_writer(&self, batch: &BatchContext, partition_id: usize) -> weir_core::Result<Box<dyn DataWriter>> {
-        let Prepared { layout, store } = self.prepared()?;
+        let Prepared { layout, store, .. } = self.prepared()?;
         let ctx = WriterContext {
             table: self.url.to_string(),
             store,
@@ -407,29 +525,44 @@ impl Sink for DeltaSink {
 
     async fn commit(&self, ctx: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<CommitOutcome> {
         let core = |e: DeltaSinkError| e.into_core(Some(ctx.batch_id));
-        let layout = self.layout()?;
         let mut files = Vec::new();
         for m in &messages {
             files.extend(m.decode::<Vec<AddFile>>()?);
         }
         let mut slot = self.state.table.lock().await;
         let mut txns = self.state.txns.lock().await;
-        // The version before this batch's first try: a commit of this
+        let attempt_id = ctx.attempt_id.to_string();
+        // The latest version before this batch's first try: a commit of this
         // attempt can only be after it.
         let mut first_try: Option<u64> = None;
-        let mut full: Option<DeltaTable>;
         for attempt in 1..=MAX_COMMIT_ATTEMPTS {
-            let table = match ctx.output_mode {
-                OutputMode::Append => self.latest(&mut slot).await.map_err(core)?,
-                // Complete mode removes every live file: it needs them all.
-                OutputMode::Complete => {
-                    full = table::load(&self.url, &self.options, Files::Tracked)
-                        .await
-                        .map_err(core)?;
-                    full.as_ref()
-                        .ok_or_else(|| core(self.err(DeltaTableError::NotATable(self.url.to_string()))))?
+            self.refresh(&mut slot, &mut txns).await.map_err(core)?;
+            let layout = self.layout()?;
+            let direct = self
+                .direct(slot.as_ref().expect("refreshed"), ctx, &layout)
+                .map_err(core)?;
+            // deltalake's commit checks for conflicts from its table's
+            // version on, and Complete mode's removes need every live file:
+            // either table is loaded at the latest version, and the marker
+            // cache brought past it, so that the marker check and the
+            // conflict check cover every version between them.
+            let mut full = None;
+            if !direct {
+                match ctx.output_mode {
+                    OutputMode::Append => {
+                        self.latest(&mut slot).await.map_err(core)?;
+                    }
+                    OutputMode::Complete => {
+                        full = table::load(&self.url, &self.options, Files::Tracked)
+                            .await
+                            .map_err(core)?;
+                    }
                 }
-            };
+                self.refresh(&mut slot, &mut txns).await.map_err(core)?;
+            }
+            // The refresh may have fitted the stream to a changed table.
+            let layout = self.layout()?;
+            let table = slot.as_ref().expect("refreshed");
             let snapshot = table.snapshot().map_err(|e| core(self.err(e)))?;
             if snapshot.metadata().id() != layout.table_id {
                 return Err(core(DeltaSinkError::TableReplaced {
@@ -438,16 +571,14 @@ impl Sink for DeltaSink {
                     found: snapshot.metadata().id().to_string(),
                 }));
             }
-            // The marker is read on the snapshot the commit is built on; a
-            // winner that moves it makes deltalake fail the commit with a
-            // conflict, and the next attempt reads it again.
             let found = marker::read(table, &mut txns, &ctx.query_name, &ctx.known_ids())
                 .await
                 .map_err(|e| core(self.err(e)))?;
+            let latest = txns.version().unwrap_or(0);
             if let CommitDecision::AlreadyCommitted(m) = decide_commit(found, ctx.commit_facts())? {
                 if let Some(since) = first_try {
-                    if self
-                        .attempt_landed(table, ctx, since)
+                    let log_store = table.log_store();
+                    if marker::attempt_landed(log_store.as_ref(), since + 1, latest, &attempt_id)
                         .await
                         .map_err(|e| core(self.err(e)))?
                     {
@@ -457,18 +588,38 @@ impl Sink for DeltaSink {
                 }
                 return Ok(CommitOutcome::AlreadyCommitted(m));
             }
-            first_try.get_or_insert(table.version().unwrap_or(0));
-            let actions = self.actions(table, ctx, &files, &layout).map_err(core)?;
-            match self.try_commit(table, ctx, actions).await {
+            first_try.get_or_insert(latest);
+            if direct {
+                let version = latest + 1;
+                if self
+                    .write_entry(table, &mut txns, ctx, &files, version)
+                    .await
+                    .map_err(core)?
+                {
+                    tracing::debug!(version, attempt, files = files.len(), "committed to Delta");
+                    self.after_commit(table, version).await;
+                    return Ok(CommitOutcome::Committed {
+                        version: Some(version as i64),
+                    });
+                }
+                // The winner is read at the top of the loop; only a crowd of
+                // writers needs spreading out.
+                tracing::debug!(version, attempt, "lost a commit race; reading the winner");
+                if attempt > 3 {
+                    backoff(ctx, attempt).await;
+                }
+                continue;
+            }
+            let base = full.as_ref().unwrap_or(table);
+            let actions = self.actions(base, ctx, &files, &layout).map_err(core)?;
+            match self.try_commit(base, ctx, actions).await {
                 Ok(version) => {
                     tracing::debug!(version, attempt, files = files.len(), "committed to Delta");
                     return Ok(CommitOutcome::Committed { version: Some(version) });
                 }
                 Err(e) if lost_race(&e) => {
                     tracing::info!(attempt, error = %e, "lost a commit race; re-reading the table");
-                    // A little jittered backoff so racing writers spread out.
-                    let jitter = u64::from(ctx.attempt_id.as_u128() as u16 % 20);
-                    tokio::time::sleep(std::time::Duration::from_millis((attempt as u64 * 5).min(200) + jitter)).await;
+                    backoff(ctx, attempt).await;
                 }
                 Err(e) => return Err(core(self.err(e))),
             }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use deltalake::kernel::engine::arrow_conversion::{TryIntoArrow, TryIntoKernel};
+use deltalake::kernel::transaction::PROTOCOL;
 use deltalake::kernel::{Metadata, MetadataExt, StructField, StructType};
 use deltalake::operations::create::CreateBuilder;
 use deltalake::table::config::TablePropertiesExt;
@@ -169,6 +170,19 @@ pub(crate) fn layout(
         table: url.to_string(),
         feature: feature.into(),
     };
+    PROTOCOL
+        .can_write_to(snapshot)
+        .map_err(|e| unsupported(&format!("its protocol ({e})")))?;
+    // Constraints the sink would have to enforce on every row.
+    if let Some(key) = config.keys().find(|k| k.starts_with("delta.constraints.")) {
+        return Err(unsupported(&format!("a CHECK constraint ({key})")));
+    }
+    let enforced = ["delta.invariants", "delta.generationExpression", "delta.identity.start"];
+    for field in snapshot.schema().fields() {
+        if let Some(key) = enforced.iter().find(|k| field.metadata().contains_key(**k)) {
+            return Err(unsupported(&format!("{key} on column {:?}", field.name())));
+        }
+    }
     if config.get("delta.columnMapping.mode").is_some_and(|m| m != "none") {
         return Err(unsupported("column mapping"));
     }

@@ -29,18 +29,28 @@ pub fn python() -> Option<PathBuf> {
 /// Runs `read_table.py` with `args` and parses its JSON; `None` (with a
 /// notice) when the readers are not installed outside CI.
 pub fn read(args: &[&str]) -> Option<serde_json::Value> {
+    script("read_table.py", args)
+}
+
+/// Runs `alter_table.py` (another engine changing a table: a new column, a
+/// constraint, a new partitioning) with `args`; `None` as for [`read`].
+pub fn alter(args: &[&str]) -> Option<serde_json::Value> {
+    script("alter_table.py", args)
+}
+
+fn script(name: &str, args: &[&str]) -> Option<serde_json::Value> {
     let Some(python) = python() else {
         eprintln!("SKIPPED: the independent readers are not installed; run scripts/test.sh to install them");
         return None;
     };
     let out = Command::new(python)
-        .arg(workspace().join("integration/readers/read_table.py"))
+        .arg(workspace().join("integration/readers").join(name))
         .args(args)
         .output()
         .expect("run the reader");
     assert!(
         out.status.success(),
-        "reader {args:?} failed: {}",
+        "{name} {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     Some(serde_json::from_slice(&out.stdout).expect("the reader prints JSON"))

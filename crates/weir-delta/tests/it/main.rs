@@ -4,3 +4,4 @@ mod conformance;
 mod readers;
 mod s3;
 mod table;
+mod writers;

@@ -1,0 +1,79 @@
+//! The content of a batch's Delta log entry: commit info, `txn` markers and
+//! `add` actions.
+
+use bytes::Bytes;
+use deltalake::kernel::{Action, Add, CommitInfo, Transaction};
+use deltalake::protocol::{DeltaOperation, OutputMode as DeltaOutputMode};
+use serde_json::{json, Value};
+use weir_core::sink::{BatchContext, OutputMode};
+
+use crate::writer::AddFile;
+
+/// The operation Spark's Delta sink records for a micro-batch.
+pub(crate) fn streaming_update(ctx: &BatchContext) -> DeltaOperation {
+    DeltaOperation::StreamingUpdate {
+        output_mode: match ctx.output_mode {
+            OutputMode::Append => DeltaOutputMode::Append,
+            OutputMode::Complete => DeltaOutputMode::Complete,
+        },
+        query_id: ctx.query_id.to_string(),
+        epoch_id: ctx.batch_id.0 as i64,
+    }
+}
+
+/// weir's fields in the commit info: who committed which batch, and the
+/// attempt id by which a writer recognises its own landed commit.
+pub(crate) fn commit_metadata(ctx: &BatchContext) -> Vec<(String, Value)> {
+    vec![
+        ("weir.queryName".to_string(), json!(ctx.query_name.as_str())),
+        ("weir.queryId".to_string(), json!(ctx.query_id.to_string())),
+        ("weir.batchId".to_string(), json!(ctx.batch_id.0)),
+        ("weir.runId".to_string(), json!(ctx.run_id.to_string())),
+        ("weir.attemptId".to_string(), json!(ctx.attempt_id.to_string())),
+    ]
+}
+
+/// The `add` action of a written file.
+pub(crate) fn add(file: &AddFile) -> Action {
+    Action::Add(Add {
+        path: file.path.clone(),
+        partition_values: file.partition_values.clone().into_iter().collect(),
+        size: file.size,
+        modification_time: file.modification_time,
+        data_change: true,
+        stats: Some(file.stats.clone()),
+        ..Default::default()
+    })
+}
+
+/// The log entry of an append: commit info first (as the protocol asks),
+/// the query's `txn` markers, then one `add` per file. `read_version` is
+/// the version the entry is built on.
+pub(crate) fn append(
+    ctx: &BatchContext,
+    transactions: &[Transaction],
+    files: &[AddFile],
+    read_version: u64,
+) -> Result<Bytes, serde_json::Error> {
+    let mut info: CommitInfo = streaming_update(ctx).get_commit_info();
+    info.timestamp = Some(chrono::Utc::now().timestamp_millis());
+    info.read_version = Some(read_version);
+    info.is_blind_append = Some(true);
+    info.engine_info = Some(format!("weir-delta/{}", env!("CARGO_PKG_VERSION")));
+    info.info = commit_metadata(ctx).into_iter().collect();
+    info.info.insert(
+        "clientVersion".to_string(),
+        json!(format!("weir-delta.{}", env!("CARGO_PKG_VERSION"))),
+    );
+    let actions = std::iter::once(Action::CommitInfo(info))
+        .chain(transactions.iter().cloned().map(Action::Txn))
+        .chain(files.iter().map(add));
+    let mut entry = Vec::with_capacity(256 + files.len() * 512);
+    for (i, action) in actions.enumerate() {
+        if i > 0 {
+            entry.push(b'\n');
+        }
+        serde_json::to_writer(&mut entry, &action)?;
+    }
+    Ok(Bytes::from(entry))
+}
