@@ -38,6 +38,12 @@ pub fn alter(args: &[&str]) -> Option<serde_json::Value> {
     script("alter_table.py", args)
 }
 
+/// Runs `read_iceberg.py` (pyiceberg and DuckDB on an Iceberg table of a
+/// SQL catalog) with `args`; `None` as for [`read`].
+pub fn iceberg(args: &[&str]) -> Option<serde_json::Value> {
+    script("read_iceberg.py", args)
+}
+
 fn script(name: &str, args: &[&str]) -> Option<serde_json::Value> {
     let Some(python) = python() else {
         eprintln!("SKIPPED: the independent readers are not installed; run scripts/test.sh to install them");

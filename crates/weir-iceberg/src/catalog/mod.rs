@@ -1,0 +1,148 @@
+//! Where tables are found and how a new metadata version is swapped in.
+//!
+//! weir owns the Iceberg commit step: it builds each new metadata version
+//! itself and asks the catalog for one compare-and-swap from the version it
+//! built on. A catalog never merges or retries anything on its own.
+
+mod sql;
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use iceberg::io::FileIO;
+use iceberg::spec::TableMetadata;
+use iceberg::{NamespaceIdent, TableIdent};
+
+pub use sql::SqlCatalog;
+
+use crate::error::IcebergSinkError;
+
+/// A table's metadata and the file it was read from.
+#[derive(Debug, Clone)]
+pub struct LoadedTable {
+    /// The table's current metadata.
+    pub metadata: TableMetadata,
+    /// Where that metadata is stored (`.../metadata/NNNNN-<uuid>.metadata.json`).
+    pub metadata_location: String,
+}
+
+/// How a swap ended.
+#[derive(Debug)]
+pub enum Swap {
+    /// The table now has the new metadata.
+    Swapped(Box<LoadedTable>),
+    /// Another writer moved the table first; nothing changed.
+    Conflict,
+}
+
+/// A catalog of Iceberg tables that can swap a table's metadata atomically.
+#[async_trait]
+pub trait Catalog: Debug + Send + Sync {
+    /// The catalog's name (`catalog_name` in the SQL catalog's tables).
+    fn name(&self) -> &str;
+
+    /// The file IO for metadata and data files.
+    fn file_io(&self) -> &FileIO;
+
+    /// Where a new table of this name goes: `<warehouse>/<namespace>/<table>`.
+    fn default_location(&self, ident: &TableIdent) -> String;
+
+    /// The table's current metadata, or `None` if the catalog has no such
+    /// table.
+    async fn load(&self, ident: &TableIdent) -> Result<Option<LoadedTable>, IcebergSinkError>;
+
+    /// Registers a table whose first metadata is `metadata` (creating the
+    /// namespace if missing). If another writer registered the name first,
+    /// returns that table instead.
+    async fn create(&self, ident: &TableIdent, metadata: TableMetadata) -> Result<LoadedTable, IcebergSinkError>;
+
+    /// Writes `metadata` as the version after `base` and swaps it in, if the
+    /// table is still at `base`. On a conflict nothing is left behind.
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        base: &LoadedTable,
+        metadata: TableMetadata,
+    ) -> Result<Swap, IcebergSinkError>;
+}
+
+/// Checks a table name's parts: non-empty, no path separators, no dots in a
+/// part, no control characters, at most 255 bytes.
+pub fn check_ident(ident: &TableIdent) -> Result<(), IcebergSinkError> {
+    let shown = format!("{}.{}", ident.namespace.join("."), ident.name);
+    let err = |reason: String| IcebergSinkError::Name {
+        name: shown.clone(),
+        reason,
+    };
+    if ident.namespace.is_empty() {
+        return Err(err("a table needs a namespace (namespace.table)".into()));
+    }
+    for part in ident.namespace.iter().chain(std::iter::once(&ident.name)) {
+        if part.is_empty() {
+            return Err(err("a part of the name is empty".into()));
+        }
+        if part == "." || part == ".." || part.contains(['/', '\\', '.']) {
+            return Err(err(format!("{part:?} contains '.', '/' or '\\'")));
+        }
+        if part.chars().any(char::is_control) || part.len() > 255 {
+            return Err(err(format!("{part:?} has control characters or is over 255 bytes")));
+        }
+    }
+    Ok(())
+}
+
+/// Parses `namespace.table` (namespace parts separated by dots).
+pub fn parse_ident(name: &str) -> Result<TableIdent, IcebergSinkError> {
+    let parts: Vec<String> = name.split('.').map(str::to_string).collect();
+    let Some((table, namespace)) = parts.split_last() else {
+        return Err(IcebergSinkError::Name {
+            name: name.into(),
+            reason: "empty".into(),
+        });
+    };
+    let ident = TableIdent::new(
+        NamespaceIdent::from_vec(namespace.to_vec()).unwrap_or_else(|_| {
+            // An empty namespace; `check_ident` names the problem.
+            NamespaceIdent::new(String::new())
+        }),
+        table.clone(),
+    );
+    check_ident(&ident)?;
+    Ok(ident)
+}
+
+/// The location of the metadata version after `base` (`None`: the first).
+pub(crate) fn next_metadata_location(table_location: &str, base: Option<&str>) -> String {
+    let version = base
+        .and_then(|b| b.rsplit('/').next())
+        .and_then(|f| f.split('-').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .map_or(0, |n| n + 1);
+    format!(
+        "{}/metadata/{version:05}-{}.metadata.json",
+        table_location.trim_end_matches('/'),
+        uuid::Uuid::new_v4()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(parse_ident("bronze.payments").is_ok());
+        assert!(parse_ident("a.b.payments").is_ok());
+        for bad in ["payments", "bronze.", ".payments", "bronze/x.t", "b.t\u{7}", "a..t"] {
+            assert!(parse_ident(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn metadata_versions_count_up() {
+        assert!(next_metadata_location("file:///w/t", None).starts_with("file:///w/t/metadata/00000-"));
+        let next = next_metadata_location("file:///w/t/", Some("file:///w/t/metadata/00041-abc.metadata.json"));
+        assert!(next.starts_with("file:///w/t/metadata/00042-"), "{next}");
+        assert!(next.ends_with(".metadata.json"));
+    }
+}

@@ -1,0 +1,399 @@
+//! The SQL catalog on SQLite or PostgreSQL, in the JDBC catalog's schema
+//! (`iceberg_tables`, `iceberg_namespace_properties`) that pyiceberg's
+//! `SqlCatalog`, Spark's JDBC catalog and DuckDB share.
+//!
+//! A swap is one statement: `UPDATE iceberg_tables SET metadata_location =
+//! <new> ... WHERE ... AND metadata_location = <base>`; it changed a row or
+//! another writer moved the table first.
+
+use std::sync::Once;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use iceberg::io::FileIO;
+use iceberg::spec::TableMetadata;
+use iceberg::TableIdent;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+
+use super::{check_ident, next_metadata_location, Catalog, LoadedTable, Swap};
+use crate::error::IcebergSinkError;
+
+static DRIVERS: Once = Once::new();
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// An Iceberg catalog in a SQL database (SQLite or PostgreSQL).
+///
+/// ```no_run
+/// # async fn f() -> Result<(), weir_iceberg::IcebergSinkError> {
+/// use weir_iceberg::SqlCatalog;
+/// let lake = SqlCatalog::connect("lake", "sqlite://weir-lake/catalog.db", "weir-lake/warehouse").await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SqlCatalog {
+    name: String,
+    pool: AnyPool,
+    dialect: Dialect,
+    warehouse: String,
+    file_io: FileIO,
+    /// Whether `iceberg_tables` has the `iceberg_type` column (the JDBC
+    /// catalog's schema v1).
+    typed: bool,
+}
+
+impl std::fmt::Debug for SqlCatalog {
+    // The connection string may hold a password: it is never shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlCatalog")
+            .field("name", &self.name)
+            .field("dialect", &self.dialect)
+            .field("warehouse", &self.warehouse)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqlCatalog {
+    /// Connects to the catalog database at `uri` (`sqlite://path/catalog.db`,
+    /// created if missing, or `postgres://user:password@host/db`), creating
+    /// the catalog's tables if they are missing. New tables go under
+    /// `warehouse` (a local directory).
+    pub async fn connect(name: &str, uri: &str, warehouse: &str) -> Result<Self, IcebergSinkError> {
+        DRIVERS.call_once(sqlx::any::install_default_drivers);
+        let config = |reason: String| IcebergSinkError::Config {
+            catalog: name.to_string(),
+            reason,
+        };
+        let (dialect, uri) = if let Some(path) = uri.strip_prefix("sqlite://") {
+            let path = path.split('?').next().unwrap_or(path);
+            if let Some(dir) = std::path::Path::new(path)
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+            {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| config(format!("cannot create the directory of the catalog database: {e}")))?;
+            }
+            let uri = if uri.contains('?') {
+                uri.to_string()
+            } else {
+                format!("{uri}?mode=rwc")
+            };
+            (Dialect::Sqlite, uri)
+        } else if uri.starts_with("postgres://") || uri.starts_with("postgresql://") {
+            (Dialect::Postgres, uri.to_string())
+        } else {
+            return Err(config(
+                "the catalog URI must start with sqlite:// or postgres:// (it is not shown, as it may hold a password)"
+                    .into(),
+            ));
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(4)
+            .connect(&uri)
+            .await
+            .map_err(|source| IcebergSinkError::Catalog {
+                catalog: name.to_string(),
+                operation: "connect".into(),
+                source: redact(source),
+            })?;
+        let mut catalog = SqlCatalog {
+            name: name.to_string(),
+            pool,
+            dialect,
+            warehouse: warehouse_url(warehouse).map_err(config)?,
+            file_io: FileIO::new_with_fs(),
+            typed: true,
+        };
+        catalog.create_tables().await?;
+        Ok(catalog)
+    }
+
+    fn err(&self, operation: &str) -> impl Fn(sqlx::Error) -> IcebergSinkError + '_ {
+        let operation = operation.to_string();
+        move |source| IcebergSinkError::Catalog {
+            catalog: self.name.clone(),
+            operation: operation.clone(),
+            source,
+        }
+    }
+
+    /// `?` placeholders in this database's style.
+    fn sql(&self, template: &str) -> String {
+        match self.dialect {
+            Dialect::Sqlite => template.to_string(),
+            Dialect::Postgres => {
+                let mut out = String::with_capacity(template.len() + 8);
+                let mut n = 0;
+                for c in template.chars() {
+                    if c == '?' {
+                        n += 1;
+                        out.push_str(&format!("${n}"));
+                    } else {
+                        out.push(c);
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    async fn create_tables(&mut self) -> Result<(), IcebergSinkError> {
+        let statements = [
+            "CREATE TABLE IF NOT EXISTS iceberg_tables (\
+                catalog_name VARCHAR(255) NOT NULL, \
+                table_namespace VARCHAR(255) NOT NULL, \
+                table_name VARCHAR(255) NOT NULL, \
+                metadata_location VARCHAR(1000), \
+                previous_metadata_location VARCHAR(1000), \
+                iceberg_type VARCHAR(5), \
+                PRIMARY KEY (catalog_name, table_namespace, table_name))",
+            "CREATE TABLE IF NOT EXISTS iceberg_namespace_properties (\
+                catalog_name VARCHAR(255) NOT NULL, \
+                namespace VARCHAR(255) NOT NULL, \
+                property_key VARCHAR(255) NOT NULL, \
+                property_value VARCHAR(1000) NOT NULL, \
+                PRIMARY KEY (catalog_name, namespace, property_key))",
+        ];
+        for statement in statements {
+            // Two processes creating the tables at once: the loser's error
+            // is harmless if the table is there afterwards.
+            if let Err(e) = sqlx::query(statement).execute(&self.pool).await {
+                tracing::debug!(error = %e, "creating a catalog table failed; checking it exists");
+            }
+        }
+        sqlx::query("SELECT catalog_name FROM iceberg_namespace_properties WHERE 1 = 0")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.err("create the catalog tables"))?;
+        // A catalog made by an older JDBC catalog or pyiceberg lacks the
+        // `iceberg_type` column; it is used only where present.
+        self.typed = sqlx::query("SELECT iceberg_type FROM iceberg_tables WHERE 1 = 0")
+            .fetch_all(&self.pool)
+            .await
+            .is_ok();
+        Ok(())
+    }
+
+    fn tables_only(&self) -> &'static str {
+        if self.typed {
+            " AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)"
+        } else {
+            ""
+        }
+    }
+
+    async fn ensure_namespace(&self, namespace: &str) -> Result<(), IcebergSinkError> {
+        let sql = self.sql(
+            "INSERT INTO iceberg_namespace_properties (catalog_name, namespace, property_key, property_value) \
+             VALUES (?, ?, 'exists', 'true') ON CONFLICT DO NOTHING",
+        );
+        sqlx::query(&sql)
+            .bind(&self.name)
+            .bind(namespace)
+            .execute(&self.pool)
+            .await
+            .map_err(self.err("create the namespace"))?;
+        Ok(())
+    }
+
+    async fn write_metadata(&self, location: &str, metadata: &TableMetadata) -> Result<(), IcebergSinkError> {
+        let err = |context: &str| {
+            let context = context.to_string();
+            move |source| IcebergSinkError::Iceberg {
+                table: metadata.location().to_string(),
+                context: context.clone(),
+                source: Box::new(source),
+            }
+        };
+        let json = serde_json::to_vec(metadata).map_err(|e| {
+            err("encode the metadata")(iceberg::Error::new(iceberg::ErrorKind::DataInvalid, e.to_string()))
+        })?;
+        self.file_io
+            .new_output(location)
+            .map_err(err("open the metadata file"))?
+            .write(Bytes::from(json))
+            .await
+            .map_err(err("write the metadata file"))
+    }
+
+    async fn read_metadata(&self, ident: &TableIdent, location: String) -> Result<LoadedTable, IcebergSinkError> {
+        let metadata = TableMetadata::read_from(&self.file_io, &location)
+            .await
+            .map_err(|source| IcebergSinkError::Iceberg {
+                table: shown(ident),
+                context: format!("read the metadata file {location}"),
+                source: Box::new(source),
+            })?;
+        Ok(LoadedTable {
+            metadata,
+            metadata_location: location,
+        })
+    }
+
+    /// Removes a metadata file that no swap made current.
+    async fn discard(&self, location: &str) {
+        if let Err(e) = self.file_io.delete(location).await {
+            tracing::warn!(location, error = %e, "could not delete an unused metadata file; it is an orphan");
+        }
+    }
+}
+
+#[async_trait]
+impl Catalog for SqlCatalog {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn file_io(&self) -> &FileIO {
+        &self.file_io
+    }
+
+    fn default_location(&self, ident: &TableIdent) -> String {
+        format!("{}/{}/{}", self.warehouse, ident.namespace.join("/"), ident.name)
+    }
+
+    async fn load(&self, ident: &TableIdent) -> Result<Option<LoadedTable>, IcebergSinkError> {
+        check_ident(ident)?;
+        let sql = self.sql(&format!(
+            "SELECT metadata_location FROM iceberg_tables \
+             WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?{}",
+            self.tables_only()
+        ));
+        let row: Option<AnyRow> = sqlx::query(&sql)
+            .bind(&self.name)
+            .bind(ident.namespace.join("."))
+            .bind(&ident.name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(self.err("look up the table"))?;
+        let Some(row) = row else { return Ok(None) };
+        let location: Option<String> = row.try_get(0).map_err(self.err("read the table's row"))?;
+        match location {
+            Some(location) => Ok(Some(self.read_metadata(ident, location).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn create(&self, ident: &TableIdent, metadata: TableMetadata) -> Result<LoadedTable, IcebergSinkError> {
+        check_ident(ident)?;
+        let namespace = ident.namespace.join(".");
+        self.ensure_namespace(&namespace).await?;
+        let location = next_metadata_location(metadata.location(), None);
+        self.write_metadata(&location, &metadata).await?;
+        let (columns, values) = if self.typed {
+            (", iceberg_type", ", 'TABLE'")
+        } else {
+            ("", "")
+        };
+        let sql = self.sql(&format!(
+            "INSERT INTO iceberg_tables \
+             (catalog_name, table_namespace, table_name, metadata_location, previous_metadata_location{columns}) \
+             VALUES (?, ?, ?, ?, NULL{values}) ON CONFLICT DO NOTHING"
+        ));
+        let inserted = sqlx::query(&sql)
+            .bind(&self.name)
+            .bind(&namespace)
+            .bind(&ident.name)
+            .bind(&location)
+            .execute(&self.pool)
+            .await;
+        match inserted {
+            Ok(done) if done.rows_affected() == 1 => {
+                tracing::info!(table = %shown(ident), location, "created the Iceberg table");
+                Ok(LoadedTable {
+                    metadata,
+                    metadata_location: location,
+                })
+            }
+            Ok(_) => {
+                self.discard(&location).await;
+                self.load(ident).await?.ok_or_else(|| IcebergSinkError::NoSuchTable {
+                    catalog: self.name.clone(),
+                    table: shown(ident),
+                })
+            }
+            Err(e) => Err(self.err("register the table")(e)),
+        }
+    }
+
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        base: &LoadedTable,
+        metadata: TableMetadata,
+    ) -> Result<Swap, IcebergSinkError> {
+        let location = next_metadata_location(metadata.location(), Some(&base.metadata_location));
+        self.write_metadata(&location, &metadata).await?;
+        let sql = self.sql(
+            "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
+             WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? AND metadata_location = ?",
+        );
+        let updated = sqlx::query(&sql)
+            .bind(&location)
+            .bind(&base.metadata_location)
+            .bind(&self.name)
+            .bind(ident.namespace.join("."))
+            .bind(&ident.name)
+            .bind(&base.metadata_location)
+            .execute(&self.pool)
+            .await
+            // An error here may hide a swap that happened: the new file stays.
+            .map_err(self.err("swap the table's metadata"))?;
+        if updated.rows_affected() == 1 {
+            Ok(Swap::Swapped(Box::new(LoadedTable {
+                metadata,
+                metadata_location: location,
+            })))
+        } else {
+            self.discard(&location).await;
+            Ok(Swap::Conflict)
+        }
+    }
+}
+
+fn shown(ident: &TableIdent) -> String {
+    format!("{}.{}", ident.namespace.join("."), ident.name)
+}
+
+/// A connection error without the connection string, which may hold a
+/// password.
+fn redact(e: sqlx::Error) -> sqlx::Error {
+    match e {
+        sqlx::Error::Configuration(_) => {
+            sqlx::Error::Configuration("the catalog URI is malformed (not shown, as it may hold a password)".into())
+        }
+        other => other,
+    }
+}
+
+/// The warehouse as a URL: a local directory becomes `file:///<absolute>`.
+fn warehouse_url(warehouse: &str) -> Result<String, String> {
+    if warehouse.contains("://") {
+        return Ok(warehouse.trim_end_matches('/').to_string());
+    }
+    std::fs::create_dir_all(warehouse).map_err(|e| format!("cannot create the warehouse {warehouse:?}: {e}"))?;
+    let absolute = std::fs::canonicalize(warehouse).map_err(|e| format!("warehouse {warehouse:?}: {e}"))?;
+    let path = absolute
+        .to_str()
+        .ok_or_else(|| format!("warehouse {warehouse:?} is not valid UTF-8"))?;
+    Ok(format!("file://{}", path.trim_end_matches('/')))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_warehouses_become_file_urls() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = warehouse_url(dir.path().join("wh").to_str().unwrap()).unwrap();
+        assert!(url.starts_with("file:///"), "{url}");
+        assert!(url.ends_with("/wh"), "{url}");
+        assert_eq!(warehouse_url("s3://bucket/wh/").unwrap(), "s3://bucket/wh");
+    }
+}

@@ -1,0 +1,459 @@
+//! weir's own Iceberg commit step: the batch's manifest, a manifest list and
+//! the new metadata, built with iceberg's public spec types on one base
+//! version; the catalog then swaps that version in if the table is still at
+//! the base.
+//!
+//! The manifest of the batch's files is written once: its entries inherit
+//! the snapshot id and sequence number, so a retry on a newer base writes
+//! only a new manifest list and metadata.
+
+use std::collections::HashMap;
+
+use iceberg::io::FileIO;
+use iceberg::spec::{
+    DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestList, ManifestListWriter, ManifestStatus,
+    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector,
+    Summary, TableMetadata, TableMetadataBuilder, MAIN_BRANCH,
+};
+
+use crate::catalog::LoadedTable;
+use crate::error::IcebergSinkError;
+
+/// The totals a snapshot summary carries, counted from the parent's.
+const TOTALS: [(&str, &str); 3] = [
+    ("total-records", "added-records"),
+    ("total-data-files", "added-data-files"),
+    ("total-files-size", "added-files-size"),
+];
+
+/// What the new snapshot does to the table's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Adds the batch's files (a fast append).
+    Append,
+    /// Removes every live data file and adds the batch's (one `overwrite`).
+    Overwrite,
+}
+
+/// A new metadata version, not yet swapped in.
+#[derive(Debug)]
+pub(crate) struct Produced {
+    pub metadata: TableMetadata,
+    /// The new snapshot's manifests, kept so the next commit on it need not
+    /// read its manifest list.
+    pub manifests: Option<(i64, Vec<ManifestFile>)>,
+    /// Files written for this base only (manifest list, merged manifests),
+    /// removed if the swap loses.
+    pub attempt_files: Vec<String>,
+    /// Metadata files that left the metadata log
+    /// (`write.metadata.previous-versions-max`).
+    pub expired: Vec<String>,
+}
+
+/// Builds the snapshots of one batch's commit, attempt after attempt.
+pub(crate) struct Producer {
+    file_io: FileIO,
+    table: String,
+    files: Vec<DataFile>,
+    commit_uuid: uuid::Uuid,
+    snapshot_id: i64,
+    added: Option<ManifestFile>,
+    attempt: u32,
+}
+
+impl Producer {
+    pub(crate) fn new(file_io: FileIO, table: String, files: Vec<DataFile>) -> Self {
+        Producer {
+            file_io,
+            table,
+            files,
+            commit_uuid: uuid::Uuid::new_v4(),
+            snapshot_id: new_snapshot_id(),
+            added: None,
+            attempt: 0,
+        }
+    }
+
+    fn err(&self, context: &str) -> impl Fn(iceberg::Error) -> IcebergSinkError + '_ {
+        let context = context.to_string();
+        move |source| IcebergSinkError::Iceberg {
+            table: self.table.clone(),
+            context: context.clone(),
+            source: Box::new(source),
+        }
+    }
+
+    /// The batch's files.
+    pub(crate) fn files(&self) -> &[DataFile] {
+        &self.files
+    }
+
+    /// The new metadata on `base`: a snapshot of `change` (none for an
+    /// append of nothing) with `summary` added to its summary, and
+    /// `properties` set in the same version. `cached` holds the manifests
+    /// of a snapshot whose manifest list need not be read again.
+    pub(crate) async fn produce(
+        &mut self,
+        base: &LoadedTable,
+        change: Change,
+        summary: &HashMap<String, String>,
+        properties: HashMap<String, String>,
+        cached: Option<&(i64, Vec<ManifestFile>)>,
+    ) -> Result<Produced, IcebergSinkError> {
+        let metadata = &base.metadata;
+        let table = self.table.clone();
+        let build_err = move |source| IcebergSinkError::Iceberg {
+            table: table.clone(),
+            context: "build the new metadata".into(),
+            source: Box::new(source),
+        };
+        let mut builder =
+            TableMetadataBuilder::new_from_metadata(metadata.clone(), Some(base.metadata_location.clone()));
+        let parent = metadata.current_snapshot();
+        let needs_snapshot = !self.files.is_empty() || (change == Change::Overwrite && parent.is_some());
+        let mut produced_manifests = None;
+        let mut attempt_files = Vec::new();
+        if needs_snapshot {
+            if metadata.snapshot_by_id(self.snapshot_id).is_some() {
+                // Another writer's snapshot took the id: start this one anew.
+                self.snapshot_id = new_snapshot_id();
+                self.added = None;
+            }
+            let existing = match (parent, cached) {
+                (None, _) => Vec::new(),
+                (Some(p), Some((id, manifests))) if p.snapshot_id() == *id => manifests.clone(),
+                (Some(p), _) => self.read_manifest_list(metadata, p.manifest_list()).await?,
+            };
+            let mut collector = SnapshotSummaryCollector::default();
+            let schema = metadata.current_schema().clone();
+            let spec = metadata.default_partition_spec().clone();
+            for f in &self.files {
+                collector.add_file(f, schema.clone(), spec.clone());
+            }
+            let mut manifests = Vec::new();
+            if !self.files.is_empty() {
+                manifests.push(self.added_manifest(metadata).await?);
+            }
+            self.attempt += 1;
+            match change {
+                Change::Append => {
+                    let (kept, merged) = self.merge(metadata, existing).await?;
+                    attempt_files.extend(merged.iter().map(|m| m.manifest_path.clone()));
+                    manifests.extend(merged);
+                    manifests.extend(kept);
+                }
+                Change::Overwrite => {
+                    if let Some(deleted) = self.deleted_manifest(metadata, &existing, &mut collector).await? {
+                        attempt_files.push(deleted.manifest_path.clone());
+                        manifests.push(deleted);
+                    }
+                }
+            }
+            let (path, written) = self.write_manifest_list(metadata, manifests).await?;
+            attempt_files.push(path.clone());
+            let mut properties_of_summary = summary.clone();
+            properties_of_summary.extend(collector.build());
+            add_totals(&mut properties_of_summary, parent.map(|p| p.summary()), change);
+            let snapshot = Snapshot::builder()
+                .with_snapshot_id(self.snapshot_id)
+                .with_parent_snapshot_id(parent.map(|p| p.snapshot_id()))
+                .with_sequence_number(metadata.next_sequence_number())
+                .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
+                .with_manifest_list(path.clone())
+                .with_summary(Summary {
+                    operation: match change {
+                        Change::Append => Operation::Append,
+                        Change::Overwrite => Operation::Overwrite,
+                    },
+                    additional_properties: properties_of_summary,
+                })
+                .with_schema_id(metadata.current_schema_id())
+                .build();
+            builder = builder
+                .add_snapshot(snapshot)
+                .and_then(|b| {
+                    b.set_ref(
+                        MAIN_BRANCH,
+                        SnapshotReference::new(self.snapshot_id, SnapshotRetention::branch(None, None, None)),
+                    )
+                })
+                .map_err(&build_err)?;
+            produced_manifests = Some((self.snapshot_id, written));
+        }
+        let built = builder
+            .set_properties(properties)
+            .and_then(|b| b.build())
+            .map_err(&build_err)?;
+        Ok(Produced {
+            metadata: built.metadata,
+            manifests: produced_manifests,
+            attempt_files,
+            expired: built
+                .expired_metadata_logs
+                .into_iter()
+                .map(|l| l.metadata_file)
+                .collect(),
+        })
+    }
+
+    async fn read_manifest_list(
+        &self,
+        metadata: &TableMetadata,
+        location: &str,
+    ) -> Result<Vec<ManifestFile>, IcebergSinkError> {
+        let err = self.err("read the current snapshot's manifest list");
+        let bytes = self
+            .file_io
+            .new_input(location)
+            .map_err(&err)?
+            .read()
+            .await
+            .map_err(&err)?;
+        Ok(ManifestList::parse_with_version(&bytes, metadata.format_version())
+            .map_err(&err)?
+            .entries()
+            .to_vec())
+    }
+
+    /// The manifest of the batch's files, written on the first attempt.
+    async fn added_manifest(&mut self, metadata: &TableMetadata) -> Result<ManifestFile, IcebergSinkError> {
+        if let Some(m) = &self.added {
+            return Ok(m.clone());
+        }
+        let path = format!(
+            "{}/metadata/{}-m0.avro",
+            metadata.location().trim_end_matches('/'),
+            self.commit_uuid
+        );
+        let mut writer = self.manifest_writer(metadata, &path)?;
+        for f in &self.files {
+            // A negative sequence number leaves it unassigned: the entry
+            // inherits the snapshot's, whichever base the swap lands on.
+            writer
+                .add_file(f.clone(), -1)
+                .map_err(self.err("write the batch's manifest"))?;
+        }
+        let manifest = writer
+            .write_manifest_file()
+            .await
+            .map_err(self.err("write the batch's manifest"))?;
+        self.added = Some(manifest.clone());
+        Ok(manifest)
+    }
+
+    /// A manifest marking every live data file of `existing` deleted.
+    async fn deleted_manifest(
+        &self,
+        metadata: &TableMetadata,
+        existing: &[ManifestFile],
+        collector: &mut SnapshotSummaryCollector,
+    ) -> Result<Option<ManifestFile>, IcebergSinkError> {
+        let err = self.err("read a manifest of the current snapshot");
+        let path = format!(
+            "{}/metadata/{}-m1-{}.avro",
+            metadata.location().trim_end_matches('/'),
+            self.commit_uuid,
+            self.attempt
+        );
+        let mut writer = self.manifest_writer(metadata, &path)?;
+        let mut any = false;
+        for manifest in existing.iter().filter(|m| m.content == ManifestContentType::Data) {
+            let loaded = manifest.load_manifest(&self.file_io).await.map_err(&err)?;
+            for entry in loaded
+                .entries()
+                .iter()
+                .filter(|e| e.status() != ManifestStatus::Deleted)
+            {
+                collector.remove_file(
+                    entry.data_file(),
+                    metadata.current_schema().clone(),
+                    metadata.default_partition_spec().clone(),
+                );
+                let sequence = entry.sequence_number().unwrap_or(manifest.sequence_number);
+                writer
+                    .add_delete_file(entry.data_file().clone(), sequence, entry.file_sequence_number)
+                    .map_err(self.err("write the manifest of removed files"))?;
+                any = true;
+            }
+        }
+        if !any {
+            return Ok(None);
+        }
+        let manifest = writer
+            .write_manifest_file()
+            .await
+            .map_err(self.err("write the manifest of removed files"))?;
+        Ok(Some(manifest))
+    }
+
+    fn manifest_writer(
+        &self,
+        metadata: &TableMetadata,
+        path: &str,
+    ) -> Result<iceberg::spec::ManifestWriter, IcebergSinkError> {
+        let output = self.file_io.new_output(path).map_err(self.err("open a manifest"))?;
+        let builder = ManifestWriterBuilder::new(
+            output,
+            Some(self.snapshot_id),
+            metadata.current_schema().clone(),
+            metadata.default_partition_spec().as_ref().clone(),
+        );
+        match metadata.format_version() {
+            FormatVersion::V1 => Ok(builder.build_v1()),
+            FormatVersion::V2 => Ok(builder.build_v2_data()),
+            FormatVersion::V3 => Ok(builder.build_v3_data()),
+        }
+    }
+
+    /// Merges small data manifests as Java's merge-append does, once there
+    /// are `commit.manifest.min-count-to-merge` of them (default 100):
+    /// their live entries go, as existing entries, into manifests of up to
+    /// `commit.manifest.target-size-bytes` (default 8 MiB). Returns the
+    /// manifests kept as they are and the merged ones.
+    async fn merge(
+        &self,
+        metadata: &TableMetadata,
+        existing: Vec<ManifestFile>,
+    ) -> Result<(Vec<ManifestFile>, Vec<ManifestFile>), IcebergSinkError> {
+        let property = |key: &str, default: u64| {
+            metadata
+                .properties()
+                .get(key)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(default)
+        };
+        let enabled = metadata
+            .properties()
+            .get("commit.manifest-merge.enabled")
+            .is_none_or(|v| v != "false");
+        let min_count = property("commit.manifest.min-count-to-merge", 100).max(2);
+        let target = property("commit.manifest.target-size-bytes", 8 * 1024 * 1024);
+        let (small, mut kept): (Vec<ManifestFile>, Vec<ManifestFile>) = existing
+            .into_iter()
+            .partition(|m| m.content == ManifestContentType::Data && (m.manifest_length as u64) < target);
+        // The batch's own manifest counts too.
+        if !enabled || (small.len() as u64) + 1 < min_count {
+            kept.splice(0..0, small);
+            return Ok((kept, Vec::new()));
+        }
+        let mut groups: Vec<Vec<ManifestFile>> = vec![Vec::new()];
+        let mut size = 0u64;
+        for m in small {
+            if size + m.manifest_length as u64 > target && !groups.last().is_some_and(Vec::is_empty) {
+                groups.push(Vec::new());
+                size = 0;
+            }
+            size += m.manifest_length as u64;
+            groups.last_mut().expect("one group").push(m);
+        }
+        let err = self.err("merge manifests");
+        let mut merged = Vec::new();
+        for (n, group) in groups.into_iter().enumerate() {
+            if group.len() < 2 {
+                kept.extend(group);
+                continue;
+            }
+            let path = format!(
+                "{}/metadata/{}-merged-{}-{n}.avro",
+                metadata.location().trim_end_matches('/'),
+                self.commit_uuid,
+                self.attempt
+            );
+            let mut writer = self.manifest_writer(metadata, &path)?;
+            for manifest in &group {
+                let loaded = manifest.load_manifest(&self.file_io).await.map_err(&err)?;
+                for entry in loaded
+                    .entries()
+                    .iter()
+                    .filter(|e| e.status() != ManifestStatus::Deleted)
+                {
+                    writer
+                        .add_existing_file(
+                            entry.data_file().clone(),
+                            entry.snapshot_id().unwrap_or(manifest.added_snapshot_id),
+                            entry.sequence_number().unwrap_or(manifest.sequence_number),
+                            entry.file_sequence_number,
+                        )
+                        .map_err(&err)?;
+                }
+            }
+            merged.push(writer.write_manifest_file().await.map_err(&err)?);
+        }
+        Ok((kept, merged))
+    }
+
+    async fn write_manifest_list(
+        &mut self,
+        metadata: &TableMetadata,
+        manifests: Vec<ManifestFile>,
+    ) -> Result<(String, Vec<ManifestFile>), IcebergSinkError> {
+        let path = format!(
+            "{}/metadata/snap-{}-{}-{}.avro",
+            metadata.location().trim_end_matches('/'),
+            self.snapshot_id,
+            self.attempt,
+            self.commit_uuid
+        );
+        let err = self.err("write the manifest list");
+        let out = self
+            .file_io
+            .new_output(&path)
+            .map_err(&err)?
+            .writer()
+            .await
+            .map_err(&err)?;
+        let parent = metadata.current_snapshot_id();
+        let sequence = metadata.next_sequence_number();
+        let mut writer = match metadata.format_version() {
+            FormatVersion::V1 => ManifestListWriter::v1(out, self.snapshot_id, parent),
+            FormatVersion::V2 => ManifestListWriter::v2(out, self.snapshot_id, parent, sequence),
+            FormatVersion::V3 => {
+                return Err(IcebergSinkError::Unsupported {
+                    table: self.table.clone(),
+                    feature: "format version 3".into(),
+                })
+            }
+        };
+        // The list assigns the new manifests their sequence number; the
+        // written entries are what a reader of this snapshot sees.
+        let assigned: Vec<ManifestFile> = manifests
+            .into_iter()
+            .map(|mut m| {
+                if m.sequence_number == iceberg::spec::UNASSIGNED_SEQUENCE_NUMBER {
+                    m.sequence_number = sequence;
+                }
+                if m.min_sequence_number == iceberg::spec::UNASSIGNED_SEQUENCE_NUMBER {
+                    m.min_sequence_number = sequence;
+                }
+                m
+            })
+            .collect();
+        writer.add_manifests(assigned.iter().cloned()).map_err(&err)?;
+        writer.close().await.map_err(&err)?;
+        Ok((path, assigned))
+    }
+}
+
+fn new_snapshot_id() -> i64 {
+    // Positive, as Java's ids are; uuid bits are random enough.
+    (uuid::Uuid::new_v4().as_u64_pair().0 & (i64::MAX as u64)) as i64
+}
+
+/// `total-*` of the new snapshot from its parent's (an overwrite's totals
+/// are its own files).
+fn add_totals(summary: &mut HashMap<String, String>, parent: Option<&Summary>, change: Change) {
+    for (total, added) in TOTALS {
+        let before = match change {
+            Change::Append => parent
+                .and_then(|p| p.additional_properties.get(total))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0),
+            Change::Overwrite => 0,
+        };
+        let added = summary.get(added).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        summary.insert(total.to_string(), (before + added).to_string());
+    }
+    for total in ["total-delete-files", "total-position-deletes", "total-equality-deletes"] {
+        summary.entry(total.to_string()).or_insert_with(|| "0".to_string());
+    }
+}

@@ -1,0 +1,97 @@
+//! The error type of weir-iceberg.
+
+use weir_core::BatchId;
+
+/// What can go wrong in the Iceberg sink and its catalogs. Every variant
+/// names the table or catalog; none carries a credential.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IcebergSinkError {
+    /// The catalog's database could not be reached or queried.
+    #[error("Iceberg catalog {catalog:?}: {operation}: {source}")]
+    Catalog {
+        catalog: String,
+        operation: String,
+        #[source]
+        source: sqlx::Error,
+    },
+
+    /// A catalog setting is missing or malformed.
+    #[error("Iceberg catalog {catalog:?}: {reason}")]
+    Config { catalog: String, reason: String },
+
+    /// A table or namespace name is not valid.
+    #[error("invalid Iceberg table name {name:?}: {reason}")]
+    Name { name: String, reason: String },
+
+    /// iceberg failed to read or write metadata or data files.
+    #[error("Iceberg table {table}: {context}: {source}")]
+    Iceberg {
+        table: String,
+        context: String,
+        #[source]
+        source: Box<iceberg::Error>,
+    },
+
+    /// The table is not in the catalog.
+    #[error("Iceberg table {table} does not exist in catalog {catalog:?} (was it dropped?)")]
+    NoSuchTable { catalog: String, table: String },
+
+    /// The stream's rows do not fit the table's schema.
+    #[error("Iceberg table {table}: the stream's schema does not match the table's: {differences}. Nothing was written; enable schema merging to add new optional columns, or write to another table")]
+    SchemaMismatch { table: String, differences: String },
+
+    /// The table uses something the sink does not write.
+    #[error("Iceberg table {table} uses {feature}, which weir's Iceberg sink does not write; nothing was written")]
+    Unsupported { table: String, feature: String },
+
+    /// Other writers kept winning the metadata swap.
+    #[error("Iceberg table {table}: batch {batch_id} lost {attempts} metadata swaps in a row to other writers; nothing of it was committed and a restart retries it")]
+    TooManyConflicts {
+        table: String,
+        batch_id: BatchId,
+        attempts: usize,
+    },
+
+    /// The table was dropped and created again (a new table uuid).
+    #[error("Iceberg table {table} was replaced while the query ran (table uuid {expected} is now {found}); nothing of the batch was committed. Restart the query: its start-up guards decide whether the new table may be written")]
+    TableReplaced {
+        table: String,
+        expected: String,
+        found: String,
+    },
+
+    /// Another writer changed the table in a way the batch's files do not fit.
+    #[error("Iceberg table {table}: another writer changed it while the query ran: {change}. Nothing of the batch was committed; a restart writes it again with the table's new layout")]
+    TableChanged { table: String, change: String },
+
+    /// The sink was used before the driver prepared it.
+    #[error("Iceberg table {table}: the sink was used before prepare; start it through a streaming query")]
+    NotPrepared { table: String },
+}
+
+impl IcebergSinkError {
+    /// Whether trying again may succeed.
+    pub fn retryable(&self) -> bool {
+        match self {
+            IcebergSinkError::TooManyConflicts { .. } => true,
+            IcebergSinkError::Catalog { source, .. } => matches!(
+                source,
+                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed
+            ),
+            IcebergSinkError::Iceberg { source, .. } => source.retryable(),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn into_core(self, batch_id: Option<BatchId>) -> weir_core::Error {
+        let retryable = self.retryable();
+        weir_core::Error::sink("iceberg", batch_id, retryable, self)
+    }
+}
+
+impl From<IcebergSinkError> for weir_core::Error {
+    fn from(e: IcebergSinkError) -> Self {
+        e.into_core(None)
+    }
+}

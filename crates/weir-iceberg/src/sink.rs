@@ -1,0 +1,385 @@
+//! The Iceberg sink: the [`Sink`] of weir-core on an Iceberg table.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use iceberg::spec::ManifestFile;
+use iceberg::writer::file_writer::location_generator::DefaultLocationGenerator;
+use iceberg::TableIdent;
+use weir_core::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
+use weir_core::sink::{BatchContext, CommitMessage, CommitOutcome, DataWriter, OutputMode, QueryInfo, Sink};
+use weir_core::{QueryId, QueryName};
+
+use crate::catalog::{parse_ident, Catalog, LoadedTable, Swap};
+use crate::commit::{Change, Producer};
+use crate::error::IcebergSinkError;
+use crate::marker;
+use crate::table::{self, Layout};
+use crate::writer::{self, IcebergWriter, WriterContext};
+
+/// How often the sink reloads the table and re-checks its marker after
+/// losing a swap before giving up.
+const MAX_COMMIT_ATTEMPTS: usize = 100;
+
+/// Writes a streaming query's batches into an Iceberg table, each batch
+/// exactly once: its snapshot and the query's marker in one metadata swap.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use weir_core::prelude::*;
+/// use weir_iceberg::{IcebergSink, SqlCatalog};
+///
+/// # async fn run() -> weir_core::Result<()> {
+/// let lake = SqlCatalog::connect("lake", "sqlite://weir-lake/catalog.db", "weir-lake/warehouse").await?;
+/// let sink = IcebergSink::try_new(Arc::new(lake), "bronze.payments")?.with_partition_by(["day(ts)"]);
+/// let query = read_stream(RateSource::rows_per_second(1000))
+///     .write_stream()
+///     .query_name("payments-bronze")
+///     .checkpoint_location("chk/payments-bronze")
+///     .start(sink)
+///     .await?;
+/// # query.stop_and_wait().await
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct IcebergSink {
+    catalog: Arc<dyn Catalog>,
+    ident: TableIdent,
+    partition_by: Vec<String>,
+    table_properties: HashMap<String, String>,
+    target_file_size: Option<u64>,
+    state: Arc<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The table as last loaded or committed by this sink.
+    table: tokio::sync::Mutex<Option<LoadedTable>>,
+    /// The manifests of the snapshot this sink committed last.
+    manifests: std::sync::Mutex<Option<(i64, Vec<ManifestFile>)>>,
+    /// Fixed by `prepare`.
+    prepared: RwLock<Option<Prepared>>,
+}
+
+#[derive(Debug, Clone)]
+struct Prepared {
+    layout: Arc<Layout>,
+    locations: DefaultLocationGenerator,
+}
+
+impl IcebergSink {
+    /// A sink on the table `name` (`namespace.table`) of `catalog`. The
+    /// table is created from the stream's schema when the query starts, if
+    /// there is none (and its namespace with it).
+    pub fn try_new(catalog: Arc<dyn Catalog>, name: &str) -> Result<Self, IcebergSinkError> {
+        Ok(IcebergSink {
+            catalog,
+            ident: parse_ident(name)?,
+            partition_by: Vec::new(),
+            table_properties: HashMap::new(),
+            target_file_size: None,
+            state: Arc::default(),
+        })
+    }
+
+    /// The partition fields of a table the sink creates: `col`,
+    /// `bucket(N, col)`, `truncate(W, col)`, `year(col)`, `month(col)`,
+    /// `day(col)` or `hour(col)`.
+    pub fn with_partition_by<S: Into<String>>(mut self, fields: impl IntoIterator<Item = S>) -> Self {
+        self.partition_by = fields.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// A table property of a table the sink creates.
+    pub fn with_table_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.table_properties.insert(key.into(), value.into());
+        self
+    }
+
+    /// The size at which data files are closed (else the table's
+    /// `write.target-file-size-bytes`, else 128 MiB).
+    pub fn with_target_file_size(mut self, bytes: u64) -> Self {
+        self.target_file_size = Some(bytes);
+        self
+    }
+
+    fn shown(&self) -> String {
+        format!(
+            "{}.{}.{}",
+            self.catalog.name(),
+            self.ident.namespace.join("."),
+            self.ident.name
+        )
+    }
+
+    fn prepared(&self) -> Result<Prepared, IcebergSinkError> {
+        self.state
+            .prepared
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| IcebergSinkError::NotPrepared { table: self.shown() })
+    }
+
+    async fn load(&self) -> Result<LoadedTable, IcebergSinkError> {
+        self.catalog
+            .load(&self.ident)
+            .await?
+            .ok_or_else(|| IcebergSinkError::NoSuchTable {
+                catalog: self.catalog.name().to_string(),
+                table: self.shown(),
+            })
+    }
+
+    /// Checks that `base` is still the table the query started on, with the
+    /// partitioning its files were written for.
+    fn check_table(&self, base: &LoadedTable, layout: &Layout) -> Result<(), IcebergSinkError> {
+        let uuid = base.metadata.uuid().to_string();
+        if uuid != layout.table_uuid {
+            return Err(IcebergSinkError::TableReplaced {
+                table: self.shown(),
+                expected: layout.table_uuid.clone(),
+                found: uuid,
+            });
+        }
+        let spec = base.metadata.default_partition_spec();
+        if spec.spec_id() != layout.spec.spec_id() {
+            return Err(IcebergSinkError::TableChanged {
+                table: self.shown(),
+                change: format!(
+                    "the partition spec went from {} to {}",
+                    layout.spec.spec_id(),
+                    spec.spec_id()
+                ),
+            });
+        }
+        let schema = base.metadata.current_schema();
+        if schema.schema_id() != layout.schema.schema_id() {
+            // The written files carry field ids; they must still mean the
+            // same columns.
+            for field in layout.schema.as_struct().fields() {
+                match schema.field_by_id(field.id) {
+                    Some(now) if now.field_type == field.field_type => {}
+                    _ => {
+                        return Err(IcebergSinkError::TableChanged {
+                            table: self.shown(),
+                            change: format!("column {:?} (field id {}) was dropped or changed", field.name, field.id),
+                        })
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Best-effort work after a swap: `version-hint.text` for readers that
+    /// open the table directory, and metadata files past
+    /// `write.metadata.previous-versions-max` when the table asks for their
+    /// deletion.
+    async fn after_commit(&self, table: &LoadedTable, expired: Vec<String>) {
+        let io = self.catalog.file_io();
+        let location = table.metadata.location().trim_end_matches('/');
+        if let Some(version) = table
+            .metadata_location
+            .rsplit('/')
+            .next()
+            .and_then(|f| f.split('-').next())
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            let hint = format!("{location}/metadata/version-hint.text");
+            let written = match io.new_output(&hint) {
+                Ok(out) => out.write(Bytes::from(version.to_string())).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
+                tracing::warn!(error = %e, "could not write version-hint.text");
+            }
+        }
+        let delete = table
+            .metadata
+            .properties()
+            .get("write.metadata.delete-after-commit.enabled")
+            .is_some_and(|v| v == "true");
+        if delete {
+            for file in expired {
+                if let Err(e) = io.delete(&file).await {
+                    tracing::warn!(file, error = %e, "could not delete an expired metadata file");
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for IcebergSink {
+    fn identity(&self) -> SinkIdentity {
+        let mut identity = SinkIdentity::new("iceberg", self.shown());
+        identity.table_id = self.prepared().ok().map(|p| p.layout.table_uuid.clone());
+        identity
+    }
+
+    fn check_output_mode(&self, _mode: OutputMode) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn prepare(&self, query: &QueryInfo) -> weir_core::Result<()> {
+        let mut slot = self.state.table.lock().await;
+        let table = match self.catalog.load(&self.ident).await? {
+            Some(table) => table,
+            None => {
+                let mut properties = self.table_properties.clone();
+                properties
+                    .entry("write.format.default".into())
+                    .or_insert("parquet".into());
+                let metadata = table::new_metadata(
+                    &self.shown(),
+                    &self.catalog.default_location(&self.ident),
+                    &query.schema,
+                    &self.partition_by,
+                    &properties,
+                )?;
+                self.catalog.create(&self.ident, metadata).await?
+            }
+        };
+        let mut layout = table::layout(&self.shown(), &table.metadata, &query.schema)?;
+        if let Some(size) = self.target_file_size {
+            layout.target_file_size = size;
+        }
+        let locations = DefaultLocationGenerator::new(&table.metadata).map_err(|source| IcebergSinkError::Iceberg {
+            table: self.shown(),
+            context: "derive the data location".into(),
+            source: Box::new(source),
+        })?;
+        tracing::info!(table = %self.shown(), spec = ?layout.spec.fields(), target_file_size = layout.target_file_size, "Iceberg sink ready");
+        *self.state.prepared.write().unwrap_or_else(|e| e.into_inner()) = Some(Prepared {
+            layout: Arc::new(layout),
+            locations,
+        });
+        *self.state.manifests.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *slot = Some(table);
+        Ok(())
+    }
+
+    async fn marker(&self, name: &QueryName, _known_ids: &[QueryId]) -> weir_core::Result<Option<SinkMarker>> {
+        let table = self.load().await?;
+        let found = marker::read(&table.metadata, name);
+        *self.state.table.lock().await = Some(table);
+        Ok(found)
+    }
+
+    fn create_writer(&self, batch: &BatchContext, partition_id: usize) -> weir_core::Result<Box<dyn DataWriter>> {
+        let prepared = self.prepared()?;
+        let ctx = WriterContext {
+            table: self.shown(),
+            file_io: self.catalog.file_io().clone(),
+            layout: prepared.layout,
+            locations: prepared.locations,
+            file_prefix: format!(
+                "part-{:05}-{}-{}-p{:03}",
+                batch.batch_id.0, batch.query_id, batch.attempt_id, partition_id
+            ),
+        };
+        Ok(Box::new(IcebergWriter::new(ctx, partition_id)))
+    }
+
+    async fn commit(&self, ctx: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<CommitOutcome> {
+        let core = |e: IcebergSinkError| e.into_core(Some(ctx.batch_id));
+        let prepared = self.prepared()?;
+        let layout = prepared.layout.clone();
+        let partition_type = layout
+            .spec
+            .partition_type(&layout.schema)
+            .map_err(|source| IcebergSinkError::Iceberg {
+                table: self.shown(),
+                context: "derive the partition type".into(),
+                source: Box::new(source),
+            })
+            .map_err(core)?;
+        let files = writer::decode(&messages, &layout.spec, &partition_type, &layout.schema)?;
+        let change = match ctx.output_mode {
+            OutputMode::Append => Change::Append,
+            OutputMode::Complete => Change::Overwrite,
+        };
+        let summary = marker::summary(ctx);
+        let mut producer = Producer::new(self.catalog.file_io().clone(), self.shown(), files);
+        let mut slot = self.state.table.lock().await;
+        let mut tried = false;
+        for attempt in 1..=MAX_COMMIT_ATTEMPTS {
+            // The first attempt builds on the table as this sink last saw
+            // it; a lost swap reloads it.
+            let base = match slot.take() {
+                Some(table) if attempt == 1 => table,
+                _ => self.load().await.map_err(core)?,
+            };
+            self.check_table(&base, &layout).map_err(core)?;
+            let found = marker::read(&base.metadata, &ctx.query_name);
+            if let CommitDecision::AlreadyCommitted(m) = decide_commit(found, ctx.commit_facts())? {
+                let ours = tried && marker::set_by(&base.metadata, ctx);
+                let version = base.metadata.current_snapshot_id();
+                *slot = Some(base);
+                if ours {
+                    tracing::info!(attempt, "the lost swap was this attempt's own");
+                    return Ok(CommitOutcome::Committed { version });
+                }
+                return Ok(CommitOutcome::AlreadyCommitted(m));
+            }
+            let cached = self.state.manifests.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let produced = producer
+                .produce(&base, change, &summary, marker::properties(ctx), cached.as_ref())
+                .await
+                .map_err(core)?;
+            tried = true;
+            match self.catalog.swap(&self.ident, &base, produced.metadata).await {
+                Ok(Swap::Swapped(table)) => {
+                    let version = table.metadata.current_snapshot_id();
+                    tracing::debug!(
+                        ?version,
+                        attempt,
+                        files = producer.files().len(),
+                        "committed to Iceberg"
+                    );
+                    *self.state.manifests.lock().unwrap_or_else(|e| e.into_inner()) = produced.manifests;
+                    self.after_commit(&table, produced.expired).await;
+                    *slot = Some(*table);
+                    return Ok(CommitOutcome::Committed { version });
+                }
+                Ok(Swap::Conflict) => {
+                    tracing::debug!(attempt, "lost a metadata swap; reloading the table");
+                    for file in produced.attempt_files {
+                        if let Err(e) = self.catalog.file_io().delete(&file).await {
+                            tracing::debug!(file, error = %e, "could not delete a file of a lost swap");
+                        }
+                    }
+                    if attempt > 3 {
+                        let jitter = u64::from(ctx.attempt_id.as_u128() as u16 % 20);
+                        tokio::time::sleep(Duration::from_millis((attempt as u64 * 5).min(200) + jitter)).await;
+                    }
+                }
+                // The swap may have happened: nothing is deleted.
+                Err(e) => return Err(core(e)),
+            }
+        }
+        Err(core(IcebergSinkError::TooManyConflicts {
+            table: self.shown(),
+            batch_id: ctx.batch_id,
+            attempts: MAX_COMMIT_ATTEMPTS,
+        }))
+    }
+
+    async fn abort(&self, _batch: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<()> {
+        let Ok(prepared) = self.prepared() else {
+            return Ok(());
+        };
+        let layout = prepared.layout;
+        let Ok(partition_type) = layout.spec.partition_type(&layout.schema) else {
+            return Ok(());
+        };
+        if let Ok(files) = writer::decode(&messages, &layout.spec, &partition_type, &layout.schema) {
+            writer::delete_files(self.catalog.file_io(), &files).await;
+        }
+        Ok(())
+    }
+}

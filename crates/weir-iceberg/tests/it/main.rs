@@ -1,0 +1,4 @@
+//! Integration tests of weir-iceberg.
+
+mod conformance;
+mod table;

@@ -1,0 +1,253 @@
+//! The Iceberg table as other engines see it: pyiceberg and DuckDB read it,
+//! pyiceberg writes it too; markers, summaries, partitions, modes, metadata.
+
+use std::sync::Arc;
+
+use arrow_array::{RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use serde_json::Value;
+use weir_core::prelude::*;
+use weir_core::source::RateSource;
+use weir_iceberg::IcebergSink;
+use weir_test_support::assert_exactly_once;
+use weir_test_support::readers::{iceberg, python, rate_amount_cents};
+
+use crate::conformance::{event_ids, sqlite_harness, SqliteHarness};
+
+const TABLE: &str = "bronze.payments";
+
+async fn run(
+    stream: ReadStream,
+    chk: &std::path::Path,
+    sink: IcebergSink,
+    mode: OutputMode,
+    last: u64,
+) -> Result<StreamingQuery> {
+    let q = stream
+        .write_stream()
+        .query_name("payments-bronze")
+        .checkpoint_location(chk)
+        .output_mode(mode)
+        .stop_after_batch(BatchId(last))
+        .start(sink)
+        .await?;
+    q.await_termination().await?;
+    Ok(q)
+}
+
+fn rate(rows: u64) -> ReadStream {
+    read_stream(RateSource::rows_per_batch(rows))
+}
+
+fn describe(h: &SqliteHarness) -> Value {
+    iceberg(&["describe", h.db.to_str().unwrap(), TABLE]).expect("readers present")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pyiceberg_and_duckdb_read_every_batch_once_with_markers_and_summaries() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let dir = tempfile::tempdir().unwrap();
+    let sink = h.sink_on(TABLE).await.with_partition_by(["bucket(4, account_id)"]);
+    let q = run(rate(500), dir.path(), sink, OutputMode::Append, 4).await.unwrap();
+
+    for reader in ["pyiceberg", "duckdb"] {
+        let out = iceberg(&["ids", reader, h.db.to_str().unwrap(), TABLE]).unwrap();
+        let ids: Vec<i64> = out["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
+        assert_exactly_once(&ids, 0..2500);
+        assert_eq!(out["amount_cents"].as_i64(), Some(rate_amount_cents(2500)), "{reader}");
+    }
+
+    let d = describe(&h);
+    let properties = &d["properties"];
+    assert_eq!(properties["weir.query.payments-bronze.batch-id"], "4");
+    assert_eq!(properties["weir.query.payments-bronze.query-id"], q.id().to_string());
+    assert_eq!(
+        d["partition_spec"],
+        serde_json::json!([["account_id", "bucket[4]", "account_id_bucket"]])
+    );
+    let snapshots = d["snapshots"].as_array().unwrap();
+    assert_eq!(snapshots.len(), 5);
+    for (i, s) in snapshots.iter().enumerate() {
+        assert_eq!(s["operation"], "append");
+        assert_eq!(s["summary"]["weir.batch-id"], i.to_string());
+        assert_eq!(s["summary"]["weir.query-name"], "payments-bronze");
+        assert_eq!(s["summary"]["weir.query-id"], q.id().to_string());
+        assert_eq!(s["summary"]["added-records"], "500");
+        assert_eq!(s["summary"]["total-records"], ((i + 1) * 500).to_string());
+    }
+    // Four buckets a batch at most; every file lists its partition.
+    let files = d["files"].as_i64().unwrap();
+    assert!((5..=20).contains(&files), "{files} files");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pyiceberg_table_takes_weir_batches_and_the_other_way_round() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let db = h.db.to_str().unwrap();
+    iceberg(&["create", db, &format!("file://{}", h.warehouse.display()), TABLE]).unwrap();
+    iceberg(&["append", db, TABLE, "1000000", "10"]).unwrap();
+    let chk = tempfile::tempdir().unwrap();
+    run(rate(100), chk.path(), h.sink_on(TABLE).await, OutputMode::Append, 2)
+        .await
+        .unwrap();
+    iceberg(&["append", db, TABLE, "2000000", "10"]).unwrap();
+    run(rate(100), chk.path(), h.sink_on(TABLE).await, OutputMode::Append, 4)
+        .await
+        .unwrap();
+
+    let ids = event_ids(&h.db, TABLE);
+    let (ours, theirs): (Vec<i64>, Vec<i64>) = ids.into_iter().partition(|id| *id < 1_000_000);
+    assert_exactly_once(&ours, 0..500);
+    let mut theirs = theirs;
+    theirs.sort_unstable();
+    let expected: Vec<i64> = (1_000_000..1_000_010).chain(2_000_000..2_000_010).collect();
+    assert_eq!(theirs, expected);
+    let d = describe(&h);
+    assert_eq!(d["partition_spec"], serde_json::json!([["ts", "day", "ts_day"]]));
+    assert_eq!(d["properties"]["weir.query.payments-bronze.batch-id"], "4");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_mode_replaces_every_file_in_one_overwrite() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let dir = tempfile::tempdir().unwrap();
+    run(rate(100), dir.path(), h.sink_on(TABLE).await, OutputMode::Complete, 2)
+        .await
+        .unwrap();
+    assert_exactly_once(&event_ids(&h.db, TABLE), 200..300);
+    let d = describe(&h);
+    let operations: Vec<&str> = d["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["operation"].as_str().unwrap())
+        .collect();
+    assert_eq!(operations, ["overwrite", "overwrite", "overwrite"]);
+    let last = d["snapshots"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["summary"]["deleted-records"], "100");
+    assert_eq!(last["summary"]["total-records"], "100");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_does_not_fit_the_table_is_refused_by_column() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let dir = tempfile::tempdir().unwrap();
+    run(
+        rate(10),
+        &dir.path().join("a"),
+        h.sink_on(TABLE).await,
+        OutputMode::Append,
+        0,
+    )
+    .await
+    .unwrap();
+    let other = rate(10).map_batches(|b| {
+        let schema = Schema::new(vec![
+            Field::new("event_id", DataType::Int64, false),
+            Field::new("amount", DataType::Utf8, false),
+            Field::new("note", DataType::Utf8, true),
+        ]);
+        let n = b.num_rows();
+        Ok(RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                b.column(0).clone(),
+                Arc::new(StringArray::from(vec!["x"; n])),
+                Arc::new(StringArray::from(vec![Some("y"); n])),
+            ],
+        )?)
+    });
+    let msg = run(
+        other,
+        &dir.path().join("b"),
+        h.sink_on(TABLE).await,
+        OutputMode::Append,
+        0,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        msg.contains("\"amount\" is string in the stream and decimal(18, 2) in the table"),
+        "{msg}"
+    );
+    assert!(msg.contains("\"note\" is not in the table"), "{msg}");
+    assert!(
+        msg.contains("the stream lacks column \"ts\", which the table requires"),
+        "{msg}"
+    );
+    assert_exactly_once(&event_ids(&h.db, TABLE), 0..10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_metadata_files_are_deleted_past_the_tables_limit() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let dir = tempfile::tempdir().unwrap();
+    let sink = h
+        .sink_on(TABLE)
+        .await
+        .with_table_property("write.metadata.previous-versions-max", "3")
+        .with_table_property("write.metadata.delete-after-commit.enabled", "true");
+    run(rate(10), dir.path(), sink, OutputMode::Append, 9).await.unwrap();
+
+    let metadata_dir = h.warehouse.join("bronze/payments/metadata");
+    let versions: Vec<String> = std::fs::read_dir(&metadata_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".metadata.json"))
+        .collect();
+    // The current version and the three before it.
+    assert_eq!(versions.len(), 4, "{versions:?}");
+    let hint = std::fs::read_to_string(metadata_dir.join("version-hint.text")).unwrap();
+    let current = describe(&h)["metadata_location"].as_str().unwrap().to_string();
+    assert!(
+        current.contains(&format!("/{:05}-", hint.trim().parse::<u64>().unwrap())),
+        "{current} vs {hint}"
+    );
+    assert_exactly_once(&event_ids(&h.db, TABLE), 0..100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_manifests_are_merged_at_the_tables_count() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let dir = tempfile::tempdir().unwrap();
+    let sink = h
+        .sink_on(TABLE)
+        .await
+        .with_table_property("commit.manifest.min-count-to-merge", "5");
+    run(rate(10), dir.path(), sink, OutputMode::Append, 11).await.unwrap();
+
+    let d = describe(&h);
+    let manifests = d["manifests"].as_i64().unwrap();
+    // Twelve batches, one manifest each, merged whenever five pile up.
+    assert!((2..5).contains(&manifests), "{manifests} manifests");
+    assert_eq!(d["files"], 12);
+    assert_exactly_once(&event_ids(&h.db, TABLE), 0..120);
+    for reader in ["pyiceberg", "duckdb"] {
+        let out = iceberg(&["ids", reader, h.db.to_str().unwrap(), TABLE]).unwrap();
+        assert_eq!(out["rows"], 120, "{reader}");
+    }
+}

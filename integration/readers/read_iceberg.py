@@ -1,0 +1,184 @@
+"""Independent readers and writers of weir's Iceberg tables, for weir's tests.
+
+The catalog is the SQL catalog (JDBC schema) named "lake" in a SQLite file
+or a PostgreSQL database: CATALOG is a path to the SQLite file or a
+postgresql:// URL.
+
+Usage:
+    read_iceberg.py ids pyiceberg|duckdb CATALOG NAMESPACE.TABLE
+        -> {"ids": [...], "rows": n, "amount_cents": sum}
+    read_iceberg.py describe CATALOG NAMESPACE.TABLE
+        -> {"metadata_location": ..., "properties": {...}, "schema": [[name, type, required]],
+            "partition_spec": [[source, transform, name]],
+            "snapshots": [{"id": .., "operation": .., "summary": {...}}] (by sequence number),
+            "files": n, "manifests": n (of the current snapshot)}
+    read_iceberg.py drop CATALOG NAMESPACE.TABLE     drops the table and deletes its files
+    read_iceberg.py append CATALOG NAMESPACE.TABLE FIRST N
+        appends N rows with event ids FIRST.. in the table's schema (pyiceberg as a writer)
+    read_iceberg.py create CATALOG WAREHOUSE NAMESPACE.TABLE
+        creates a table of the rate source's schema, partitioned by day(ts)
+
+Each command prints one JSON object on standard output.
+"""
+
+import glob
+import importlib.util
+import json
+import os
+import shutil
+import sys
+
+
+def catalog(where, warehouse="file:///nonexistent"):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    uri = where if "://" in where else f"sqlite:///{os.path.abspath(where)}"
+    if uri.startswith("postgresql://"):
+        uri = "postgresql+psycopg2://" + uri[len("postgresql://") :]
+    return SqlCatalog("lake", uri=uri, warehouse=warehouse)
+
+
+def duckdb_connection():
+    import duckdb
+
+    con = duckdb.connect(
+        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    )
+    for name in ("avro", "iceberg"):
+        spec = importlib.util.find_spec(f"duckdb_extension_{name}")
+        base = list(spec.submodule_search_locations)[0]
+        found = glob.glob(os.path.join(base, "**", f"{name}.duckdb_extension"), recursive=True)
+        if not found:
+            raise SystemExit(f"the {name} extension file is missing under {base}")
+        con.execute(f"LOAD '{found[0]}'")
+    return con
+
+
+def ids(reader, where, name):
+    table = catalog(where).load_table(name)
+    if reader == "pyiceberg":
+        t = table.scan().to_arrow()
+        event_ids = t.column("event_id").to_pylist()
+        cents = None
+        if "amount" in t.column_names:
+            cents = sum(int(v * 100) for v in t.column("amount").to_pylist() if v is not None)
+        return {"ids": event_ids, "rows": t.num_rows, "amount_cents": cents}
+    if reader == "duckdb":
+        con = duckdb_connection()
+        location = table.metadata_location.removeprefix("file://")
+        rows = con.execute(
+            "SELECT event_id, amount FROM iceberg_scan(?)", [location]
+        ).fetchall()
+        cents = sum(int(r[1] * 100) for r in rows if r[1] is not None)
+        return {"ids": [r[0] for r in rows], "rows": len(rows), "amount_cents": cents}
+    raise SystemExit(f"unknown reader {reader!r}")
+
+
+def describe(where, name):
+    table = catalog(where).load_table(name)
+    m = table.metadata
+    schema = table.schema()
+    spec = table.spec()
+    snapshots = [
+        {
+            "id": s.snapshot_id,
+            "parent": s.parent_snapshot_id,
+            "sequence": s.sequence_number,
+            "operation": s.summary.operation.value if s.summary else None,
+            "summary": dict(s.summary.additional_properties) if s.summary else {},
+        }
+        for s in sorted(m.snapshots, key=lambda s: s.sequence_number)
+    ]
+    files = len(list(table.scan().plan_files()))
+    current = table.current_snapshot()
+    manifests = len(current.manifests(table.io)) if current else 0
+    return {
+        "metadata_location": table.metadata_location,
+        "location": m.location,
+        "uuid": str(m.table_uuid),
+        "properties": dict(m.properties),
+        "schema": [[f.name, str(f.field_type), f.required] for f in schema.fields],
+        "partition_spec": [
+            [schema.find_column_name(f.source_id), str(f.transform), f.name] for f in spec.fields
+        ],
+        "current_snapshot": m.current_snapshot_id,
+        "snapshots": snapshots,
+        "files": files,
+        "manifests": manifests,
+    }
+
+
+def drop(where, name):
+    cat = catalog(where)
+    location = cat.load_table(name).metadata.location
+    cat.drop_table(name)
+    shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
+    return {"dropped": name}
+
+
+def rate_rows(schema, first, n):
+    """Rows like weir's rate source: event_id, ts, account_id, amount."""
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    cols = {
+        "event_id": pa.array(range(first, first + n), pa.int64()),
+        "ts": pa.array([start + datetime.timedelta(seconds=i) for i in range(first, first + n)], pa.timestamp("us", tz="UTC")),
+        "account_id": pa.array([i % 100 for i in range(first, first + n)], pa.int64()),
+        "amount": pa.array(
+            [decimal.Decimal((i * 7919) % 100000).scaleb(-2) for i in range(first, first + n)], pa.decimal128(18, 2)
+        ),
+    }
+    return pa.table(cols, schema=schema.as_arrow())
+
+
+def append(where, name, first, n):
+    table = catalog(where).load_table(name)
+    table.append(rate_rows(table.schema(), int(first), int(n)))
+    return {"appended": int(n)}
+
+
+def create(where, warehouse, name):
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import DayTransform
+    from pyiceberg.types import DecimalType, LongType, NestedField, TimestamptzType
+
+    schema = Schema(
+        NestedField(1, "event_id", LongType(), required=True),
+        NestedField(2, "ts", TimestamptzType(), required=True),
+        NestedField(3, "account_id", LongType(), required=True),
+        NestedField(4, "amount", DecimalType(18, 2), required=True),
+    )
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=DayTransform(), name="ts_day"))
+    cat = catalog(where, warehouse)
+    namespace = name.rsplit(".", 1)[0]
+    cat.create_namespace_if_not_exists(namespace)
+    t = cat.create_table(name, schema=schema, partition_spec=spec)
+    return {"metadata_location": t.metadata_location}
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "ids":
+        out = ids(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif cmd == "describe":
+        out = describe(sys.argv[2], sys.argv[3])
+    elif cmd == "drop":
+        out = drop(sys.argv[2], sys.argv[3])
+    elif cmd == "append":
+        out = append(*sys.argv[2:6])
+    elif cmd == "create":
+        out = create(*sys.argv[2:5])
+    else:
+        raise SystemExit(f"unknown command {cmd!r}")
+    print(json.dumps(out, default=str))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
