@@ -12,7 +12,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
     cargo install cargo-nextest --locked
 fi
 
-step "independent readers (Python deltalake, DuckDB) in .venv-readers"
+step "independent readers (Python deltalake, pyiceberg, DuckDB) in .venv-readers"
 requirements=integration/readers/requirements.txt
 stamp=.venv-readers/.installed
 if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
@@ -21,14 +21,16 @@ if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
     cp "$requirements" "$stamp"
 fi
 
-step "services: SeaweedFS (S3)"
+step "services: SeaweedFS (S3) and PostgreSQL"
 services=$(mktemp -d)
 cleanup() {
     scripts/services/seaweedfs.sh stop "$services" || true
+    scripts/services/postgres.sh stop "$services" || true
     rm -rf "$services" "${lake:-}" || true
 }
 trap cleanup EXIT
 eval "$(scripts/services/seaweedfs.sh start "$services")"
+eval "$(scripts/services/postgres.sh start "$services")"
 
 step "formatting"
 cargo fmt --all -- --check

@@ -1,11 +1,11 @@
 """Independent readers and writers of weir's Iceberg tables, for weir's tests.
 
-The catalog is the SQL catalog (JDBC schema) named "lake" in a SQLite file
-or a PostgreSQL database: CATALOG is a path to the SQLite file or a
-postgresql:// URL.
+The catalog is a SQL catalog (JDBC schema) in a SQLite file or a PostgreSQL
+database: CATALOG is a path to the SQLite file or a postgres:// URL,
+optionally followed by #NAME for a catalog name other than "lake".
 
 Usage:
-    read_iceberg.py ids pyiceberg|duckdb CATALOG NAMESPACE.TABLE
+    read_iceberg.py ids pyiceberg|duckdb|duckdb-dir CATALOG NAMESPACE.TABLE
         -> {"ids": [...], "rows": n, "amount_cents": sum}
     read_iceberg.py describe CATALOG NAMESPACE.TABLE
         -> {"metadata_location": ..., "properties": {...}, "schema": [[name, type, required]],
@@ -32,10 +32,12 @@ import sys
 def catalog(where, warehouse="file:///nonexistent"):
     from pyiceberg.catalog.sql import SqlCatalog
 
+    where, _, name = where.partition("#")
     uri = where if "://" in where else f"sqlite:///{os.path.abspath(where)}"
-    if uri.startswith("postgresql://"):
-        uri = "postgresql+psycopg2://" + uri[len("postgresql://") :]
-    return SqlCatalog("lake", uri=uri, warehouse=warehouse)
+    for scheme in ("postgres://", "postgresql://"):
+        if uri.startswith(scheme):
+            uri = "postgresql+psycopg2://" + uri[len(scheme) :]
+    return SqlCatalog(name or "lake", uri=uri, warehouse=warehouse)
 
 
 def duckdb_connection():
@@ -63,9 +65,10 @@ def ids(reader, where, name):
         if "amount" in t.column_names:
             cents = sum(int(v * 100) for v in t.column("amount").to_pylist() if v is not None)
         return {"ids": event_ids, "rows": t.num_rows, "amount_cents": cents}
-    if reader == "duckdb":
+    if reader in ("duckdb", "duckdb-dir"):
         con = duckdb_connection()
-        location = table.metadata_location.removeprefix("file://")
+        # duckdb-dir opens the table directory, through metadata/version-hint.text.
+        location = (table.metadata_location if reader == "duckdb" else table.metadata.location).removeprefix("file://")
         rows = con.execute(
             "SELECT event_id, amount FROM iceberg_scan(?)", [location]
         ).fetchall()

@@ -7,7 +7,7 @@
 //! the snapshot id and sequence number, so a retry on a newer base writes
 //! only a new manifest list and metadata.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use iceberg::io::FileIO;
 use iceberg::spec::{
@@ -143,7 +143,7 @@ impl Producer {
                     manifests.extend(kept);
                 }
                 Change::Overwrite => {
-                    if let Some(deleted) = self.deleted_manifest(metadata, &existing, &mut collector).await? {
+                    for deleted in self.deleted_manifests(metadata, &existing, &mut collector).await? {
                         attempt_files.push(deleted.manifest_path.clone());
                         manifests.push(deleted);
                     }
@@ -225,7 +225,8 @@ impl Producer {
             metadata.location().trim_end_matches('/'),
             self.commit_uuid
         );
-        let mut writer = self.manifest_writer(metadata, &path)?;
+        let spec_id = metadata.default_partition_spec().spec_id();
+        let mut writer = self.manifest_writer(metadata, &path, spec_id)?;
         for f in &self.files {
             // A negative sequence number leaves it unassigned: the entry
             // inherits the snapshot's, whichever base the swap lands on.
@@ -241,62 +242,79 @@ impl Producer {
         Ok(manifest)
     }
 
-    /// A manifest marking every live data file of `existing` deleted.
-    async fn deleted_manifest(
+    /// Manifests (one per partition spec) marking every live data file of
+    /// `existing` deleted.
+    async fn deleted_manifests(
         &self,
         metadata: &TableMetadata,
         existing: &[ManifestFile],
         collector: &mut SnapshotSummaryCollector,
-    ) -> Result<Option<ManifestFile>, IcebergSinkError> {
+    ) -> Result<Vec<ManifestFile>, IcebergSinkError> {
         let err = self.err("read a manifest of the current snapshot");
-        let path = format!(
-            "{}/metadata/{}-m1-{}.avro",
-            metadata.location().trim_end_matches('/'),
-            self.commit_uuid,
-            self.attempt
-        );
-        let mut writer = self.manifest_writer(metadata, &path)?;
-        let mut any = false;
-        for manifest in existing.iter().filter(|m| m.content == ManifestContentType::Data) {
-            let loaded = manifest.load_manifest(&self.file_io).await.map_err(&err)?;
-            for entry in loaded
-                .entries()
-                .iter()
-                .filter(|e| e.status() != ManifestStatus::Deleted)
-            {
-                collector.remove_file(
-                    entry.data_file(),
-                    metadata.current_schema().clone(),
-                    metadata.default_partition_spec().clone(),
-                );
-                let sequence = entry.sequence_number().unwrap_or(manifest.sequence_number);
-                writer
-                    .add_delete_file(entry.data_file().clone(), sequence, entry.file_sequence_number)
-                    .map_err(self.err("write the manifest of removed files"))?;
-                any = true;
+        let write_err = self.err("write the manifest of removed files");
+        let mut by_spec: BTreeMap<i32, Vec<&ManifestFile>> = BTreeMap::new();
+        for m in existing.iter().filter(|m| m.content == ManifestContentType::Data) {
+            by_spec.entry(m.partition_spec_id).or_default().push(m);
+        }
+        let mut out = Vec::new();
+        for (spec_id, manifests) in by_spec {
+            let spec = metadata
+                .partition_spec_by_id(spec_id)
+                .cloned()
+                .unwrap_or_else(|| metadata.default_partition_spec().clone());
+            let path = format!(
+                "{}/metadata/{}-deleted-{spec_id}-{}.avro",
+                metadata.location().trim_end_matches('/'),
+                self.commit_uuid,
+                self.attempt
+            );
+            let mut writer = self.manifest_writer(metadata, &path, spec_id)?;
+            let mut any = false;
+            for manifest in manifests {
+                let loaded = manifest.load_manifest(&self.file_io).await.map_err(&err)?;
+                for entry in loaded
+                    .entries()
+                    .iter()
+                    .filter(|e| e.status() != ManifestStatus::Deleted)
+                {
+                    collector.remove_file(entry.data_file(), metadata.current_schema().clone(), spec.clone());
+                    let sequence = entry.sequence_number().unwrap_or(manifest.sequence_number);
+                    writer
+                        .add_delete_file(
+                            entry.data_file().clone(),
+                            sequence,
+                            entry.file_sequence_number.or(Some(sequence)),
+                        )
+                        .map_err(&write_err)?;
+                    any = true;
+                }
+            }
+            if any {
+                out.push(writer.write_manifest_file().await.map_err(&write_err)?);
             }
         }
-        if !any {
-            return Ok(None);
-        }
-        let manifest = writer
-            .write_manifest_file()
-            .await
-            .map_err(self.err("write the manifest of removed files"))?;
-        Ok(Some(manifest))
+        Ok(out)
     }
 
+    /// A writer of a manifest of files of partition spec `spec_id`.
     fn manifest_writer(
         &self,
         metadata: &TableMetadata,
         path: &str,
+        spec_id: i32,
     ) -> Result<iceberg::spec::ManifestWriter, IcebergSinkError> {
+        let spec = metadata
+            .partition_spec_by_id(spec_id)
+            .ok_or_else(|| IcebergSinkError::Unsupported {
+                table: self.table.clone(),
+                feature: format!("a manifest of partition spec {spec_id}, which the metadata lacks"),
+            })?;
         let output = self.file_io.new_output(path).map_err(self.err("open a manifest"))?;
         let builder = ManifestWriterBuilder::new(
             output,
             Some(self.snapshot_id),
             metadata.current_schema().clone(),
-            metadata.default_partition_spec().as_ref().clone(),
+            spec.as_ref().clone(),
         );
         match metadata.format_version() {
             FormatVersion::V1 => Ok(builder.build_v1()),
@@ -328,56 +346,72 @@ impl Producer {
             .is_none_or(|v| v != "false");
         let min_count = property("commit.manifest.min-count-to-merge", 100).max(2);
         let target = property("commit.manifest.target-size-bytes", 8 * 1024 * 1024);
-        let (small, mut kept): (Vec<ManifestFile>, Vec<ManifestFile>) = existing
+        // Manifests of only deleted entries matter to no later snapshot.
+        let existing = existing
             .into_iter()
-            .partition(|m| m.content == ManifestContentType::Data && (m.manifest_length as u64) < target);
-        // The batch's own manifest counts too.
-        if !enabled || (small.len() as u64) + 1 < min_count {
+            .filter(|m| m.content != ManifestContentType::Data || m.has_added_files() || m.has_existing_files());
+        let (small, mut kept): (Vec<ManifestFile>, Vec<ManifestFile>) =
+            existing.partition(|m| m.content == ManifestContentType::Data && (m.manifest_length as u64) < target);
+        if !enabled {
             kept.splice(0..0, small);
             return Ok((kept, Vec::new()));
         }
-        let mut groups: Vec<Vec<ManifestFile>> = vec![Vec::new()];
-        let mut size = 0u64;
+        let default_spec = metadata.default_partition_spec().spec_id();
+        let mut by_spec: BTreeMap<i32, Vec<ManifestFile>> = BTreeMap::new();
         for m in small {
-            if size + m.manifest_length as u64 > target && !groups.last().is_some_and(Vec::is_empty) {
-                groups.push(Vec::new());
-                size = 0;
-            }
-            size += m.manifest_length as u64;
-            groups.last_mut().expect("one group").push(m);
+            by_spec.entry(m.partition_spec_id).or_default().push(m);
         }
         let err = self.err("merge manifests");
         let mut merged = Vec::new();
-        for (n, group) in groups.into_iter().enumerate() {
-            if group.len() < 2 {
-                kept.extend(group);
+        for (spec_id, small) in by_spec {
+            // The batch's own manifest counts too, in the default spec.
+            let count = small.len() as u64 + u64::from(spec_id == default_spec);
+            if count < min_count {
+                kept.extend(small);
                 continue;
             }
-            let path = format!(
-                "{}/metadata/{}-merged-{}-{n}.avro",
-                metadata.location().trim_end_matches('/'),
-                self.commit_uuid,
-                self.attempt
-            );
-            let mut writer = self.manifest_writer(metadata, &path)?;
-            for manifest in &group {
-                let loaded = manifest.load_manifest(&self.file_io).await.map_err(&err)?;
-                for entry in loaded
-                    .entries()
-                    .iter()
-                    .filter(|e| e.status() != ManifestStatus::Deleted)
-                {
-                    writer
-                        .add_existing_file(
-                            entry.data_file().clone(),
-                            entry.snapshot_id().unwrap_or(manifest.added_snapshot_id),
-                            entry.sequence_number().unwrap_or(manifest.sequence_number),
-                            entry.file_sequence_number,
-                        )
-                        .map_err(&err)?;
+            let mut groups: Vec<Vec<ManifestFile>> = vec![Vec::new()];
+            let mut size = 0u64;
+            for m in small {
+                if size + m.manifest_length as u64 > target && !groups.last().is_some_and(Vec::is_empty) {
+                    groups.push(Vec::new());
+                    size = 0;
                 }
+                size += m.manifest_length as u64;
+                groups.last_mut().expect("one group").push(m);
             }
-            merged.push(writer.write_manifest_file().await.map_err(&err)?);
+            for (n, group) in groups.into_iter().enumerate() {
+                if group.len() < 2 {
+                    kept.extend(group);
+                    continue;
+                }
+                let path = format!(
+                    "{}/metadata/{}-merged-{spec_id}-{}-{n}.avro",
+                    metadata.location().trim_end_matches('/'),
+                    self.commit_uuid,
+                    self.attempt
+                );
+                let mut writer = self.manifest_writer(metadata, &path, spec_id)?;
+                for manifest in &group {
+                    let loaded = manifest.load_manifest(&self.file_io).await.map_err(&err)?;
+                    for entry in loaded
+                        .entries()
+                        .iter()
+                        .filter(|e| e.status() != ManifestStatus::Deleted)
+                    {
+                        let sequence = entry.sequence_number().unwrap_or(manifest.sequence_number);
+                        writer
+                            .add_existing_file(
+                                entry.data_file().clone(),
+                                entry.snapshot_id().unwrap_or(manifest.added_snapshot_id),
+                                sequence,
+                                entry.file_sequence_number.or(Some(sequence)),
+                            )
+                            .map_err(&err)?;
+                    }
+                }
+                merged.push(writer.write_manifest_file().await.map_err(&err)?);
+            }
         }
         Ok((kept, merged))
     }
@@ -453,7 +487,13 @@ fn add_totals(summary: &mut HashMap<String, String>, parent: Option<&Summary>, c
         let added = summary.get(added).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         summary.insert(total.to_string(), (before + added).to_string());
     }
+    // An append keeps other engines' delete files; an overwrite's snapshot
+    // lists none.
     for total in ["total-delete-files", "total-position-deletes", "total-equality-deletes"] {
-        summary.entry(total.to_string()).or_insert_with(|| "0".to_string());
+        let before = match change {
+            Change::Append => parent.and_then(|p| p.additional_properties.get(total)).cloned(),
+            Change::Overwrite => None,
+        };
+        summary.insert(total.to_string(), before.unwrap_or_else(|| "0".to_string()));
     }
 }

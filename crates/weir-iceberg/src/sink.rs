@@ -182,16 +182,17 @@ impl IcebergSink {
     async fn after_commit(&self, table: &LoadedTable, expired: Vec<String>) {
         let io = self.catalog.file_io();
         let location = table.metadata.location().trim_end_matches('/');
-        if let Some(version) = table
+        // The current file's stem (`NNNNN-<uuid>`): readers that open the
+        // directory read `<hint>.metadata.json`.
+        if let Some(stem) = table
             .metadata_location
             .rsplit('/')
             .next()
-            .and_then(|f| f.split('-').next())
-            .and_then(|n| n.parse::<u64>().ok())
+            .and_then(|f| f.strip_suffix(".metadata.json"))
         {
             let hint = format!("{location}/metadata/version-hint.text");
             let written = match io.new_output(&hint) {
-                Ok(out) => out.write(Bytes::from(version.to_string())).await,
+                Ok(out) => out.write(Bytes::from(stem.to_string())).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = written {
@@ -231,9 +232,15 @@ impl Sink for IcebergSink {
             Some(table) => table,
             None => {
                 let mut properties = self.table_properties.clone();
-                properties
-                    .entry("write.format.default".into())
-                    .or_insert("parquet".into());
+                // A streaming table makes a metadata version a batch: keep
+                // the last 100, not every one.
+                for (key, value) in [
+                    ("write.format.default", "parquet"),
+                    ("write.metadata.delete-after-commit.enabled", "true"),
+                    ("write.metadata.previous-versions-max", "100"),
+                ] {
+                    properties.entry(key.into()).or_insert_with(|| value.into());
+                }
                 let metadata = table::new_metadata(
                     &self.shown(),
                     &self.catalog.default_location(&self.ident),
@@ -341,7 +348,9 @@ impl Sink for IcebergSink {
                         files = producer.files().len(),
                         "committed to Iceberg"
                     );
-                    *self.state.manifests.lock().unwrap_or_else(|e| e.into_inner()) = produced.manifests;
+                    if produced.manifests.is_some() {
+                        *self.state.manifests.lock().unwrap_or_else(|e| e.into_inner()) = produced.manifests;
+                    }
                     self.after_commit(&table, produced.expired).await;
                     *slot = Some(*table);
                     return Ok(CommitOutcome::Committed { version });
@@ -358,8 +367,22 @@ impl Sink for IcebergSink {
                         tokio::time::sleep(Duration::from_millis((attempt as u64 * 5).min(200) + jitter)).await;
                     }
                 }
-                // The swap may have happened: nothing is deleted.
-                Err(e) => return Err(core(e)),
+                // The swap may have happened: nothing is deleted. The table
+                // tells: this attempt's marker (it landed), the base still
+                // current (it did not: try again), or neither (unknown).
+                Err(e) => match self.load().await {
+                    Ok(now) if marker::set_by(&now.metadata, ctx) => {
+                        tracing::info!(attempt, error = %e, "the swap landed despite the error");
+                        let version = now.metadata.current_snapshot_id();
+                        *slot = Some(now);
+                        return Ok(CommitOutcome::Committed { version });
+                    }
+                    Ok(now) if now.metadata_location == base.metadata_location => {
+                        tracing::info!(attempt, error = %e, "the swap failed before it happened; trying again");
+                        *slot = Some(now);
+                    }
+                    _ => return Err(core(e)),
+                },
             }
         }
         Err(core(IcebergSinkError::TooManyConflicts {

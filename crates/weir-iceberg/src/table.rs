@@ -116,6 +116,12 @@ pub(crate) fn new_metadata(
 /// table column of the same type; every required table column must be in
 /// the stream.
 pub(crate) fn layout(table: &str, metadata: &TableMetadata, schema: &ArrowSchema) -> Result<Layout, IcebergSinkError> {
+    if metadata.format_version() == iceberg::spec::FormatVersion::V3 {
+        return Err(IcebergSinkError::Unsupported {
+            table: table.to_string(),
+            feature: "format version 3".into(),
+        });
+    }
     let table_schema = metadata.current_schema().clone();
     let arrow_schema = schema_to_arrow_schema(&table_schema).map_err(|source| IcebergSinkError::Iceberg {
         table: table.to_string(),

@@ -92,8 +92,20 @@ impl SqlCatalog {
                     .into(),
             ));
         };
-        let pool = AnyPoolOptions::new()
-            .max_connections(4)
+        let mut options = AnyPoolOptions::new().max_connections(4);
+        if dialect == Dialect::Sqlite {
+            // Other processes (readers, other queries) hold the file's lock
+            // for moments: wait for them rather than fail, and let readers
+            // read while a swap writes.
+            options = options.after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::query("PRAGMA busy_timeout = 30000").execute(&mut *conn).await?;
+                    sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = options
             .connect(&uri)
             .await
             .map_err(|source| IcebergSinkError::Catalog {

@@ -1,5 +1,6 @@
-//! The sink conformance suite on the Iceberg sink with the SQLite catalog,
-//! read back with pyiceberg through the same catalog database.
+//! The sink conformance suite on the Iceberg sink with the SQL catalog on
+//! SQLite and on PostgreSQL, read back with pyiceberg through the same
+//! catalog database.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,26 +11,63 @@ use weir_iceberg::{IcebergSink, SqlCatalog};
 use weir_test_support::readers::{iceberg, python};
 use weir_test_support::SinkHarness;
 
-pub(crate) struct SqliteHarness {
+/// A SQL catalog for one test: its own SQLite file, or its own catalog name
+/// in the test PostgreSQL.
+pub(crate) struct SqlHarness {
     _dir: tempfile::TempDir,
-    pub db: PathBuf,
+    uri: String,
+    name: String,
+    /// The catalog as `read_iceberg.py` takes it.
+    pub reader: String,
     pub warehouse: PathBuf,
+    skip: Option<String>,
 }
 
-pub(crate) async fn sqlite_harness() -> SqliteHarness {
+pub(crate) async fn sqlite_harness() -> SqlHarness {
     let dir = tempfile::tempdir().unwrap();
-    SqliteHarness {
-        db: dir.path().join("catalog.db"),
+    let db = dir.path().join("catalog.db");
+    SqlHarness {
+        uri: format!("sqlite://{}", db.display()),
+        name: "lake".into(),
+        reader: db.to_str().unwrap().to_string(),
         warehouse: dir.path().join("warehouse"),
+        skip: python()
+            .is_none()
+            .then(|| "pyiceberg is not installed; scripts/test.sh installs it".into()),
         _dir: dir,
     }
 }
 
-impl SqliteHarness {
+/// The test PostgreSQL (`WEIR_TEST_POSTGRES_URL`, started by
+/// `scripts/test.sh`), with a catalog name of this test's own.
+pub(crate) async fn postgres_harness() -> SqlHarness {
+    let dir = tempfile::tempdir().unwrap();
+    let url = std::env::var("WEIR_TEST_POSTGRES_URL").ok();
+    assert!(
+        url.is_some() || std::env::var_os("CI").is_none(),
+        "WEIR_TEST_POSTGRES_URL is not set; scripts/test.sh starts PostgreSQL"
+    );
+    let name = format!("lake_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let skip = match (&url, python()) {
+        (None, _) => Some("PostgreSQL is not running (WEIR_TEST_POSTGRES_URL); scripts/test.sh starts it".into()),
+        (_, None) => Some("pyiceberg is not installed; scripts/test.sh installs it".into()),
+        _ => None,
+    };
+    let url = url.unwrap_or_default();
+    SqlHarness {
+        reader: format!("{url}#{name}"),
+        uri: url,
+        name,
+        warehouse: dir.path().join("warehouse"),
+        skip,
+        _dir: dir,
+    }
+}
+
+impl SqlHarness {
     pub(crate) async fn catalog(&self) -> Arc<SqlCatalog> {
-        let uri = format!("sqlite://{}", self.db.display());
         Arc::new(
-            SqlCatalog::connect("lake", &uri, self.warehouse.to_str().unwrap())
+            SqlCatalog::connect(&self.name, &self.uri, self.warehouse.to_str().unwrap())
                 .await
                 .unwrap(),
         )
@@ -40,9 +78,9 @@ impl SqliteHarness {
     }
 }
 
-/// The event ids pyiceberg reads from `name` through the catalog `db`.
-pub(crate) fn event_ids(db: &std::path::Path, name: &str) -> Vec<i64> {
-    let out = iceberg(&["ids", "pyiceberg", db.to_str().unwrap(), name]).expect("readers present");
+/// The event ids pyiceberg reads from table `name`.
+pub(crate) fn event_ids(h: &SqlHarness, name: &str) -> Vec<i64> {
+    let out = iceberg(&["ids", "pyiceberg", &h.reader, name]).expect("readers present");
     out["ids"]
         .as_array()
         .unwrap()
@@ -52,7 +90,7 @@ pub(crate) fn event_ids(db: &std::path::Path, name: &str) -> Vec<i64> {
 }
 
 #[async_trait]
-impl SinkHarness for SqliteHarness {
+impl SinkHarness for SqlHarness {
     async fn sink(&self) -> Arc<dyn Sink> {
         Arc::new(self.sink_on("bronze.payments").await)
     }
@@ -62,27 +100,33 @@ impl SinkHarness for SqliteHarness {
     }
 
     async fn recreate_table(&self) {
-        iceberg(&["drop", self.db.to_str().unwrap(), "bronze.payments"]).expect("readers present");
+        iceberg(&["drop", &self.reader, "bronze.payments"]).expect("readers present");
     }
 
     async fn read_event_ids(&self) -> Vec<i64> {
-        let exists = self.catalog().await;
+        let catalog = self.catalog().await;
         let ident = weir_iceberg::parse_ident("bronze.payments").unwrap();
-        if weir_iceberg::Catalog::load(exists.as_ref(), &ident)
+        if weir_iceberg::Catalog::load(catalog.as_ref(), &ident)
             .await
             .unwrap()
             .is_none()
         {
             return Vec::new();
         }
-        event_ids(&self.db, "bronze.payments")
+        event_ids(self, "bronze.payments")
     }
 
     fn skip_reason(&self) -> Option<String> {
-        python()
-            .is_none()
-            .then(|| "pyiceberg is not installed; scripts/test.sh installs it".to_string())
+        self.skip.clone()
     }
 }
 
-weir_test_support::sink_conformance_tests!(sqlite_harness);
+mod sqlite {
+    use super::sqlite_harness;
+    weir_test_support::sink_conformance_tests!(sqlite_harness);
+}
+
+mod postgres {
+    use super::postgres_harness;
+    weir_test_support::sink_conformance_tests!(postgres_harness);
+}

@@ -1,0 +1,242 @@
+//! The Iceberg sink, as ratios measured in one run.
+//!
+//! 1. Throughput with 1M-row batches: weir's Iceberg sink (writing and
+//!    committing) against iceberg's own writers writing the same Parquet
+//!    files with no commit.
+//! 2. Commit latency of 1,000-row batches at a table history of 10 and
+//!    1,000 snapshots (the history is made of 1-row batches;
+//!    `WEIR_BENCH_HISTORY=10000` adds 10,000).
+//! 3. 1,000-row micro-batches, exactly once, against pyiceberg loading the
+//!    table and reading the last batch id before each `append` (left out
+//!    with a notice if the readers' Python environment is missing).
+//!
+//! `cargo bench -p weir-benches --bench iceberg`
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow_array::RecordBatch;
+use iceberg::arrow::schema_to_arrow_schema;
+use iceberg::spec::DataFileFormat;
+use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{DefaultFileNameGenerator, DefaultLocationGenerator};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use weir_core::prelude::*;
+use weir_iceberg::{Catalog, IcebergSink, SqlCatalog};
+
+const TABLE: &str = "bench.t";
+
+async fn catalog(lake: &Path) -> Arc<SqlCatalog> {
+    let uri = format!("sqlite://{}", lake.join("catalog.db").display());
+    Arc::new(
+        SqlCatalog::connect("lake", &uri, lake.join("wh").to_str().unwrap())
+            .await
+            .unwrap(),
+    )
+}
+
+/// Runs the rate source into the table until batch `last`, returning the
+/// progress of this run's batches.
+async fn stream(lake: &Path, chk: &Path, name: &str, rows: u64, last: u64) -> Vec<QueryProgress> {
+    let sink = IcebergSink::try_new(catalog(lake).await, TABLE).unwrap();
+    let q = read_stream(RateSource::rows_per_batch(rows))
+        .write_stream()
+        .query_name(name)
+        .checkpoint_location(chk)
+        .stop_after_batch(BatchId(last))
+        .start(sink)
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    q.recent_progress()
+}
+
+async fn weir_rows_per_second(rows: u64, batches: u64) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    // The table exists before timing starts, as for the baseline.
+    stream(dir.path(), &dir.path().join("c0"), "setup", 1, 0).await;
+    let started = Instant::now();
+    stream(dir.path(), &dir.path().join("c"), "bench", rows, batches - 1).await;
+    (rows * batches) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// iceberg's writers (Parquet, rolling, data file) writing the same rows as
+/// the same Parquet files, with no commit.
+async fn iceberg_rows_per_second(rows: u64, batches: u64) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    stream(dir.path(), &dir.path().join("c0"), "setup", 1, 0).await;
+    let cat = catalog(dir.path()).await;
+    let table = cat
+        .load(&weir_iceberg::parse_ident(TABLE).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let schema = table.metadata.current_schema().clone();
+    let arrow = Arc::new(schema_to_arrow_schema(&schema).unwrap());
+    let locations = DefaultLocationGenerator::new(&table.metadata).unwrap();
+    let started = Instant::now();
+    for b in 0..batches {
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .build();
+        let rolling = RollingFileWriterBuilder::new(
+            ParquetWriterBuilder::new(props, schema.clone()),
+            128 * 1024 * 1024,
+            cat.file_io().clone(),
+            locations.clone(),
+            DefaultFileNameGenerator::new(format!("baseline-{b}"), None, DataFileFormat::Parquet),
+        );
+        let mut writer = DataFileWriterBuilder::new(rolling).build(None).await.unwrap();
+        let (from, to) = (b * rows, (b + 1) * rows);
+        for lo in (from..to).step_by(64 * 1024) {
+            let batch = RateSource::generate(lo, (lo + 64 * 1024).min(to));
+            let columns = batch
+                .columns()
+                .iter()
+                .zip(arrow.fields())
+                .map(|(c, f)| arrow_cast::cast(c, f.data_type()).unwrap())
+                .collect();
+            writer
+                .write(RecordBatch::try_new(arrow.clone(), columns).unwrap())
+                .await
+                .unwrap();
+        }
+        writer.close().await.unwrap();
+    }
+    (rows * batches) as f64 / started.elapsed().as_secs_f64()
+}
+
+fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len().max(1) as f64
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median total and commit milliseconds of `n` 1,000-row batches after the
+/// table's history reaches each of `levels` snapshots.
+async fn latency_by_history(levels: &[u64], n: u64) -> Vec<(u64, f64, f64)> {
+    let dir = tempfile::tempdir().unwrap();
+    let (chk_small, chk_big) = (dir.path().join("small"), dir.path().join("big"));
+    let mut out = Vec::new();
+    let mut history = 0u64;
+    let mut big_last: Option<u64> = None;
+    for &level in levels {
+        let target = level.saturating_sub(big_last.map(|b| b + 1).unwrap_or(0));
+        if target > history {
+            stream(dir.path(), &chk_small, "history", 1, target - 1).await;
+            history = target;
+        }
+        let first = big_last.map(|b| b + 1).unwrap_or(0);
+        let last = first + n - 1;
+        // The first batch of a run pays for loading the table: leave it out.
+        let progress: Vec<QueryProgress> = stream(dir.path(), &chk_big, "measured", 1000, last)
+            .await
+            .into_iter()
+            .skip(1)
+            .collect();
+        let total = median(&progress.iter().map(|p| p.durations_ms.total).collect::<Vec<_>>());
+        let commit = median(&progress.iter().map(|p| p.durations_ms.commit).collect::<Vec<_>>());
+        out.push((level, total, commit));
+        big_last = Some(last);
+    }
+    out
+}
+
+fn python_per_batch(batches: u64) -> Option<Vec<f64>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = root.join(".venv-readers/bin/python");
+    if !python.exists() {
+        eprintln!("NOTE: .venv-readers is missing (scripts/test.sh makes it); the pyiceberg comparison is left out");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(python)
+        .arg(root.join("benches/python/iceberg_microbatches.py"))
+        .arg(dir.path())
+        .arg(batches.to_string())
+        .arg("1000")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    Some(
+        json["per_batch_ms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect(),
+    )
+}
+
+#[tokio::main]
+async fn main() {
+    let top: u64 = std::env::var("WEIR_BENCH_HISTORY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+
+    let (rows, batches) = (1_000_000, 5);
+    weir_rows_per_second(rows, 1).await;
+    let (mut weir, mut base) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        weir.push(weir_rows_per_second(rows, batches).await);
+        base.push(iceberg_rows_per_second(rows, batches).await);
+    }
+    let (weir, base) = (mean(&weir), mean(&base));
+    println!("1. throughput, {batches} batches of {rows} rows (mean of 3 alternating rounds):");
+    println!("   weir Iceberg sink (write + commit) {weir:>12.0} rows/s");
+    println!("   iceberg writers (write only)       {base:>12.0} rows/s");
+    println!(
+        "   ratio weir / iceberg               {:>12.2}   (target >= 0.9)",
+        weir / base
+    );
+
+    let levels: Vec<u64> = [10, 1_000, 10_000].into_iter().filter(|l| *l <= top).collect();
+    let latencies = latency_by_history(&levels, 20).await;
+    println!("2. 1,000-row batches by table history (median of 19 batches):");
+    for (level, total, commit) in &latencies {
+        println!("   {level:>6} snapshots: {total:>7.2} ms per batch, {commit:>7.2} ms in the commit");
+    }
+    let ratio = latencies.last().unwrap().1 / latencies[0].1;
+    println!(
+        "   ratio at {} / at 10   {ratio:>7.2}   (target <= 1.5 at 10,000)",
+        latencies.last().unwrap().0
+    );
+
+    let n = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let progress = stream(dir.path(), &dir.path().join("c"), "bench", 1000, n - 1).await;
+    let totals: Vec<f64> = progress.iter().map(|p| p.durations_ms.total).collect();
+    let weir_first = median(&totals[1..21]);
+    let weir_last = median(&totals[totals.len() - 20..]);
+    let phase =
+        |f: fn(&QueryProgress) -> f64| median(&progress[progress.len() - 20..].iter().map(f).collect::<Vec<_>>());
+    println!("3. {n} exactly-once micro-batches of 1,000 rows (medians of the first and last 20):");
+    println!("   weir          {weir_first:>7.2} ms per batch at first, {weir_last:>7.2} ms at {n}");
+    println!(
+        "   weir at {n}, by phase: plan {:.2}, write {:.2}, commit {:.2}, record {:.2} ms",
+        phase(|p| p.durations_ms.plan),
+        phase(|p| p.durations_ms.write),
+        phase(|p| p.durations_ms.commit),
+        phase(|p| p.durations_ms.record)
+    );
+    if let Some(py) = python_per_batch(n) {
+        let py_first = median(&py[1..21]);
+        let py_last = median(&py[py.len() - 20..]);
+        println!("   pyiceberg     {py_first:>7.2} ms per batch at first, {py_last:>7.2} ms at {n}");
+        println!(
+            "   ratio pyiceberg / weir at {n} {:>7.2}   (target >= 5)",
+            py_last / weir_last
+        );
+    }
+}
