@@ -8,12 +8,13 @@
 //! only a new manifest list and metadata.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use iceberg::io::FileIO;
 use iceberg::spec::{
     DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestList, ManifestListWriter, ManifestStatus,
-    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector,
-    Summary, TableMetadata, TableMetadataBuilder, MAIN_BRANCH,
+    ManifestWriterBuilder, NestedFieldRef, Operation, SchemaRef, Snapshot, SnapshotReference, SnapshotRetention,
+    SnapshotSummaryCollector, Summary, TableMetadata, TableMetadataBuilder, MAIN_BRANCH,
 };
 
 use crate::catalog::LoadedTable;
@@ -99,6 +100,7 @@ impl Producer {
         summary: &HashMap<String, String>,
         properties: HashMap<String, String>,
         cached: Option<&(i64, Vec<ManifestFile>)>,
+        added_columns: &[NestedFieldRef],
     ) -> Result<Produced, IcebergSinkError> {
         let metadata = &base.metadata;
         let table = self.table.clone();
@@ -110,6 +112,24 @@ impl Producer {
         let mut builder =
             TableMetadataBuilder::new_from_metadata(metadata.clone(), Some(base.metadata_location.clone()));
         let parent = metadata.current_snapshot();
+        // New columns (schema merging) join the base's current schema in
+        // this same version, under the field ids the files were written with.
+        let mut schema = metadata.current_schema().clone();
+        if added_columns.iter().any(|f| schema.field_by_id(f.id).is_none()) {
+            let highest = metadata.schemas_iter().map(|s| s.schema_id()).max().unwrap_or(0);
+            let evolved = schema
+                .as_ref()
+                .clone()
+                .into_builder()
+                .with_schema_id(highest + 1)
+                .with_fields(added_columns.iter().cloned())
+                .build()
+                .map_err(&build_err)?;
+            schema = Arc::new(evolved);
+            builder = builder
+                .add_current_schema(schema.as_ref().clone())
+                .map_err(&build_err)?;
+        }
         let needs_snapshot = !self.files.is_empty() || (change == Change::Overwrite && parent.is_some());
         let mut produced_manifests = None;
         let mut attempt_files = Vec::new();
@@ -125,14 +145,13 @@ impl Producer {
                 (Some(p), _) => self.read_manifest_list(metadata, p.manifest_list()).await?,
             };
             let mut collector = SnapshotSummaryCollector::default();
-            let schema = metadata.current_schema().clone();
             let spec = metadata.default_partition_spec().clone();
             for f in &self.files {
                 collector.add_file(f, schema.clone(), spec.clone());
             }
             let mut manifests = Vec::new();
             if !self.files.is_empty() {
-                manifests.push(self.added_manifest(metadata).await?);
+                manifests.push(self.added_manifest(metadata, &schema).await?);
             }
             self.attempt += 1;
             match change {
@@ -167,7 +186,7 @@ impl Producer {
                     },
                     additional_properties: properties_of_summary,
                 })
-                .with_schema_id(metadata.current_schema_id())
+                .with_schema_id(schema.schema_id())
                 .build();
             builder = builder
                 .add_snapshot(snapshot)
@@ -216,7 +235,11 @@ impl Producer {
     }
 
     /// The manifest of the batch's files, written on the first attempt.
-    async fn added_manifest(&mut self, metadata: &TableMetadata) -> Result<ManifestFile, IcebergSinkError> {
+    async fn added_manifest(
+        &mut self,
+        metadata: &TableMetadata,
+        schema: &SchemaRef,
+    ) -> Result<ManifestFile, IcebergSinkError> {
         if let Some(m) = &self.added {
             return Ok(m.clone());
         }
@@ -226,7 +249,7 @@ impl Producer {
             self.commit_uuid
         );
         let spec_id = metadata.default_partition_spec().spec_id();
-        let mut writer = self.manifest_writer(metadata, &path, spec_id)?;
+        let mut writer = self.manifest_writer(metadata, &path, spec_id, Some(schema))?;
         for f in &self.files {
             // A negative sequence number leaves it unassigned: the entry
             // inherits the snapshot's, whichever base the swap lands on.
@@ -268,7 +291,7 @@ impl Producer {
                 self.commit_uuid,
                 self.attempt
             );
-            let mut writer = self.manifest_writer(metadata, &path, spec_id)?;
+            let mut writer = self.manifest_writer(metadata, &path, spec_id, None)?;
             let mut any = false;
             for manifest in manifests {
                 let loaded = manifest.load_manifest(&self.file_io).await.map_err(&err)?;
@@ -302,6 +325,7 @@ impl Producer {
         metadata: &TableMetadata,
         path: &str,
         spec_id: i32,
+        schema: Option<&SchemaRef>,
     ) -> Result<iceberg::spec::ManifestWriter, IcebergSinkError> {
         let spec = metadata
             .partition_spec_by_id(spec_id)
@@ -313,7 +337,7 @@ impl Producer {
         let builder = ManifestWriterBuilder::new(
             output,
             Some(self.snapshot_id),
-            metadata.current_schema().clone(),
+            schema.unwrap_or(metadata.current_schema()).clone(),
             spec.as_ref().clone(),
         );
         match metadata.format_version() {
@@ -391,7 +415,7 @@ impl Producer {
                     self.commit_uuid,
                     self.attempt
                 );
-                let mut writer = self.manifest_writer(metadata, &path, spec_id)?;
+                let mut writer = self.manifest_writer(metadata, &path, spec_id, None)?;
                 for manifest in &group {
                     let loaded = manifest.load_manifest(&self.file_io).await.map_err(&err)?;
                     for entry in loaded

@@ -41,11 +41,17 @@
 //!   turns it off), so a snapshot's manifest list stays short.
 //! - **Metadata.** `write.metadata.previous-versions-max` bounds the
 //!   metadata log and `write.metadata.delete-after-commit.enabled` deletes
-//!   what leaves it; `metadata/version-hint.text` names the current version
+//!   what leaves it (both set, to 100 and true, on tables weir creates); `metadata/version-hint.text` names the current version
 //!   for readers that open the table directory.
 //!
-//! Not yet: schema merging, the PostgreSQL and REST catalogs' tests, and
-//! object storage (local warehouses only).
+//! Schema: the stream must match the table (names and types; required
+//! columns present). With `with_merge_schema(true)`, the stream's new
+//! nullable columns join the table as optional columns with new field ids,
+//! in the swap of the first batch that has them; if another writer changes
+//! the columns meanwhile, the batch fails before anything is committed.
+//!
+//! Not yet: the Iceberg REST catalog and object storage (local warehouses
+//! only).
 
 mod catalog;
 mod commit;

@@ -51,6 +51,7 @@ pub struct IcebergSink {
     partition_by: Vec<String>,
     table_properties: HashMap<String, String>,
     target_file_size: Option<u64>,
+    merge_schema: bool,
     state: Arc<State>,
 }
 
@@ -81,6 +82,7 @@ impl IcebergSink {
             partition_by: Vec::new(),
             table_properties: HashMap::new(),
             target_file_size: None,
+            merge_schema: false,
             state: Arc::default(),
         })
     }
@@ -103,6 +105,13 @@ impl IcebergSink {
     /// `write.target-file-size-bytes`, else 128 MiB).
     pub fn with_target_file_size(mut self, bytes: u64) -> Self {
         self.target_file_size = Some(bytes);
+        self
+    }
+
+    /// Add the stream's new nullable columns to the table (as optional
+    /// columns with new field ids), in the swap of the first batch.
+    pub fn with_merge_schema(mut self, merge: bool) -> Self {
+        self.merge_schema = merge;
         self
     }
 
@@ -157,10 +166,29 @@ impl IcebergSink {
             });
         }
         let schema = base.metadata.current_schema();
+        let added: &[iceberg::spec::NestedFieldRef] = layout.evolution.as_ref().map_or(&[], |e| &e.fields);
+        if let Some(evolution) = &layout.evolution {
+            let present = added.iter().filter(|f| schema.field_by_id(f.id).is_some()).count();
+            let ours = added.iter().all(|f| {
+                schema
+                    .field_by_id(f.id)
+                    .is_none_or(|now| now.name == f.name && now.field_type == f.field_type)
+            });
+            let ids_free = base.metadata.last_column_id() == evolution.base_last_column_id;
+            if !ours || (present < added.len() && (present > 0 || !ids_free)) {
+                return Err(IcebergSinkError::TableChanged {
+                    table: self.shown(),
+                    change: "another writer changed the columns while this query was adding its new ones".into(),
+                });
+            }
+        }
         if schema.schema_id() != layout.schema.schema_id() {
             // The written files carry field ids; they must still mean the
             // same columns.
             for field in layout.schema.as_struct().fields() {
+                if added.iter().any(|f| f.id == field.id) {
+                    continue;
+                }
                 match schema.field_by_id(field.id) {
                     Some(now) if now.field_type == field.field_type => {}
                     _ => {
@@ -251,7 +279,7 @@ impl Sink for IcebergSink {
                 self.catalog.create(&self.ident, metadata).await?
             }
         };
-        let mut layout = table::layout(&self.shown(), &table.metadata, &query.schema)?;
+        let mut layout = table::layout(&self.shown(), &table.metadata, &query.schema, self.merge_schema)?;
         if let Some(size) = self.target_file_size {
             layout.target_file_size = size;
         }
@@ -335,7 +363,14 @@ impl Sink for IcebergSink {
             }
             let cached = self.state.manifests.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let produced = producer
-                .produce(&base, change, &summary, marker::properties(ctx), cached.as_ref())
+                .produce(
+                    &base,
+                    change,
+                    &summary,
+                    marker::properties(ctx),
+                    cached.as_ref(),
+                    layout.evolution.as_ref().map_or(&[], |e| &e.fields),
+                )
                 .await
                 .map_err(core)?;
             tried = true;

@@ -8,7 +8,8 @@ use arrow_array::{new_null_array, RecordBatch};
 use arrow_schema::{Schema as ArrowSchema, SchemaRef as ArrowSchemaRef};
 use iceberg::arrow::{arrow_schema_to_schema_auto_assign_ids, arrow_type_to_type, schema_to_arrow_schema};
 use iceberg::spec::{
-    PartitionSpecRef, SchemaRef, TableMetadata, TableMetadataBuilder, Transform, UnboundPartitionSpec,
+    NestedField, NestedFieldRef, PartitionSpecRef, SchemaRef, TableMetadata, TableMetadataBuilder, Transform,
+    UnboundPartitionSpec,
 };
 use iceberg::TableCreation;
 
@@ -31,6 +32,18 @@ pub(crate) struct Layout {
     pub sources: Vec<Option<usize>>,
     pub spec: PartitionSpecRef,
     pub target_file_size: u64,
+    /// With schema merging, the table's schema plus the stream's new
+    /// optional columns (new field ids), made current by the first commit.
+    pub evolution: Option<Evolution>,
+}
+
+/// A schema change the sink makes in the swap of its first batch.
+#[derive(Debug)]
+pub(crate) struct Evolution {
+    /// The table's `last-column-id` the new field ids follow.
+    pub base_last_column_id: i32,
+    /// The new columns, with their field ids.
+    pub fields: Vec<NestedFieldRef>,
 }
 
 /// Parses one partition field: `col`, `bucket(N, col)`, `truncate(W, col)`,
@@ -115,23 +128,72 @@ pub(crate) fn new_metadata(
 /// Fits the stream's `schema` to the table: every stream column must be a
 /// table column of the same type; every required table column must be in
 /// the stream.
-pub(crate) fn layout(table: &str, metadata: &TableMetadata, schema: &ArrowSchema) -> Result<Layout, IcebergSinkError> {
+pub(crate) fn layout(
+    table: &str,
+    metadata: &TableMetadata,
+    schema: &ArrowSchema,
+    merge_schema: bool,
+) -> Result<Layout, IcebergSinkError> {
     if metadata.format_version() == iceberg::spec::FormatVersion::V3 {
         return Err(IcebergSinkError::Unsupported {
             table: table.to_string(),
             feature: "format version 3".into(),
         });
     }
-    let table_schema = metadata.current_schema().clone();
+    let mut table_schema = metadata.current_schema().clone();
+    let mut differences = Vec::new();
+    let mut added = Vec::new();
+    let mut next_id = metadata.last_column_id();
+    for field in schema.fields() {
+        if table_schema.as_struct().field_by_name(field.name()).is_some() {
+            continue;
+        }
+        match arrow_type_to_type(field.data_type()) {
+            Ok(t) if merge_schema && field.is_nullable() => {
+                next_id += 1;
+                added.push(Arc::new(NestedField::optional(next_id, field.name(), t)));
+            }
+            _ if merge_schema && !field.is_nullable() => differences.push(format!(
+                "new column {:?} is not nullable, so it cannot be added",
+                field.name()
+            )),
+            Ok(_) => differences.push(format!("column {:?} is not in the table", field.name())),
+            Err(_) => differences.push(format!(
+                "column {:?} has type {}, which weir does not write to Iceberg",
+                field.name(),
+                field.data_type()
+            )),
+        }
+    }
+    let evolution = if added.is_empty() {
+        None
+    } else {
+        let fields = added.clone();
+        let highest_schema_id = metadata.schemas_iter().map(|s| s.schema_id()).max().unwrap_or(0);
+        let evolved = table_schema
+            .as_ref()
+            .clone()
+            .into_builder()
+            .with_schema_id(highest_schema_id + 1)
+            .with_fields(added)
+            .build()
+            .map_err(|e| IcebergSinkError::SchemaMismatch {
+                table: table.to_string(),
+                differences: format!("the new columns do not fit the table's schema: {e}"),
+            })?;
+        table_schema = Arc::new(evolved);
+        Some(Evolution {
+            base_last_column_id: metadata.last_column_id(),
+            fields,
+        })
+    };
     let arrow_schema = schema_to_arrow_schema(&table_schema).map_err(|source| IcebergSinkError::Iceberg {
         table: table.to_string(),
         context: "convert the table's schema to Arrow".into(),
         source: Box::new(source),
     })?;
-    let mut differences = Vec::new();
     for field in schema.fields() {
         let Some(column) = table_schema.as_struct().field_by_name(field.name()) else {
-            differences.push(format!("column {:?} is not in the table", field.name()));
             continue;
         };
         match arrow_type_to_type(field.data_type()) {
@@ -183,6 +245,7 @@ pub(crate) fn layout(table: &str, metadata: &TableMetadata, schema: &ArrowSchema
         sources,
         spec: metadata.default_partition_spec().clone(),
         target_file_size,
+        evolution,
     })
 }
 

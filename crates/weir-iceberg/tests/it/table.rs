@@ -251,3 +251,62 @@ async fn small_manifests_are_merged_at_the_tables_count() {
         assert_eq!(out["rows"], 120, "{reader}");
     }
 }
+
+/// The rate source with a nullable `note` column made from each event id.
+fn with_note(rows: u64, nullable: bool) -> ReadStream {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    rate(rows).map_batches(move |b| {
+        let ids = b.column(0).as_primitive::<Int64Type>();
+        let notes: StringArray = ids.iter().map(|v| v.map(|v| format!("n{v}"))).collect();
+        let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("note", DataType::Utf8, nullable));
+        let mut columns = b.columns().to_vec();
+        columns.push(Arc::new(notes));
+        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_schema_adds_new_optional_columns_in_the_batch_swap() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    run(rate(10), &chk, h.sink_on(TABLE).await, OutputMode::Append, 1)
+        .await
+        .unwrap();
+
+    // Without merging, the new column is refused; a non-null one even with it.
+    let msg = run(with_note(10, true), &chk, h.sink_on(TABLE).await, OutputMode::Append, 3)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("column \"note\" is not in the table"), "{msg}");
+    let sink = h.sink_on(TABLE).await.with_merge_schema(true);
+    let msg = run(with_note(10, false), &chk, sink, OutputMode::Append, 3)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("new column \"note\" is not nullable"), "{msg}");
+
+    let sink = h.sink_on(TABLE).await.with_merge_schema(true);
+    run(with_note(10, true), &chk, sink, OutputMode::Append, 3)
+        .await
+        .unwrap();
+    let d = describe(&h);
+    let schema = d["schema"].as_array().unwrap();
+    assert_eq!(schema.last().unwrap(), &serde_json::json!(["note", "string", false]));
+    // The column came with batch 2's snapshot: no version of its own.
+    assert_eq!(d["snapshots"].as_array().unwrap().len(), 4);
+    assert_exactly_once(&event_ids(&h, TABLE), 0..40);
+    // The stream without the column still fits: it is optional.
+    run(rate(10), &chk, h.sink_on(TABLE).await, OutputMode::Append, 4)
+        .await
+        .unwrap();
+    assert_exactly_once(&event_ids(&h, TABLE), 0..50);
+    let out = iceberg(&["ids", "duckdb", &h.reader, TABLE]).unwrap();
+    assert_eq!(out["rows"], 50);
+}
