@@ -7,6 +7,8 @@ optionally followed by #NAME for a catalog name other than "lake".
 Usage:
     read_iceberg.py ids pyiceberg|duckdb|duckdb-dir CATALOG NAMESPACE.TABLE
         -> {"ids": [...], "rows": n, "amount_cents": sum}
+    read_iceberg.py ids-at CATALOG NAMESPACE.TABLE SNAPSHOT_ID
+        -> {"ids": [...], "rows": n} as of that snapshot
     read_iceberg.py describe CATALOG NAMESPACE.TABLE
         -> {"metadata_location": ..., "properties": {...}, "schema": [[name, type, required]],
             "partition_spec": [[source, transform, name]],
@@ -75,6 +77,13 @@ def ids(reader, where, name):
         cents = sum(int(r[1] * 100) for r in rows if r[1] is not None)
         return {"ids": [r[0] for r in rows], "rows": len(rows), "amount_cents": cents}
     raise SystemExit(f"unknown reader {reader!r}")
+
+
+def ids_at(where, name, snapshot_id):
+    """The event ids of the table as of one snapshot (time travel)."""
+    table = catalog(where).load_table(name)
+    t = table.scan(snapshot_id=int(snapshot_id)).to_arrow()
+    return {"ids": t.column("event_id").to_pylist(), "rows": t.num_rows}
 
 
 def describe(where, name):
@@ -168,6 +177,8 @@ def main():
     cmd = sys.argv[1]
     if cmd == "ids":
         out = ids(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif cmd == "ids-at":
+        out = ids_at(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "describe":
         out = describe(sys.argv[2], sys.argv[3])
     elif cmd == "drop":

@@ -246,6 +246,18 @@ async fn small_manifests_are_merged_at_the_tables_count() {
     assert!((2..5).contains(&manifests), "{manifests} manifests");
     assert_eq!(d["files"], 12);
     assert_exactly_once(&event_ids(&h, TABLE), 0..120);
+    // Every snapshot, before and after each merge, still reads as it was.
+    for (i, snapshot) in d["snapshots"].as_array().unwrap().iter().enumerate() {
+        let id = snapshot["id"].as_i64().unwrap().to_string();
+        let out = iceberg(&["ids-at", &h.reader, TABLE, &id]).unwrap();
+        let ids: Vec<i64> = out["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
+        assert_exactly_once(&ids, 0..(i as i64 + 1) * 10);
+    }
     for reader in ["pyiceberg", "duckdb"] {
         let out = iceberg(&["ids", reader, &h.reader, TABLE]).unwrap();
         assert_eq!(out["rows"], 120, "{reader}");
@@ -309,4 +321,41 @@ async fn merge_schema_adds_new_optional_columns_in_the_batch_swap() {
     assert_exactly_once(&event_ids(&h, TABLE), 0..50);
     let out = iceberg(&["ids", "duckdb", &h.reader, TABLE]).unwrap();
     assert_eq!(out["rows"], 50);
+}
+
+/// pyiceberg appends to the table between a batch's file writes and its
+/// swap: the swap loses, the sink reloads, checks its marker and commits on
+/// top; both writers' rows are there once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_writer_appending_mid_batch_is_rebased_over() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let dir = tempfile::tempdir().unwrap();
+    run(rate(10), dir.path(), h.sink_on(TABLE).await, OutputMode::Append, 1)
+        .await
+        .unwrap();
+    let reader = h.reader.clone();
+    let done = AtomicBool::new(false);
+    let stream = rate(10).map_batches(move |b| {
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::Int64Type;
+        let first = b.column(0).as_primitive::<Int64Type>().iter().next().flatten();
+        if first == Some(30) && !done.swap(true, Ordering::SeqCst) {
+            iceberg(&["append", &reader, TABLE, "1000000", "10"]).expect("readers present");
+        }
+        Ok(b)
+    });
+    run(stream, dir.path(), h.sink_on(TABLE).await, OutputMode::Append, 5)
+        .await
+        .unwrap();
+    let (ours, theirs): (Vec<i64>, Vec<i64>) = event_ids(&h, TABLE).into_iter().partition(|id| *id < 1_000_000);
+    assert_exactly_once(&ours, 0..60);
+    assert_exactly_once(&theirs, 1_000_000..1_000_010);
+    let d = describe(&h);
+    let appends = d["snapshots"].as_array().unwrap().len();
+    assert_eq!(appends, 7, "six batches and pyiceberg's append");
+    assert_eq!(d["properties"]["weir.query.payments-bronze.batch-id"], "5");
 }
