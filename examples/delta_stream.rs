@@ -7,73 +7,18 @@
 //!     --checkpoint chk/payments --rows-per-batch 1000 --total-batches 100
 //! ```
 
-use weir_core::prelude::*;
+#[path = "stream_options.rs"]
+mod stream_options;
+
 use weir_delta::DeltaSink;
 
-struct Options {
-    table: String,
-    checkpoint: String,
-    query_name: String,
-    rows_per_batch: u64,
-    total_batches: u64,
-    partition_by: Vec<String>,
-}
-
-fn parse() -> std::result::Result<Options, String> {
-    let mut o = Options {
-        table: String::new(),
-        checkpoint: String::new(),
-        query_name: "delta-stream".into(),
-        rows_per_batch: 1000,
-        total_batches: 10,
-        partition_by: Vec::new(),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let mut value = || args.next().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--table" => o.table = value()?,
-            "--checkpoint" => o.checkpoint = value()?,
-            "--query-name" => o.query_name = value()?,
-            "--rows-per-batch" => o.rows_per_batch = value()?.parse().map_err(|e| format!("{flag}: {e}"))?,
-            "--total-batches" => o.total_batches = value()?.parse().map_err(|e| format!("{flag}: {e}"))?,
-            "--partition-by" => o.partition_by.push(value()?),
-            other => return Err(format!("unknown option {other}")),
-        }
-    }
-    if o.table.is_empty() || o.checkpoint.is_empty() {
-        return Err("usage: delta-stream --table DIR --checkpoint DIR [--query-name N] [--rows-per-batch R] [--total-batches B] [--partition-by COL]".into());
-    }
-    Ok(o)
-}
+const USAGE: &str = "usage: delta-stream --table DIR --checkpoint DIR [--query-name N] [--rows-per-batch R] [--total-batches B] [--partition-by COL]";
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
-        .with_writer(std::io::stderr)
-        .init();
-    let options = match parse() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("{e}");
-            std::process::exit(2);
-        }
-    };
-    if let Err(e) = run(options).await {
-        eprintln!("error: {e}");
-        std::process::exit(1);
-    }
-}
-
-async fn run(o: Options) -> Result<()> {
-    let sink = DeltaSink::try_new(&o.table)?.with_partition_by(o.partition_by);
-    let query = read_stream(RateSource::rows_per_batch(o.rows_per_batch))
-        .write_stream()
-        .query_name(o.query_name)
-        .checkpoint_location(o.checkpoint)
-        .stop_after_batch(BatchId(o.total_batches.max(1) - 1))
-        .start(sink)
-        .await?;
-    query.await_termination().await
+    stream_options::main_with("delta-stream", &["--table", "--checkpoint"], USAGE, |o| async move {
+        let sink = DeltaSink::try_new(&o.table)?.with_partition_by(o.partition_by.clone());
+        stream_options::run(o, sink).await
+    })
+    .await;
 }

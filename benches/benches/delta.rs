@@ -15,6 +15,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use deltalake::writer::{DeltaWriter as _, RecordBatchWriter};
+use weir_benches::{mean, median, python_per_batch};
 use weir_core::prelude::*;
 use weir_delta::DeltaSink;
 
@@ -67,18 +68,6 @@ async fn deltalake_rows_per_second(rows: u64, batches: u64) -> f64 {
     (rows * batches) as f64 / started.elapsed().as_secs_f64()
 }
 
-fn mean(xs: &[f64]) -> f64 {
-    xs.iter().sum::<f64>() / xs.len().max(1) as f64
-}
-
-/// The median: a batch's cost in steady state, not skewed by the one batch
-/// in a hundred that also writes a log checkpoint.
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Mean total and commit milliseconds of `n` 1,000-row batches after the
 /// table's history reaches each of `levels` commits.
 async fn latency_by_history(levels: &[u64], n: u64) -> Vec<(u64, f64, f64)> {
@@ -114,33 +103,6 @@ async fn latency_by_history(levels: &[u64], n: u64) -> Vec<(u64, f64, f64)> {
         big_last = Some(last);
     }
     out
-}
-
-fn python_per_batch(batches: u64) -> Option<Vec<f64>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let python = root.join(".venv-readers/bin/python");
-    if !python.exists() {
-        eprintln!("NOTE: .venv-readers is missing (scripts/test.sh makes it); the Python comparison is left out");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(python)
-        .arg(root.join("benches/python/delta_microbatches.py"))
-        .arg(dir.path().join("t"))
-        .arg(batches.to_string())
-        .arg("1000")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    Some(
-        json["per_batch_ms"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .collect(),
-    )
 }
 
 #[tokio::main]
@@ -202,7 +164,7 @@ async fn main() {
         phase(|p| p.durations_ms.commit),
         phase(|p| p.durations_ms.record)
     );
-    if let Some(py) = python_per_batch(n) {
+    if let Some(py) = python_per_batch("delta_microbatches.py", n) {
         let py_first = median(&py[1..21]);
         let py_last = median(&py[py.len() - 20..]);
         println!("   Python deltalake {py_first:>7.2} ms per batch at first, {py_last:>7.2} ms at {n}");

@@ -26,6 +26,7 @@ use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use weir_benches::{mean, median, python_per_batch};
 use weir_core::prelude::*;
 use weir_iceberg::{Catalog, IcebergSink, SqlCatalog};
 
@@ -111,16 +112,6 @@ async fn iceberg_rows_per_second(rows: u64, batches: u64) -> f64 {
     (rows * batches) as f64 / started.elapsed().as_secs_f64()
 }
 
-fn mean(xs: &[f64]) -> f64 {
-    xs.iter().sum::<f64>() / xs.len().max(1) as f64
-}
-
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Median total and commit milliseconds of `n` 1,000-row batches after the
 /// table's history reaches each of `levels` snapshots.
 async fn latency_by_history(levels: &[u64], n: u64) -> Vec<(u64, f64, f64)> {
@@ -149,33 +140,6 @@ async fn latency_by_history(levels: &[u64], n: u64) -> Vec<(u64, f64, f64)> {
         big_last = Some(last);
     }
     out
-}
-
-fn python_per_batch(batches: u64) -> Option<Vec<f64>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let python = root.join(".venv-readers/bin/python");
-    if !python.exists() {
-        eprintln!("NOTE: .venv-readers is missing (scripts/test.sh makes it); the pyiceberg comparison is left out");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(python)
-        .arg(root.join("benches/python/iceberg_microbatches.py"))
-        .arg(dir.path())
-        .arg(batches.to_string())
-        .arg("1000")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    Some(
-        json["per_batch_ms"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .collect(),
-    )
 }
 
 #[tokio::main]
@@ -230,7 +194,7 @@ async fn main() {
         phase(|p| p.durations_ms.commit),
         phase(|p| p.durations_ms.record)
     );
-    if let Some(py) = python_per_batch(n) {
+    if let Some(py) = python_per_batch("iceberg_microbatches.py", n) {
         let py_first = median(&py[1..21]);
         let py_last = median(&py[py.len() - 20..]);
         println!("   pyiceberg     {py_first:>7.2} ms per batch at first, {py_last:>7.2} ms at {n}");

@@ -75,3 +75,46 @@ impl Sink for NoopSink {
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
+
+/// The mean.
+pub fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len().max(1) as f64
+}
+
+/// The median: a batch's cost in steady state, not skewed by the one batch
+/// in a hundred that also writes a log checkpoint or merges manifests.
+pub fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Milliseconds per batch of `script` (under `benches/python`) run with the
+/// readers' Python on a fresh directory, `batches` batches of 1,000 rows;
+/// `None`, with a notice, if `.venv-readers` is missing.
+pub fn python_per_batch(script: &str, batches: u64) -> Option<Vec<f64>> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = root.join(".venv-readers/bin/python");
+    if !python.exists() {
+        eprintln!("NOTE: .venv-readers is missing (scripts/test.sh makes it); the Python comparison is left out");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(python)
+        .arg(root.join("benches/python").join(script))
+        .arg(dir.path().join("t"))
+        .arg(batches.to_string())
+        .arg("1000")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    Some(
+        json["per_batch_ms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect(),
+    )
+}

@@ -4,8 +4,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
 use weir_test_support::{assert_exactly_once, copy_dir, readers};
 
@@ -54,37 +53,10 @@ fn assert_table_exactly_once(lake: &Path, n: i64) -> Option<serde_json::Value> {
 
 #[test]
 fn every_event_exactly_once_in_iceberg_after_random_sigkills() {
-    let (seed, mut rng) = common::seeded();
     let dir = tempfile::tempdir().unwrap();
     let (lake, chk) = (dir.path().join("lake"), dir.path().join("chk"));
     let total = 1200;
-    let mut killed = 0;
-    for _ in 0..24 {
-        let mut child: Child = stream(&lake, &chk, total).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(150 + rng.below(400)));
-        match child.try_wait().unwrap() {
-            Some(status) => {
-                let out = child.wait_with_output().unwrap();
-                assert!(
-                    status.success(),
-                    "a run failed by itself: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            None => {
-                child.kill().unwrap();
-                child.wait().unwrap();
-                killed += 1;
-            }
-        }
-    }
-    let last = stream(&lake, &chk, total).output().unwrap();
-    assert!(
-        last.status.success(),
-        "final run: {}",
-        String::from_utf8_lossy(&last.stderr)
-    );
-    eprintln!("{killed} of 24 runs killed (seed {seed})");
+    let killed = common::kill_and_restart(|| stream(&lake, &chk, total), 24, 150, 400);
     assert!(killed >= 20, "only {killed} kills landed mid-run");
     let Some(d) = assert_table_exactly_once(&lake, (total * ROWS_PER_BATCH) as i64) else {
         return;
@@ -115,21 +87,6 @@ fn two_processes_running_copies_of_one_query_write_each_batch_once() {
     assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
     copy_dir(&a, &b);
     let total = 150;
-    let (ra, rb) = (
-        stream(&lake, &a, total).spawn().unwrap(),
-        stream(&lake, &b, total).spawn().unwrap(),
-    );
-    let (oa, ob) = (ra.wait_with_output().unwrap(), rb.wait_with_output().unwrap());
-    let failed: Vec<String> = [&oa, &ob]
-        .iter()
-        .filter(|o| !o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stderr).to_string())
-        .collect();
-    assert_eq!(failed.len(), 1, "exactly one copy stops: {failed:?}");
-    assert!(
-        failed[0].contains("another run of the same query id") || failed[0].contains("planned only up to"),
-        "the loser says why: {}",
-        failed[0]
-    );
+    common::run_two_copies(stream(&lake, &a, total), stream(&lake, &b, total));
     assert_table_exactly_once(&lake, (total * ROWS_PER_BATCH) as i64);
 }

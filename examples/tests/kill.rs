@@ -7,7 +7,6 @@ mod common;
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
@@ -50,32 +49,8 @@ fn ids_in(dir: &Path) -> HashMap<i64, usize> {
 
 #[test]
 fn every_payment_exactly_once_after_random_sigkills() {
-    let (seed, mut rng) = common::seeded();
     let lake = tempfile::tempdir().unwrap();
-    let mut killed = 0;
-    let mut finished_early = 0;
-    for _ in 0..KILLS {
-        let mut child = quickstart(lake.path()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(30 + rng.below(250)));
-        match child.try_wait().unwrap() {
-            Some(status) => {
-                assert!(status.success(), "a run failed on its own: {status}");
-                finished_early += 1;
-            }
-            None => {
-                child.kill().unwrap();
-                child.wait().unwrap();
-                killed += 1;
-            }
-        }
-    }
-    let last = quickstart(lake.path()).output().unwrap();
-    assert!(
-        last.status.success(),
-        "final run: {}",
-        String::from_utf8_lossy(&last.stderr)
-    );
-    eprintln!("{killed} runs killed, {finished_early} finished before their kill");
+    let killed = common::kill_and_restart(|| quickstart(lake.path()), KILLS, 30, 250);
     assert!(
         killed >= 20,
         "only {killed} kills landed; the runs are too fast for the test"
@@ -90,9 +65,9 @@ fn every_payment_exactly_once_after_random_sigkills() {
         .filter(|id| !(0..expected).contains(*id))
         .take(10)
         .collect();
-    assert!(missing.is_empty(), "missing ids (seed {seed}): {missing:?}");
-    assert!(repeated.is_empty(), "repeated ids (seed {seed}): {repeated:?}");
-    assert!(unexpected.is_empty(), "unexpected ids (seed {seed}): {unexpected:?}");
+    assert!(missing.is_empty(), "missing ids: {missing:?}");
+    assert!(repeated.is_empty(), "repeated ids: {repeated:?}");
+    assert!(unexpected.is_empty(), "unexpected ids: {unexpected:?}");
     assert_eq!(counts.len() as i64, expected);
 }
 
