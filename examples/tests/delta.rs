@@ -39,7 +39,7 @@ fn assert_table_exactly_once(table: &Path, n: i64) {
 fn every_event_exactly_once_in_delta_after_random_sigkills() {
     let dir = tempfile::tempdir().unwrap();
     let (table, chk) = (dir.path().join("payments"), dir.path().join("chk"));
-    let total = 600;
+    let total = 3000;
     let killed = common::kill_and_restart(|| stream(&table, &chk, total), 24, 150, 400);
     assert!(killed >= 20, "only {killed} kills landed mid-run");
     assert_table_exactly_once(&table, (total * ROWS_PER_BATCH) as i64);

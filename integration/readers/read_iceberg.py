@@ -39,7 +39,16 @@ def catalog(where, warehouse="file:///nonexistent"):
     for scheme in ("postgres://", "postgresql://"):
         if uri.startswith(scheme):
             uri = "postgresql+psycopg2://" + uri[len(scheme) :]
-    return SqlCatalog(name or "lake", uri=uri, warehouse=warehouse)
+    properties = {}
+    if "WEIR_TEST_S3_ENDPOINT" in os.environ:
+        # Tables on the test S3 (SeaweedFS).
+        properties = {
+            "s3.endpoint": os.environ["WEIR_TEST_S3_ENDPOINT"],
+            "s3.access-key-id": os.environ["AWS_ACCESS_KEY_ID"],
+            "s3.secret-access-key": os.environ["AWS_SECRET_ACCESS_KEY"],
+            "s3.region": os.environ.get("AWS_REGION", "us-east-1"),
+        }
+    return SqlCatalog(name or "lake", uri=uri, warehouse=warehouse, **properties)
 
 
 def duckdb_connection():
@@ -123,8 +132,11 @@ def describe(where, name):
 def drop(where, name):
     cat = catalog(where)
     location = cat.load_table(name).metadata.location
-    cat.drop_table(name)
-    shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
+    if "://" in location and not location.startswith("file://"):
+        cat.purge_table(name)
+    else:
+        cat.drop_table(name)
+        shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
     return {"dropped": name}
 
 

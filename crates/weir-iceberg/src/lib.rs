@@ -50,18 +50,23 @@
 //! in the swap of the first batch that has them; if another writer changes
 //! the columns meanwhile, the batch fails before anything is committed.
 //!
-//! Not yet: the Iceberg REST catalog and object storage (local warehouses
-//! only).
+//! Storage: a local warehouse, or object storage (`s3://`, any endpoint
+//! that speaks S3) through [`SqlCatalog::connect_with_storage`], whose
+//! file IO is `object_store` ([`ObjectStorage`]).
+//!
+//! Not yet: the Iceberg REST catalog.
 
 mod catalog;
 mod commit;
 mod error;
 mod marker;
 mod sink;
+mod storage;
 mod table;
 mod writer;
 
 pub use catalog::{check_ident, parse_ident, Catalog, LoadedTable, SqlCatalog, Swap};
 pub use error::IcebergSinkError;
 pub use sink::IcebergSink;
+pub use storage::{file_io, ObjectStorage, ObjectStoreFactory};
 pub use table::DEFAULT_TARGET_FILE_SIZE;

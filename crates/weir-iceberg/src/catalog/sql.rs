@@ -6,6 +6,7 @@
 //! <new> ... WHERE ... AND metadata_location = <base>`; it changed a row or
 //! another writer moved the table first.
 
+use std::collections::HashMap;
 use std::sync::Once;
 
 use async_trait::async_trait;
@@ -64,6 +65,19 @@ impl SqlCatalog {
     /// the catalog's tables if they are missing. New tables go under
     /// `warehouse` (a local directory).
     pub async fn connect(name: &str, uri: &str, warehouse: &str) -> Result<Self, IcebergSinkError> {
+        Self::connect_with_storage(name, uri, warehouse, HashMap::new()).await
+    }
+
+    /// As [`SqlCatalog::connect`], with the warehouse in object storage
+    /// (`s3://bucket/path`) or local, and the storage's settings
+    /// (`s3.endpoint`, `s3.access-key-id`, `s3.secret-access-key`,
+    /// `s3.region`; the `AWS_*` variables fill in what is missing).
+    pub async fn connect_with_storage(
+        name: &str,
+        uri: &str,
+        warehouse: &str,
+        storage: HashMap<String, String>,
+    ) -> Result<Self, IcebergSinkError> {
         DRIVERS.call_once(sqlx::any::install_default_drivers);
         let config = |reason: String| IcebergSinkError::Config {
             catalog: name.to_string(),
@@ -113,12 +127,13 @@ impl SqlCatalog {
                 operation: "connect".into(),
                 source: redact(source),
             })?;
+        let warehouse = warehouse_url(warehouse).map_err(config)?;
         let mut catalog = SqlCatalog {
             name: name.to_string(),
             pool,
             dialect,
-            warehouse: warehouse_url(warehouse).map_err(config)?,
-            file_io: FileIO::new_with_fs(),
+            file_io: crate::storage::file_io(&warehouse, storage),
+            warehouse,
             typed: true,
         };
         catalog.create_tables().await?;

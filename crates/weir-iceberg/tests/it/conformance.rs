@@ -2,6 +2,7 @@
 //! SQLite and on PostgreSQL, read back with pyiceberg through the same
 //! catalog database.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -20,6 +21,8 @@ pub(crate) struct SqlHarness {
     /// The catalog as `read_iceberg.py` takes it.
     pub reader: String,
     pub warehouse: PathBuf,
+    /// An object-store warehouse (`s3://...`) instead, with its settings.
+    s3: Option<(String, HashMap<String, String>)>,
     skip: Option<String>,
 }
 
@@ -31,11 +34,41 @@ pub(crate) async fn sqlite_harness() -> SqlHarness {
         name: "lake".into(),
         reader: db.to_str().unwrap().to_string(),
         warehouse: dir.path().join("warehouse"),
+        s3: None,
         skip: python()
             .is_none()
             .then(|| "pyiceberg is not installed; scripts/test.sh installs it".into()),
         _dir: dir,
     }
+}
+
+/// The SQLite catalog with its warehouse on the test S3 (SeaweedFS,
+/// started by `scripts/test.sh`), under a prefix of this test's own.
+pub(crate) async fn s3_harness() -> SqlHarness {
+    let mut h = sqlite_harness().await;
+    let endpoint = std::env::var("WEIR_TEST_S3_ENDPOINT").ok();
+    assert!(
+        endpoint.is_some() || std::env::var_os("CI").is_none(),
+        "WEIR_TEST_S3_ENDPOINT is not set; scripts/test.sh starts SeaweedFS"
+    );
+    let Some(endpoint) = endpoint else {
+        h.skip = Some("S3 (SeaweedFS) is not running; scripts/test.sh starts it".into());
+        return h;
+    };
+    let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
+    let env = |k: &str| std::env::var(k).unwrap_or_default();
+    let settings = HashMap::from([
+        ("s3.endpoint".to_string(), endpoint),
+        ("s3.access-key-id".to_string(), env("AWS_ACCESS_KEY_ID")),
+        ("s3.secret-access-key".to_string(), env("AWS_SECRET_ACCESS_KEY")),
+        (
+            "s3.region".to_string(),
+            std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
+        ),
+    ]);
+    let prefix = uuid::Uuid::new_v4().simple().to_string();
+    h.s3 = Some((format!("s3://{bucket}/iceberg-{prefix}/warehouse"), settings));
+    h
 }
 
 /// The test PostgreSQL (`WEIR_TEST_POSTGRES_URL`, started by
@@ -59,6 +92,7 @@ pub(crate) async fn postgres_harness() -> SqlHarness {
         uri: url,
         name,
         warehouse: dir.path().join("warehouse"),
+        s3: None,
         skip,
         _dir: dir,
     }
@@ -66,11 +100,13 @@ pub(crate) async fn postgres_harness() -> SqlHarness {
 
 impl SqlHarness {
     pub(crate) async fn catalog(&self) -> Arc<SqlCatalog> {
-        Arc::new(
-            SqlCatalog::connect(&self.name, &self.uri, self.warehouse.to_str().unwrap())
-                .await
-                .unwrap(),
-        )
+        let catalog = match &self.s3 {
+            Some((warehouse, settings)) => {
+                SqlCatalog::connect_with_storage(&self.name, &self.uri, warehouse, settings.clone()).await
+            }
+            None => SqlCatalog::connect(&self.name, &self.uri, self.warehouse.to_str().unwrap()).await,
+        };
+        Arc::new(catalog.unwrap())
     }
 
     pub(crate) async fn sink_on(&self, name: &str) -> IcebergSink {
@@ -129,4 +165,9 @@ mod sqlite {
 mod postgres {
     use super::postgres_harness;
     weir_test_support::sink_conformance_tests!(postgres_harness);
+}
+
+mod s3 {
+    use super::s3_harness;
+    weir_test_support::sink_conformance_tests!(s3_harness);
 }
