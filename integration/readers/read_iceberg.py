@@ -2,11 +2,13 @@
 
 The catalog is a SQL catalog (JDBC schema) in a SQLite file or a PostgreSQL
 database: CATALOG is a path to the SQLite file or a postgres:// URL,
-optionally followed by #NAME for a catalog name other than "lake".
+optionally followed by #NAME for a catalog name other than "lake"; or
+rest+URI#WAREHOUSE for an Iceberg REST catalog (the test SeaweedFS).
 
 Usage:
     read_iceberg.py ids pyiceberg|duckdb|duckdb-dir CATALOG NAMESPACE.TABLE
         -> {"ids": [...], "rows": n, "amount_cents": sum}
+    read_iceberg.py ids-or-none ...   as ids; a missing table reads as no rows
     read_iceberg.py ids-at CATALOG NAMESPACE.TABLE SNAPSHOT_ID
         -> {"ids": [...], "rows": n} as of that snapshot
     read_iceberg.py describe CATALOG NAMESPACE.TABLE
@@ -34,6 +36,24 @@ import sys
 def catalog(where, warehouse="file:///nonexistent"):
     from pyiceberg.catalog.sql import SqlCatalog
 
+    if where.startswith("rest+"):
+        # An Iceberg REST catalog (the test SeaweedFS): rest+<uri>#<warehouse>.
+        from pyiceberg.catalog.rest import RestCatalog
+
+        uri, _, rest_warehouse = where[len("rest+") :].partition("#")
+        return RestCatalog(
+            "rest",
+            uri=uri,
+            warehouse=rest_warehouse,
+            credential=f"{os.environ['AWS_ACCESS_KEY_ID']}:{os.environ['AWS_SECRET_ACCESS_KEY']}",
+            **{
+                "s3.endpoint": os.environ["WEIR_TEST_S3_ENDPOINT"],
+                "s3.access-key-id": os.environ["AWS_ACCESS_KEY_ID"],
+                "s3.secret-access-key": os.environ["AWS_SECRET_ACCESS_KEY"],
+                "s3.region": os.environ.get("AWS_REGION", "us-east-1"),
+                "s3.path-style-access": "true",
+            },
+        )
     where, _, name = where.partition("#")
     uri = where if "://" in where else f"sqlite:///{os.path.abspath(where)}"
     for scheme in ("postgres://", "postgresql://"):
@@ -189,6 +209,14 @@ def main():
     cmd = sys.argv[1]
     if cmd == "ids":
         out = ids(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif cmd == "ids-or-none":
+        # As ids, but no table reads as no rows.
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        try:
+            out = ids(sys.argv[2], sys.argv[3], sys.argv[4])
+        except (NoSuchTableError, NoSuchNamespaceError):
+            out = {"ids": [], "rows": 0, "amount_cents": 0}
     elif cmd == "ids-at":
         out = ids_at(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "describe":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Starts SeaweedFS (S3 on 127.0.0.1, and an Iceberg REST catalog) for weir's
-# tests, or stops it.
+# Starts SeaweedFS (S3 on 127.0.0.1, and an Iceberg REST catalog over the
+# table bucket weirtables) for weir's tests, or stops it.
 #
 #   scripts/services/seaweedfs.sh start DIR   # prints the variables to export
 #   scripts/services/seaweedfs.sh stop DIR
@@ -23,8 +23,10 @@ case "$cmd" in
 start)
     mkdir -p "$dir/data"
     s3_port=$(free_port)
+    rest_port=$(free_port)
     "$weed" mini -dir="$dir/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
-        -s3.port="$s3_port" -s3.port.lance=0 -bucket=weir -admin.ui=false \
+        -s3.port="$s3_port" -s3.port.lance=0 -s3.port.iceberg="$rest_port" \
+        -bucket=weir -tableBucket=weirtables -admin.ui=false \
         >"$dir/weed.log" 2>&1 &
     echo $! >"$dir/weed.pid"
     listening() {
@@ -41,6 +43,10 @@ start)
     fi
     echo "export WEIR_TEST_S3_ENDPOINT=http://127.0.0.1:$s3_port"
     echo "export WEIR_TEST_S3_BUCKET=weir"
+    # The Iceberg REST catalog: OAuth2 client credentials are the S3 keys;
+    # each table bucket is a catalog (warehouse s3://weirtables/).
+    echo "export WEIR_TEST_ICEBERG_REST_URI=http://127.0.0.1:$rest_port"
+    echo "export WEIR_TEST_ICEBERG_REST_WAREHOUSE=s3://weirtables/"
     echo "export AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID"
     echo "export AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY"
     echo "export AWS_REGION=us-east-1"

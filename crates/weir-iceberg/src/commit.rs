@@ -49,6 +49,26 @@ pub(crate) struct Produced {
     /// Metadata files that left the metadata log
     /// (`write.metadata.previous-versions-max`).
     pub expired: Vec<String>,
+    /// The changes from the base, as a REST catalog takes them.
+    pub changes: Vec<iceberg::TableUpdate>,
+}
+
+/// What one commit attempt makes of its base.
+pub(crate) struct Request<'a> {
+    /// What the snapshot does (there is none for an append of nothing,
+    /// unless `always_snapshot`).
+    pub change: Change,
+    /// Added to the snapshot's summary.
+    pub summary: &'a HashMap<String, String>,
+    /// Table properties set in the same version (the marker).
+    pub properties: HashMap<String, String>,
+    /// The manifests of a snapshot whose manifest list need not be read.
+    pub cached: Option<&'a (i64, Vec<ManifestFile>)>,
+    /// New columns (schema merging) to add to the base's schema.
+    pub added_columns: &'a [NestedFieldRef],
+    /// Make a snapshot even of nothing (a REST catalog's swap asserts the
+    /// snapshot id, so the marker needs one).
+    pub always_snapshot: bool,
 }
 
 /// Builds the snapshots of one batch's commit, attempt after attempt.
@@ -89,19 +109,20 @@ impl Producer {
         &self.files
     }
 
-    /// The new metadata on `base`: a snapshot of `change` (none for an
-    /// append of nothing) with `summary` added to its summary, and
-    /// `properties` set in the same version. `cached` holds the manifests
-    /// of a snapshot whose manifest list need not be read again.
+    /// The new metadata on `base`, as `request` says.
     pub(crate) async fn produce(
         &mut self,
         base: &LoadedTable,
-        change: Change,
-        summary: &HashMap<String, String>,
-        properties: HashMap<String, String>,
-        cached: Option<&(i64, Vec<ManifestFile>)>,
-        added_columns: &[NestedFieldRef],
+        request: Request<'_>,
     ) -> Result<Produced, IcebergSinkError> {
+        let Request {
+            change,
+            summary,
+            properties,
+            cached,
+            added_columns,
+            always_snapshot,
+        } = request;
         let metadata = &base.metadata;
         let table = self.table.clone();
         let build_err = move |source| IcebergSinkError::Iceberg {
@@ -130,7 +151,8 @@ impl Producer {
                 .add_current_schema(schema.as_ref().clone())
                 .map_err(&build_err)?;
         }
-        let needs_snapshot = !self.files.is_empty() || (change == Change::Overwrite && parent.is_some());
+        let needs_snapshot =
+            always_snapshot || !self.files.is_empty() || (change == Change::Overwrite && parent.is_some());
         let mut produced_manifests = None;
         let mut attempt_files = Vec::new();
         if needs_snapshot {
@@ -212,6 +234,7 @@ impl Producer {
                 .into_iter()
                 .map(|l| l.metadata_file)
                 .collect(),
+            changes: built.changes,
         })
     }
 

@@ -2,8 +2,9 @@
 //!
 //! [`IcebergSink`] writes each micro-batch of a weir streaming query into an
 //! Iceberg table exactly once, through weir's own commit step on a catalog
-//! that swaps metadata atomically ([`SqlCatalog`]: SQLite or PostgreSQL in
-//! the JDBC catalog's schema, shared with pyiceberg, Spark and DuckDB).
+//! that swaps metadata atomically: [`SqlCatalog`] (SQLite or PostgreSQL in
+//! the JDBC catalog's schema, shared with pyiceberg, Spark and DuckDB) or
+//! [`RestCatalog`] (the Iceberg REST protocol).
 //!
 //! ## Guarantees
 //!
@@ -54,7 +55,12 @@
 //! that speaks S3) through [`SqlCatalog::connect_with_storage`], whose
 //! file IO is `object_store` ([`ObjectStorage`]).
 //!
-//! Not yet: the Iceberg REST catalog.
+//! [`RestCatalog`] is an Iceberg REST catalog (OAuth2 client credentials):
+//! the swap is one commit request with the requirements
+//! `assert-table-uuid` and `assert-ref-snapshot-id` on `main`, and the
+//! updates weir built; the server writes the metadata file. Since those
+//! requirements guard the snapshot, not the properties, every batch commits
+//! a snapshot there, even an empty one, so the marker stays atomic.
 
 mod catalog;
 mod commit;
@@ -65,7 +71,7 @@ mod storage;
 mod table;
 mod writer;
 
-pub use catalog::{check_ident, parse_ident, Catalog, LoadedTable, SqlCatalog, Swap};
+pub use catalog::{check_ident, parse_ident, Catalog, LoadedTable, RestCatalog, SqlCatalog, Swap};
 pub use error::IcebergSinkError;
 pub use sink::IcebergSink;
 pub use storage::{file_io, ObjectStorage, ObjectStoreFactory};

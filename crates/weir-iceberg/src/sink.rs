@@ -14,7 +14,7 @@ use weir_core::sink::{BatchContext, CommitMessage, CommitOutcome, DataWriter, Ou
 use weir_core::{QueryId, QueryName};
 
 use crate::catalog::{parse_ident, Catalog, LoadedTable, Swap};
-use crate::commit::{Change, Producer};
+use crate::commit::{Change, Producer, Request};
 use crate::error::IcebergSinkError;
 use crate::marker;
 use crate::table::{self, Layout};
@@ -208,6 +208,10 @@ impl IcebergSink {
     /// `write.metadata.previous-versions-max` when the table asks for their
     /// deletion.
     async fn after_commit(&self, table: &LoadedTable, expired: Vec<String>) {
+        if !self.catalog.writes_metadata() {
+            // The catalog's server owns the metadata files.
+            return;
+        }
         let io = self.catalog.file_io();
         let location = table.metadata.location().trim_end_matches('/');
         // The current file's stem (`NNNNN-<uuid>`): readers that open the
@@ -365,16 +369,23 @@ impl Sink for IcebergSink {
             let produced = producer
                 .produce(
                     &base,
-                    change,
-                    &summary,
-                    marker::properties(ctx),
-                    cached.as_ref(),
-                    layout.evolution.as_ref().map_or(&[], |e| &e.fields),
+                    Request {
+                        change,
+                        summary: &summary,
+                        properties: marker::properties(ctx),
+                        cached: cached.as_ref(),
+                        added_columns: layout.evolution.as_ref().map_or(&[], |e| &e.fields),
+                        always_snapshot: !self.catalog.writes_metadata(),
+                    },
                 )
                 .await
                 .map_err(core)?;
             tried = true;
-            match self.catalog.swap(&self.ident, &base, produced.metadata).await {
+            match self
+                .catalog
+                .swap(&self.ident, &base, produced.metadata, &produced.changes)
+                .await
+            {
                 Ok(Swap::Swapped(table)) => {
                     let version = table.metadata.current_snapshot_id();
                     tracing::debug!(

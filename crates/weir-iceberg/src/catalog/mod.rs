@@ -4,6 +4,7 @@
 //! itself and asks the catalog for one compare-and-swap from the version it
 //! built on. A catalog never merges or retries anything on its own.
 
+mod rest;
 mod sql;
 
 use std::fmt::Debug;
@@ -11,8 +12,9 @@ use std::fmt::Debug;
 use async_trait::async_trait;
 use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
-use iceberg::{NamespaceIdent, TableIdent};
+use iceberg::{NamespaceIdent, TableIdent, TableUpdate};
 
+pub use rest::RestCatalog;
 pub use sql::SqlCatalog;
 
 use crate::error::IcebergSinkError;
@@ -47,6 +49,12 @@ pub trait Catalog: Debug + Send + Sync {
     /// Where a new table of this name goes: `<warehouse>/<namespace>/<table>`.
     fn default_location(&self, ident: &TableIdent) -> String;
 
+    /// Whether weir writes the metadata files (a SQL catalog), rather than
+    /// the catalog's server (REST).
+    fn writes_metadata(&self) -> bool {
+        true
+    }
+
     /// The table's current metadata, or `None` if the catalog has no such
     /// table.
     async fn load(&self, ident: &TableIdent) -> Result<Option<LoadedTable>, IcebergSinkError>;
@@ -56,13 +64,15 @@ pub trait Catalog: Debug + Send + Sync {
     /// returns that table instead.
     async fn create(&self, ident: &TableIdent, metadata: TableMetadata) -> Result<LoadedTable, IcebergSinkError>;
 
-    /// Writes `metadata` as the version after `base` and swaps it in, if the
-    /// table is still at `base`. On a conflict nothing is left behind.
+    /// Makes `metadata` (which is `base` with `changes`) the table's next
+    /// version, if the table is still at `base`. On a conflict nothing is
+    /// left behind.
     async fn swap(
         &self,
         ident: &TableIdent,
         base: &LoadedTable,
         metadata: TableMetadata,
+        changes: &[TableUpdate],
     ) -> Result<Swap, IcebergSinkError>;
 }
 

@@ -353,6 +353,7 @@ impl Catalog for SqlCatalog {
         ident: &TableIdent,
         base: &LoadedTable,
         metadata: TableMetadata,
+        _changes: &[iceberg::TableUpdate],
     ) -> Result<Swap, IcebergSinkError> {
         let location = next_metadata_location(metadata.location(), Some(&base.metadata_location));
         self.write_metadata(&location, &metadata).await?;

@@ -1,4 +1,5 @@
 //! Integration tests of weir-iceberg.
 
 mod conformance;
+mod rest;
 mod table;

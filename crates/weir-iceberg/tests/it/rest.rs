@@ -1,0 +1,94 @@
+//! The sink conformance suite on the Iceberg sink with the REST catalog of
+//! the test SeaweedFS (started by `scripts/test.sh`), data on its S3, read
+//! back by pyiceberg through the same REST catalog.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use weir_core::sink::Sink;
+use weir_iceberg::{IcebergSink, RestCatalog};
+use weir_test_support::readers::{iceberg, python};
+use weir_test_support::SinkHarness;
+
+struct RestHarness {
+    uri: String,
+    warehouse: String,
+    /// A namespace of this test's own.
+    namespace: String,
+    skip: Option<String>,
+}
+
+async fn rest_harness() -> RestHarness {
+    let uri = std::env::var("WEIR_TEST_ICEBERG_REST_URI").ok();
+    assert!(
+        uri.is_some() || std::env::var_os("CI").is_none(),
+        "WEIR_TEST_ICEBERG_REST_URI is not set; scripts/test.sh starts SeaweedFS"
+    );
+    let skip = match (&uri, python()) {
+        (None, _) => Some("the REST catalog (SeaweedFS) is not running; scripts/test.sh starts it".into()),
+        (_, None) => Some("pyiceberg is not installed; scripts/test.sh installs it".into()),
+        _ => None,
+    };
+    RestHarness {
+        uri: uri.unwrap_or_default(),
+        warehouse: std::env::var("WEIR_TEST_ICEBERG_REST_WAREHOUSE").unwrap_or_else(|_| "s3://weirtables/".into()),
+        namespace: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+        skip,
+    }
+}
+
+impl RestHarness {
+    async fn sink_on(&self, table: &str) -> IcebergSink {
+        let env = |k: &str| std::env::var(k).unwrap_or_default();
+        let storage = HashMap::from([
+            ("s3.endpoint".to_string(), env("WEIR_TEST_S3_ENDPOINT")),
+            ("s3.access-key-id".to_string(), env("AWS_ACCESS_KEY_ID")),
+            ("s3.secret-access-key".to_string(), env("AWS_SECRET_ACCESS_KEY")),
+            ("s3.region".to_string(), "us-east-1".to_string()),
+        ]);
+        let credential = Some((env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")));
+        let catalog = RestCatalog::connect("rest", &self.uri, &self.warehouse, credential, storage)
+            .await
+            .unwrap();
+        IcebergSink::try_new(Arc::new(catalog), &format!("{}.{table}", self.namespace)).unwrap()
+    }
+
+    fn reader(&self) -> String {
+        format!("rest+{}#{}", self.uri, self.warehouse)
+    }
+}
+
+#[async_trait]
+impl SinkHarness for RestHarness {
+    async fn sink(&self) -> Arc<dyn Sink> {
+        Arc::new(self.sink_on("payments").await)
+    }
+
+    async fn other_sink(&self) -> Arc<dyn Sink> {
+        Arc::new(self.sink_on("other").await)
+    }
+
+    async fn recreate_table(&self) {
+        iceberg(&["drop", &self.reader(), &format!("{}.payments", self.namespace)]).expect("readers present");
+    }
+
+    async fn read_event_ids(&self) -> Vec<i64> {
+        let name = format!("{}.payments", self.namespace);
+        let Some(out) = iceberg(&["ids-or-none", "pyiceberg", &self.reader(), &name]) else {
+            return Vec::new();
+        };
+        out["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect()
+    }
+
+    fn skip_reason(&self) -> Option<String> {
+        self.skip.clone()
+    }
+}
+
+weir_test_support::sink_conformance_tests!(rest_harness);
