@@ -65,6 +65,15 @@ pub enum IcebergSinkError {
     #[error("Iceberg table {table}: another writer changed it while the query ran: {change}. Nothing of the batch was committed; a restart writes it again with the table's new layout")]
     TableChanged { table: String, change: String },
 
+    /// The catalog refused the commit outright (not a conflict): nothing
+    /// was committed.
+    #[error("Iceberg catalog {catalog:?} refused the commit to {table}: {reason}. Nothing was committed")]
+    CommitRefused {
+        catalog: String,
+        table: String,
+        reason: String,
+    },
+
     /// The sink was used before the driver prepared it.
     #[error("Iceberg table {table}: the sink was used before prepare; start it through a streaming query")]
     NotPrepared { table: String },

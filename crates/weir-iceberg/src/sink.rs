@@ -203,6 +203,15 @@ impl IcebergSink {
         Ok(())
     }
 
+    /// Removes files of attempts that did not land.
+    async fn delete(&self, files: Vec<String>) {
+        for file in files {
+            if let Err(e) = self.catalog.file_io().delete(&file).await {
+                tracing::debug!(file, error = %e, "could not delete a file of a lost swap");
+            }
+        }
+    }
+
     /// Best-effort work after a swap: `version-hint.text` for readers that
     /// open the table directory, and metadata files past
     /// `write.metadata.previous-versions-max` when the table asks for their
@@ -346,6 +355,10 @@ impl Sink for IcebergSink {
         let mut producer = Producer::new(self.catalog.file_io().clone(), self.shown(), files);
         let mut slot = self.state.table.lock().await;
         let mut tried = false;
+        // Files of a swap that lost: deleted once the reloaded table shows
+        // it was not this attempt's own (a server may answer a retried
+        // request that had landed with a conflict).
+        let mut lost: Vec<String> = Vec::new();
         for attempt in 1..=MAX_COMMIT_ATTEMPTS {
             // The first attempt builds on the table as this sink last saw
             // it; a lost swap reloads it.
@@ -363,8 +376,10 @@ impl Sink for IcebergSink {
                     tracing::info!(attempt, "the lost swap was this attempt's own");
                     return Ok(CommitOutcome::Committed { version });
                 }
+                self.delete(std::mem::take(&mut lost)).await;
                 return Ok(CommitOutcome::AlreadyCommitted(m));
             }
+            self.delete(std::mem::take(&mut lost)).await;
             let cached = self.state.manifests.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let produced = producer
                 .produce(
@@ -403,11 +418,7 @@ impl Sink for IcebergSink {
                 }
                 Ok(Swap::Conflict) => {
                     tracing::debug!(attempt, "lost a metadata swap; reloading the table");
-                    for file in produced.attempt_files {
-                        if let Err(e) = self.catalog.file_io().delete(&file).await {
-                            tracing::debug!(file, error = %e, "could not delete a file of a lost swap");
-                        }
-                    }
+                    lost = produced.attempt_files;
                     if attempt > 3 {
                         let jitter = u64::from(ctx.attempt_id.as_u128() as u16 % 20);
                         tokio::time::sleep(Duration::from_millis((attempt as u64 * 5).min(200) + jitter)).await;
@@ -416,6 +427,11 @@ impl Sink for IcebergSink {
                 // The swap may have happened: nothing is deleted. The table
                 // tells: this attempt's marker (it landed), the base still
                 // current (it did not: try again), or neither (unknown).
+                // A refusal is definite: nothing was committed.
+                Err(e @ IcebergSinkError::CommitRefused { .. }) => {
+                    self.delete(produced.attempt_files).await;
+                    return Err(core(e));
+                }
                 Err(e) => match self.load().await {
                     Ok(now) if marker::set_by(&now.metadata, ctx) => {
                         tracing::info!(attempt, error = %e, "the swap landed despite the error");

@@ -26,20 +26,30 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
-/// Settings that are never printed or serialised.
-const SECRETS: [&str; 2] = ["s3.secret-access-key", "s3.session-token"];
+/// Whether a setting is never printed or serialised (keys, secrets,
+/// tokens, passwords).
+fn is_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["secret", "token", "password", "key"].iter().any(|w| name.contains(w))
+}
 
 /// A `FileIO` for `location` (a warehouse or table location) with
 /// `settings`: the local file system for paths and `file://` URLs,
 /// `object_store` for `s3://` (and `s3a://`).
 pub fn file_io(location: &str, settings: HashMap<String, String>) -> FileIO {
     if location.contains("://") && !location.starts_with("file://") {
-        FileIOBuilder::new(Arc::new(ObjectStoreFactory))
-            .with_props(settings)
-            .build()
+        object_file_io(settings)
     } else {
         FileIO::new_with_fs()
     }
+}
+
+/// A `FileIO` on `object_store` whatever the location: local paths and
+/// `s3://`, and a clear error for anything else.
+pub fn object_file_io(settings: HashMap<String, String>) -> FileIO {
+    FileIOBuilder::new(Arc::new(ObjectStoreFactory))
+        .with_props(settings)
+        .build()
 }
 
 /// Builds [`ObjectStorage`] from a `FileIO`'s settings.
@@ -77,11 +87,8 @@ fn err(context: &str, path: &str) -> impl Fn(object_store::Error) -> Error {
 }
 
 impl ObjectStorage {
-    fn new(mut settings: HashMap<String, String>) -> Self {
-        let secrets = SECRETS
-            .iter()
-            .filter_map(|k| settings.remove(*k).map(|v| (k.to_string(), v)))
-            .collect();
+    fn new(settings: HashMap<String, String>) -> Self {
+        let (secrets, settings) = settings.into_iter().partition(|(k, _)| is_secret(k));
         ObjectStorage {
             settings,
             secrets,
@@ -206,6 +213,12 @@ impl Storage for ObjectStorage {
 
     async fn delete_prefix(&self, path: &str) -> iceberg::Result<()> {
         let (store, key) = self.resolve(path)?;
+        if key.as_ref().is_empty() {
+            return Err(Error::new(
+                ErrorKind::DataInvalid,
+                format!("{path}: refusing to delete everything in a bucket or file system"),
+            ));
+        }
         let listed: Vec<Path> = store
             .list(Some(&key))
             .map_ok(|m| m.location)
@@ -280,5 +293,58 @@ impl FileWrite for Writer {
             .shutdown()
             .await
             .map_err(|e| Error::new(ErrorKind::Unexpected, format!("cannot finish {}", self.path)).with_source(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_neither_printed_nor_serialised() {
+        let storage = ObjectStorage::new(HashMap::from([
+            ("s3.endpoint".to_string(), "http://127.0.0.1:9000".to_string()),
+            ("s3.access-key-id".to_string(), "AKIDEXAMPLE".to_string()),
+            ("s3.secret-access-key".to_string(), "wJalrXUtnFEMI".to_string()),
+            ("s3.session-token".to_string(), "FwoGZXIvYXdz".to_string()),
+        ]));
+        let shown = format!("{storage:?} {}", serde_json::to_string(&storage).unwrap());
+        assert!(shown.contains("127.0.0.1:9000"), "{shown}");
+        for secret in ["AKIDEXAMPLE", "wJalrXUtnFEMI", "FwoGZXIvYXdz"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bucket_is_never_deleted_whole() {
+        let storage = ObjectStorage::new(HashMap::new());
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("keep"), b"x").unwrap();
+        assert!(storage.delete_prefix("s3://bucket/").await.is_err());
+        assert!(storage.delete_prefix("file:///").await.is_err());
+        assert!(dir.path().join("keep").exists());
+    }
+
+    #[tokio::test]
+    async fn local_files_round_trip() {
+        let storage = ObjectStorage::new(HashMap::new());
+        let dir = tempfile::tempdir().unwrap();
+        let path = format!("file://{}/a/b.bin", dir.path().display());
+        storage.write(&path, Bytes::from_static(b"hello")).await.unwrap();
+        assert!(storage.exists(&path).await.unwrap());
+        assert_eq!(storage.read(&path).await.unwrap(), Bytes::from_static(b"hello"));
+        let mut w = storage
+            .writer(&format!("{}/c.bin", dir.path().display()))
+            .await
+            .unwrap();
+        w.write(Bytes::from_static(b"ab")).await.unwrap();
+        w.write(Bytes::from_static(b"cd")).await.unwrap();
+        w.close().await.unwrap();
+        assert_eq!(std::fs::read(dir.path().join("c.bin")).unwrap(), b"abcd");
+        storage
+            .delete_prefix(&format!("file://{}/a", dir.path().display()))
+            .await
+            .unwrap();
+        assert!(!storage.exists(&path).await.unwrap());
     }
 }

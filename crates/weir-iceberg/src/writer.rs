@@ -28,8 +28,9 @@ use crate::table::Layout;
 type Builder = DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
 type Unpartitioned = IcebergDataFileWriter<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
 
-/// What every writer of a batch shares.
-#[derive(Debug, Clone)]
+/// What every writer of a batch shares. (`Debug` leaves out the file IO,
+/// whose settings may hold secrets.)
+#[derive(Clone)]
 pub(crate) struct WriterContext {
     pub table: String,
     pub file_io: FileIO,
@@ -38,6 +39,15 @@ pub(crate) struct WriterContext {
     /// `part-<batch>-<query id>-<attempt>-p<partition>`: unique per attempt,
     /// so a replay never overwrites a file of an earlier attempt.
     pub file_prefix: String,
+}
+
+impl std::fmt::Debug for WriterContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterContext")
+            .field("table", &self.table)
+            .field("file_prefix", &self.file_prefix)
+            .finish_non_exhaustive()
+    }
 }
 
 enum Inner {

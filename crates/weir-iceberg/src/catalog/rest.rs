@@ -64,7 +64,11 @@ impl RestCatalog {
             file_io: FileIO::new_with_fs(),
         };
         let config = catalog
-            .call(reqwest::Method::GET, &format!("/v1/config?warehouse={warehouse}"), None)
+            .call(
+                reqwest::Method::GET,
+                &format!("/v1/config?warehouse={}", encode(warehouse)),
+                None,
+            )
             .await?
             .1;
         if let Some(prefix) = config["overrides"]["prefix"].as_str() {
@@ -79,7 +83,9 @@ impl RestCatalog {
                 }
             }
         }
-        catalog.file_io = crate::storage::file_io(warehouse, storage);
+        // A REST warehouse is often a name, not a location: the tables'
+        // locations decide, so the file IO handles local paths and s3://.
+        catalog.file_io = crate::storage::object_file_io(storage);
         Ok(catalog)
     }
 
@@ -132,29 +138,38 @@ impl RestCatalog {
         path: &str,
         body: Option<Value>,
     ) -> Result<(reqwest::StatusCode, Value), IcebergSinkError> {
-        let mut request = self.http.request(method, format!("{}{path}", self.uri));
-        if let Some(token) = self.token().await? {
-            request = request.bearer_auth(token);
+        for renewed in [false, true] {
+            let mut request = self.http.request(method.clone(), format!("{}{path}", self.uri));
+            if let Some(token) = self.token().await? {
+                request = request.bearer_auth(token);
+            }
+            if let Some(body) = &body {
+                request = request.json(body);
+            }
+            let response = request
+                .send()
+                .await
+                .map_err(|e| self.err(path, e.without_url().to_string()))?;
+            let status = response.status();
+            // A revoked token: nothing was done; renew it once.
+            if status.as_u16() == 401 && self.credential.is_some() && !renewed {
+                *self.token.lock().await = None;
+                continue;
+            }
+            let answer = response.json().await.unwrap_or(Value::Null);
+            return Ok((status, answer));
         }
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| self.err(path, e.without_url().to_string()))?;
-        let status = response.status();
-        let body = response.json().await.unwrap_or(Value::Null);
-        Ok((status, body))
+        unreachable!("the second pass returns")
     }
 
     fn table_path(&self, ident: &TableIdent) -> String {
-        format!(
-            "{}namespaces/{}/tables/{}",
-            self.base,
-            ident.namespace.join("\u{1f}"),
-            ident.name
-        )
+        format!("{}tables/{}", self.namespace_path(ident), encode(&ident.name))
+    }
+
+    /// `namespaces/<parts joined by 0x1F>/`, each part percent-encoded.
+    fn namespace_path(&self, ident: &TableIdent) -> String {
+        let parts: Vec<String> = ident.namespace.iter().map(|p| encode(p)).collect();
+        format!("{}namespaces/{}/", self.base, parts.join("%1F"))
     }
 
     fn loaded(&self, ident: &TableIdent, body: &Value) -> Result<LoadedTable, IcebergSinkError> {
@@ -178,6 +193,19 @@ fn catalog_err(catalog: &str, operation: &str, reason: String) -> IcebergSinkErr
         catalog: catalog.to_string(),
         reason: format!("{operation}: {reason}"),
     }
+}
+
+/// Percent-encodes all but the unreserved characters (RFC 3986).
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn shown(ident: &TableIdent) -> String {
@@ -239,7 +267,7 @@ impl Catalog for RestCatalog {
             "partition-spec": {"spec-id": 0, "fields": fields},
             "properties": metadata.properties(),
         });
-        let path = format!("{}namespaces/{}/tables", self.base, ident.namespace.join("\u{1f}"));
+        let path = format!("{}tables", self.namespace_path(ident));
         let (status, answer) = self.call(reqwest::Method::POST, &path, Some(request)).await?;
         match status.as_u16() {
             200 => {
@@ -261,7 +289,7 @@ impl Catalog for RestCatalog {
         _metadata: TableMetadata,
         changes: &[TableUpdate],
     ) -> Result<Swap, IcebergSinkError> {
-        let requirements = vec![
+        let mut requirements = vec![
             TableRequirement::UuidMatch {
                 uuid: base.metadata.uuid(),
             },
@@ -270,6 +298,16 @@ impl Catalog for RestCatalog {
                 snapshot_id: base.metadata.current_snapshot_id(),
             },
         ];
+        // New columns take field ids after the base's last one: the schema
+        // must not have moved either.
+        if changes.iter().any(|c| matches!(c, TableUpdate::AddSchema { .. })) {
+            requirements.push(TableRequirement::CurrentSchemaIdMatch {
+                current_schema_id: base.metadata.current_schema_id(),
+            });
+            requirements.push(TableRequirement::LastAssignedFieldIdMatch {
+                last_assigned_field_id: base.metadata.last_column_id(),
+            });
+        }
         let request = json!({
             "identifier": {"namespace": ident.namespace.clone().inner(), "name": ident.name},
             "requirements": requirements,
@@ -281,8 +319,29 @@ impl Catalog for RestCatalog {
         match status.as_u16() {
             200 => Ok(Swap::Swapped(Box::new(self.loaded(ident, &answer)?))),
             409 => Ok(Swap::Conflict),
+            // Refused outright: the request was wrong or not allowed.
+            400..=499 => Err(IcebergSinkError::CommitRefused {
+                catalog: self.name.clone(),
+                table: shown(ident),
+                reason: format!(
+                    "{status}: {}",
+                    answer["error"]["message"].as_str().unwrap_or("no message")
+                ),
+            }),
             // A server error may hide a commit that happened.
             _ => Err(self.refused(&format!("commit to table {}", shown(ident)), status, &answer)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::encode;
+
+    #[test]
+    fn path_parts_are_percent_encoded() {
+        assert_eq!(encode("payments_2026-v1.x~"), "payments_2026-v1.x~");
+        assert_eq!(encode("a b/c?d#e%"), "a%20b%2Fc%3Fd%23e%25");
+        assert_eq!(encode("s3://weirtables/"), "s3%3A%2F%2Fweirtables%2F");
     }
 }
