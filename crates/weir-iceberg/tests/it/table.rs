@@ -359,3 +359,38 @@ async fn another_writer_appending_mid_batch_is_rebased_over() {
     assert_eq!(appends, 7, "six batches and pyiceberg's append");
     assert_eq!(d["properties"]["weir.query.payments-bronze.batch-id"], "5");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_hour_and_truncate_partitions_read_back() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let dir = tempfile::tempdir().unwrap();
+    let sink = h
+        .sink_on(TABLE)
+        .await
+        .with_partition_by(["account_id", "hour(ts)", "truncate(1000, event_id)"]);
+    run(rate(1500), dir.path(), sink, OutputMode::Append, 1).await.unwrap();
+
+    let d = describe(&h);
+    assert_eq!(
+        d["partition_spec"],
+        serde_json::json!([
+            ["account_id", "identity", "account_id"],
+            ["ts", "hour", "ts_hour"],
+            ["event_id", "truncate[1000]", "event_id_trunc"]
+        ])
+    );
+    for reader in ["pyiceberg", "duckdb"] {
+        let out = iceberg(&["ids", reader, &h.reader, TABLE]).unwrap();
+        let ids: Vec<i64> = out["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
+        assert_exactly_once(&ids, 0..3000);
+        assert_eq!(out["amount_cents"].as_i64(), Some(rate_amount_cents(3000)), "{reader}");
+    }
+}
