@@ -44,6 +44,24 @@ pub fn iceberg(args: &[&str]) -> Option<serde_json::Value> {
     script("read_iceberg.py", args)
 }
 
+/// The event ids of Iceberg table `table` of `catalog` (as
+/// `read_iceberg.py` takes it) by `reader` (`pyiceberg`, `duckdb` or
+/// `duckdb-dir`), with the reader's amount checksum in cents.
+pub fn iceberg_ids(reader: &str, catalog: &str, table: &str) -> Option<(Vec<i64>, Option<i64>)> {
+    let out = iceberg(&["ids", reader, catalog, table])?;
+    Some((json_ids(&out), out["amount_cents"].as_i64()))
+}
+
+/// The `ids` array of a reader's answer.
+pub fn json_ids(out: &serde_json::Value) -> Vec<i64> {
+    out["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|v| v.as_i64().expect("an integer id"))
+        .collect()
+}
+
 fn script(name: &str, args: &[&str]) -> Option<serde_json::Value> {
     let Some(python) = python() else {
         eprintln!("SKIPPED: the independent readers are not installed; run scripts/test.sh to install them");
@@ -66,13 +84,7 @@ fn script(name: &str, args: &[&str]) -> Option<serde_json::Value> {
 /// the reader's amount checksum in cents.
 pub fn event_ids_with(reader: &str, table: &str) -> Option<(Vec<i64>, Option<i64>)> {
     let json = read(&["ids", reader, table])?;
-    let ids = json["ids"]
-        .as_array()
-        .expect("ids")
-        .iter()
-        .map(|v| v.as_i64().expect("an integer id"))
-        .collect();
-    Some((ids, json["amount_cents"].as_i64()))
+    Some((json_ids(&json), json["amount_cents"].as_i64()))
 }
 
 /// The rate source's `amount` summed in cents over event ids `0..n`.

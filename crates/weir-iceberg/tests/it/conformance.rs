@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use weir_core::sink::Sink;
 use weir_iceberg::{IcebergSink, SqlCatalog};
-use weir_test_support::readers::{iceberg, python};
+use weir_test_support::readers::{iceberg, iceberg_ids, python};
 use weir_test_support::SinkHarness;
 
 /// A SQL catalog for one test: its own SQLite file, or its own catalog name
@@ -116,13 +116,7 @@ impl SqlHarness {
 
 /// The event ids pyiceberg reads from table `name`.
 pub(crate) fn event_ids(h: &SqlHarness, name: &str) -> Vec<i64> {
-    let out = iceberg(&["ids", "pyiceberg", &h.reader, name]).expect("readers present");
-    out["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_i64().unwrap())
-        .collect()
+    iceberg_ids("pyiceberg", &h.reader, name).expect("readers present").0
 }
 
 #[async_trait]

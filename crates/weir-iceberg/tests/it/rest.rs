@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use weir_core::sink::Sink;
 use weir_iceberg::{IcebergSink, RestCatalog};
-use weir_test_support::readers::{iceberg, python};
+use weir_test_support::readers::{iceberg, json_ids, python};
 use weir_test_support::SinkHarness;
 
 struct RestHarness {
@@ -78,12 +78,7 @@ impl SinkHarness for RestHarness {
         let Some(out) = iceberg(&["ids-or-none", "pyiceberg", &self.reader(), &name]) else {
             return Vec::new();
         };
-        out["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_i64().unwrap())
-            .collect()
+        json_ids(&out)
     }
 
     fn skip_reason(&self) -> Option<String> {

@@ -10,7 +10,7 @@ use weir_core::prelude::*;
 use weir_core::source::RateSource;
 use weir_iceberg::IcebergSink;
 use weir_test_support::assert_exactly_once;
-use weir_test_support::readers::{iceberg, python, rate_amount_cents};
+use weir_test_support::readers::{iceberg, iceberg_ids, json_ids, python, rate_amount_cents};
 
 use crate::conformance::{event_ids, sqlite_harness, SqlHarness};
 
@@ -54,15 +54,9 @@ async fn pyiceberg_and_duckdb_read_every_batch_once_with_markers_and_summaries()
     let q = run(rate(500), dir.path(), sink, OutputMode::Append, 4).await.unwrap();
 
     for reader in ["pyiceberg", "duckdb", "duckdb-dir"] {
-        let out = iceberg(&["ids", reader, &h.reader, TABLE]).unwrap();
-        let ids: Vec<i64> = out["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_i64().unwrap())
-            .collect();
+        let (ids, cents) = iceberg_ids(reader, &h.reader, TABLE).unwrap();
         assert_exactly_once(&ids, 0..2500);
-        assert_eq!(out["amount_cents"].as_i64(), Some(rate_amount_cents(2500)), "{reader}");
+        assert_eq!(cents, Some(rate_amount_cents(2500)), "{reader}");
     }
 
     let d = describe(&h);
@@ -250,12 +244,7 @@ async fn small_manifests_are_merged_at_the_tables_count() {
     for (i, snapshot) in d["snapshots"].as_array().unwrap().iter().enumerate() {
         let id = snapshot["id"].as_i64().unwrap().to_string();
         let out = iceberg(&["ids-at", &h.reader, TABLE, &id]).unwrap();
-        let ids: Vec<i64> = out["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_i64().unwrap())
-            .collect();
+        let ids = json_ids(&out);
         assert_exactly_once(&ids, 0..(i as i64 + 1) * 10);
     }
     for reader in ["pyiceberg", "duckdb"] {
@@ -383,14 +372,8 @@ async fn identity_hour_and_truncate_partitions_read_back() {
         ])
     );
     for reader in ["pyiceberg", "duckdb"] {
-        let out = iceberg(&["ids", reader, &h.reader, TABLE]).unwrap();
-        let ids: Vec<i64> = out["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_i64().unwrap())
-            .collect();
+        let (ids, cents) = iceberg_ids(reader, &h.reader, TABLE).unwrap();
         assert_exactly_once(&ids, 0..3000);
-        assert_eq!(out["amount_cents"].as_i64(), Some(rate_amount_cents(3000)), "{reader}");
+        assert_eq!(cents, Some(rate_amount_cents(3000)), "{reader}");
     }
 }
