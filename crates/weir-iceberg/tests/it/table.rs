@@ -377,3 +377,60 @@ async fn identity_hour_and_truncate_partitions_read_back() {
         assert_eq!(cents, Some(rate_amount_cents(3000)), "{reader}");
     }
 }
+
+/// I2: a reader sees all of a batch's files or none. pyiceberg reads the
+/// table again and again while batches of several files land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_see_whole_batches_or_none() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let dir = tempfile::tempdir().unwrap();
+    let rows = 150_000u64;
+    let sink = h
+        .sink_on(TABLE)
+        .await
+        .with_partition_by(["bucket(4, account_id)"])
+        .with_target_file_size(64 * 1024);
+    let query = rate(rows)
+        .write_stream()
+        .checkpoint_location(dir.path())
+        .writer_parallelism(2)
+        // Paced so that the reader (a process per look) looks while batches land.
+        .trigger(Trigger::processing_time(std::time::Duration::from_millis(1500)))
+        .stop_after_batch(BatchId(4))
+        .start(sink)
+        .await
+        .unwrap();
+    let catalog = h.catalog().await;
+    let ident = weir_iceberg::parse_ident(TABLE).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    while query.is_active() {
+        if weir_iceberg::Catalog::load(catalog.as_ref(), &ident)
+            .await
+            .unwrap()
+            .is_some()
+        {
+            let ids = event_ids(&h, TABLE);
+            assert_eq!(
+                ids.len() as u64 % rows,
+                0,
+                "a reader saw part of a batch: {} rows",
+                ids.len()
+            );
+            let batches = ids.len() as u64 / rows;
+            assert_exactly_once(&ids, 0..(batches * rows) as i64);
+            seen.insert(batches);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    query.await_termination().await.unwrap();
+    assert_exactly_once(&event_ids(&h, TABLE), 0..(5 * rows) as i64);
+    assert!(
+        describe(&h)["files"].as_i64().unwrap() >= 20,
+        "every batch spans several files"
+    );
+    assert!(!seen.is_empty(), "the reader never looked while the query ran");
+    eprintln!("the reader saw the table at {seen:?} batches");
+}
