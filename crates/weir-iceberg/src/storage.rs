@@ -268,10 +268,26 @@ impl FileRead for Reader {
 
 /// Writes through `object_store`'s buffered writer: one put for a small
 /// file, a multipart upload for a large one; nothing is visible before
-/// `close`.
+/// `close`. A writer dropped before `close` (a cancelled or failed write)
+/// aborts its multipart upload, so no parts are left behind.
 struct Writer {
     inner: Option<BufWriter>,
     path: String,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let Some(mut writer) = self.inner.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let path = std::mem::take(&mut self.path);
+        runtime.spawn(async move {
+            if let Err(e) = writer.abort().await {
+                tracing::debug!(path, error = %e, "could not abort an unfinished upload");
+            }
+        });
+    }
 }
 
 #[async_trait]

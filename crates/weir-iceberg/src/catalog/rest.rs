@@ -74,11 +74,17 @@ impl RestCatalog {
         if let Some(prefix) = config["overrides"]["prefix"].as_str() {
             catalog.base = format!("/v1/{prefix}/");
         }
-        for section in ["defaults", "overrides"] {
+        // The server's defaults fill in what the client did not set; its
+        // overrides win.
+        for (section, wins) in [("defaults", false), ("overrides", true)] {
             if let Some(map) = config[section].as_object() {
                 for (k, v) in map {
                     if let (true, Some(v)) = (k.starts_with("s3."), v.as_str()) {
-                        storage.entry(k.clone()).or_insert_with(|| v.to_string());
+                        if wins {
+                            storage.insert(k.clone(), v.to_string());
+                        } else {
+                            storage.entry(k.clone()).or_insert_with(|| v.to_string());
+                        }
                     }
                 }
             }
