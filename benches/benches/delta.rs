@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use deltalake::writer::{DeltaWriter as _, RecordBatchWriter};
-use weir_benches::{mean, median, python_per_batch};
+use weir_benches::{latency_by_history, mean, median, python_per_batch};
 use weir_core::prelude::*;
 use weir_delta::DeltaSink;
 
@@ -26,11 +26,11 @@ fn url(path: &Path) -> url::Url {
 
 /// Runs the rate source into the table until batch `last`, returning the
 /// progress of this run's batches.
-async fn stream(table: &Path, chk: &Path, rows: u64, last: u64) -> Vec<QueryProgress> {
+async fn stream(table: &Path, chk: &Path, name: &str, rows: u64, last: u64) -> Vec<QueryProgress> {
     let sink = DeltaSink::try_new(table.to_str().unwrap()).unwrap();
     let q = read_stream(RateSource::rows_per_batch(rows))
         .write_stream()
-        .query_name("bench")
+        .query_name(name)
         .checkpoint_location(chk)
         .stop_after_batch(BatchId(last))
         .start(sink)
@@ -43,7 +43,7 @@ async fn stream(table: &Path, chk: &Path, rows: u64, last: u64) -> Vec<QueryProg
 async fn weir_rows_per_second(rows: u64, batches: u64) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    stream(&dir.path().join("t"), &dir.path().join("c"), rows, batches - 1).await;
+    stream(&dir.path().join("t"), &dir.path().join("c"), "bench", rows, batches - 1).await;
     (rows * batches) as f64 / started.elapsed().as_secs_f64()
 }
 
@@ -51,7 +51,7 @@ async fn deltalake_rows_per_second(rows: u64, batches: u64) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     // The table exists before timing starts, as weir's is created once.
     let sink_dir = dir.path().join("t");
-    stream(&sink_dir, &dir.path().join("c"), 1, 0).await;
+    stream(&sink_dir, &dir.path().join("c"), "bench", 1, 0).await;
     let mut table = deltalake::open_table(url(&sink_dir)).await.unwrap();
     let started = Instant::now();
     for b in 0..batches {
@@ -66,43 +66,6 @@ async fn deltalake_rows_per_second(rows: u64, batches: u64) -> f64 {
         writer.flush_and_commit(&mut table).await.unwrap();
     }
     (rows * batches) as f64 / started.elapsed().as_secs_f64()
-}
-
-/// Mean total and commit milliseconds of `n` 1,000-row batches after the
-/// table's history reaches each of `levels` commits.
-async fn latency_by_history(levels: &[u64], n: u64) -> Vec<(u64, f64, f64)> {
-    let dir = tempfile::tempdir().unwrap();
-    let (table, chk_small, chk_big) = (dir.path().join("t"), dir.path().join("small"), dir.path().join("big"));
-    let mut out = Vec::new();
-    let mut history = 0u64; // commits of the 1-row query so far
-    let mut big_last: Option<u64> = None;
-    for &level in levels {
-        // Grow the history with 1-row batches of another query.
-        let target = level.saturating_sub(big_last.map(|b| b + 1).unwrap_or(0));
-        if target > history {
-            stream(&table, &chk_small, 1, target - 1).await;
-            history = target;
-        }
-        let first = big_last.map(|b| b + 1).unwrap_or(0);
-        let last = first + n - 1;
-        let sink = DeltaSink::try_new(table.to_str().unwrap()).unwrap();
-        let q = read_stream(RateSource::rows_per_batch(1000))
-            .write_stream()
-            .query_name("measured")
-            .checkpoint_location(&chk_big)
-            .stop_after_batch(BatchId(last))
-            .start(sink)
-            .await
-            .unwrap();
-        q.await_termination().await.unwrap();
-        // The first batch of a run pays for loading the table: leave it out.
-        let progress: Vec<QueryProgress> = q.recent_progress().into_iter().skip(1).collect();
-        let total = median(&progress.iter().map(|p| p.durations_ms.total).collect::<Vec<_>>());
-        let commit = median(&progress.iter().map(|p| p.durations_ms.commit).collect::<Vec<_>>());
-        out.push((level, total, commit));
-        big_last = Some(last);
-    }
-    out
 }
 
 #[tokio::main]
@@ -126,7 +89,13 @@ async fn main() {
     println!("   ratio weir / deltalake   {:>12.2}   (target >= 0.9)", weir / base);
 
     let levels: Vec<u64> = [10, 1_000, 10_000].into_iter().filter(|l| *l <= top).collect();
-    let latencies = latency_by_history(&levels, 20).await;
+    let history = tempfile::tempdir().unwrap();
+    let table = history.path().join("t");
+    let latencies = latency_by_history(&levels, 20, |name, chk, rows, last| {
+        let table = table.clone();
+        async move { stream(&table, &chk, name, rows, last).await }
+    })
+    .await;
     println!("2. 1,000-row batches by table history (median of 19 batches):");
     for (level, total, commit) in &latencies {
         println!("   history {level:>6}: {total:>7.2} ms per batch, {commit:>7.2} ms in the commit");
@@ -139,7 +108,7 @@ async fn main() {
 
     let n = 300;
     let dir = tempfile::tempdir().unwrap();
-    let progress = stream(&dir.path().join("t"), &dir.path().join("c"), 1000, n - 1).await;
+    let progress = stream(&dir.path().join("t"), &dir.path().join("c"), "bench", 1000, n - 1).await;
     let totals: Vec<f64> = progress.iter().map(|p| p.durations_ms.total).collect();
     let weir_first = median(&totals[1..21]);
     let weir_last = median(&totals[totals.len() - 20..]);

@@ -26,7 +26,7 @@ use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use weir_benches::{mean, median, python_per_batch};
+use weir_benches::{latency_by_history, mean, median, python_per_batch};
 use weir_core::prelude::*;
 use weir_iceberg::{Catalog, IcebergSink, SqlCatalog};
 
@@ -112,36 +112,6 @@ async fn iceberg_rows_per_second(rows: u64, batches: u64) -> f64 {
     (rows * batches) as f64 / started.elapsed().as_secs_f64()
 }
 
-/// Median total and commit milliseconds of `n` 1,000-row batches after the
-/// table's history reaches each of `levels` snapshots.
-async fn latency_by_history(levels: &[u64], n: u64) -> Vec<(u64, f64, f64)> {
-    let dir = tempfile::tempdir().unwrap();
-    let (chk_small, chk_big) = (dir.path().join("small"), dir.path().join("big"));
-    let mut out = Vec::new();
-    let mut history = 0u64;
-    let mut big_last: Option<u64> = None;
-    for &level in levels {
-        let target = level.saturating_sub(big_last.map(|b| b + 1).unwrap_or(0));
-        if target > history {
-            stream(dir.path(), &chk_small, "history", 1, target - 1).await;
-            history = target;
-        }
-        let first = big_last.map(|b| b + 1).unwrap_or(0);
-        let last = first + n - 1;
-        // The first batch of a run pays for loading the table: leave it out.
-        let progress: Vec<QueryProgress> = stream(dir.path(), &chk_big, "measured", 1000, last)
-            .await
-            .into_iter()
-            .skip(1)
-            .collect();
-        let total = median(&progress.iter().map(|p| p.durations_ms.total).collect::<Vec<_>>());
-        let commit = median(&progress.iter().map(|p| p.durations_ms.commit).collect::<Vec<_>>());
-        out.push((level, total, commit));
-        big_last = Some(last);
-    }
-    out
-}
-
 #[tokio::main]
 async fn main() {
     let top: u64 = std::env::var("WEIR_BENCH_HISTORY")
@@ -166,7 +136,13 @@ async fn main() {
     );
 
     let levels: Vec<u64> = [10, 1_000, 10_000].into_iter().filter(|l| *l <= top).collect();
-    let latencies = latency_by_history(&levels, 20).await;
+    let history = tempfile::tempdir().unwrap();
+    let lake = history.path().to_path_buf();
+    let latencies = latency_by_history(&levels, 20, |name, chk, rows, last| {
+        let lake = lake.clone();
+        async move { stream(&lake, &chk, name, rows, last).await }
+    })
+    .await;
     println!("2. 1,000-row batches by table history (median of 19 batches):");
     for (level, total, commit) in &latencies {
         println!("   {level:>6} snapshots: {total:>7.2} ms per batch, {commit:>7.2} ms in the commit");

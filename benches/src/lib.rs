@@ -118,3 +118,40 @@ pub fn python_per_batch(script: &str, batches: u64) -> Option<Vec<f64>> {
             .collect(),
     )
 }
+
+/// Median total and commit milliseconds of `n` 1,000-row batches of a query
+/// named `measured`, once the table's history (1-row batches of a query
+/// named `history`) reaches each of `levels` commits. `run(name,
+/// checkpoint, rows per batch, last batch)` streams the rate source into the
+/// table under test and returns the run's progress.
+pub async fn latency_by_history<F, Fut>(levels: &[u64], n: u64, run: F) -> Vec<(u64, f64, f64)>
+where
+    F: Fn(&'static str, std::path::PathBuf, u64, u64) -> Fut,
+    Fut: std::future::Future<Output = Vec<weir_core::progress::QueryProgress>>,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let (chk_small, chk_big) = (dir.path().join("small"), dir.path().join("big"));
+    let mut out = Vec::new();
+    let mut history = 0u64; // commits of the 1-row query so far
+    let mut big_last: Option<u64> = None;
+    for &level in levels {
+        let target = level.saturating_sub(big_last.map(|b| b + 1).unwrap_or(0));
+        if target > history {
+            run("history", chk_small.clone(), 1, target - 1).await;
+            history = target;
+        }
+        let first = big_last.map(|b| b + 1).unwrap_or(0);
+        let last = first + n - 1;
+        // The first batch of a run pays for loading the table: leave it out.
+        let progress: Vec<_> = run("measured", chk_big.clone(), 1000, last)
+            .await
+            .into_iter()
+            .skip(1)
+            .collect();
+        let total = median(&progress.iter().map(|p| p.durations_ms.total).collect::<Vec<_>>());
+        let commit = median(&progress.iter().map(|p| p.durations_ms.commit).collect::<Vec<_>>());
+        out.push((level, total, commit));
+        big_last = Some(last);
+    }
+    out
+}

@@ -25,12 +25,12 @@ Usage:
 Each command prints one JSON object on standard output.
 """
 
-import glob
-import importlib.util
 import json
 import os
 import shutil
 import sys
+
+import duckdb_offline
 
 
 def catalog(where, warehouse="file:///nonexistent"):
@@ -72,19 +72,7 @@ def catalog(where, warehouse="file:///nonexistent"):
 
 
 def duckdb_connection():
-    import duckdb
-
-    con = duckdb.connect(
-        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    )
-    for name in ("avro", "iceberg"):
-        spec = importlib.util.find_spec(f"duckdb_extension_{name}")
-        base = list(spec.submodule_search_locations)[0]
-        found = glob.glob(os.path.join(base, "**", f"{name}.duckdb_extension"), recursive=True)
-        if not found:
-            raise SystemExit(f"the {name} extension file is missing under {base}")
-        con.execute(f"LOAD '{found[0]}'")
-    return con
+    return duckdb_offline.connect("avro", "iceberg")
 
 
 def ids(reader, where, name):

@@ -20,6 +20,22 @@ pub fn event_ids(batches: &[RecordBatch]) -> Vec<i64> {
         .collect()
 }
 
+/// Asserts that `ids` is whole batches of `rows` rows of the rate source
+/// (event ids `0..n * rows`, each once) and returns `n`: what a reader must
+/// see while batches land (invariant I2).
+#[track_caller]
+pub fn assert_whole_batches(ids: &[i64], rows: u64) -> u64 {
+    assert_eq!(
+        ids.len() as u64 % rows,
+        0,
+        "a reader saw part of a batch: {} rows",
+        ids.len()
+    );
+    let batches = ids.len() as u64 / rows;
+    assert_exactly_once(ids, 0..(batches * rows) as i64);
+    batches
+}
+
 /// Asserts that `ids` holds each of `expected` exactly once and nothing else,
 /// naming the missing, repeated and unexpected ids.
 #[track_caller]

@@ -11,7 +11,7 @@ use arrow_schema::{DataType, Field, Schema};
 use weir_core::prelude::*;
 use weir_core::source::RateSource;
 use weir_delta::DeltaSink;
-use weir_test_support::assert_exactly_once;
+use weir_test_support::{assert_exactly_once, assert_whole_batches};
 
 use crate::readers;
 
@@ -299,15 +299,7 @@ async fn readers_see_whole_batches_or_none() {
     while query.is_active() {
         if table.join("_delta_log").exists() {
             let ids = readers::event_ids(&table).await;
-            let batches = ids.len() as u64 / rows;
-            assert_eq!(
-                ids.len() as u64 % rows,
-                0,
-                "a reader saw part of a batch: {} rows",
-                ids.len()
-            );
-            assert_exactly_once(&ids, 0..(batches * rows) as i64);
-            seen.insert(batches);
+            seen.insert(assert_whole_batches(&ids, rows));
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }

@@ -9,8 +9,8 @@ use serde_json::Value;
 use weir_core::prelude::*;
 use weir_core::source::RateSource;
 use weir_iceberg::IcebergSink;
-use weir_test_support::assert_exactly_once;
 use weir_test_support::readers::{iceberg, iceberg_ids, json_ids, python, rate_amount_cents};
+use weir_test_support::{assert_exactly_once, assert_whole_batches};
 
 use crate::conformance::{event_ids, sqlite_harness, SqlHarness};
 
@@ -413,15 +413,7 @@ async fn readers_see_whole_batches_or_none() {
             .is_some()
         {
             let ids = event_ids(&h, TABLE);
-            assert_eq!(
-                ids.len() as u64 % rows,
-                0,
-                "a reader saw part of a batch: {} rows",
-                ids.len()
-            );
-            let batches = ids.len() as u64 / rows;
-            assert_exactly_once(&ids, 0..(batches * rows) as i64);
-            seen.insert(batches);
+            seen.insert(assert_whole_batches(&ids, rows));
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
