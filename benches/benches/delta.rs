@@ -9,13 +9,14 @@
 //!    notice if the readers' Python environment is missing).
 //!
 //! `cargo bench -p weir-benches --bench delta`; `WEIR_BENCH_HISTORY=1000`
-//! stops the history at 1,000 commits for a quicker run.
+//! stops the history at 1,000 commits for a quicker run; `WEIR_BENCH_PARTS=2`
+//! runs part 2 alone.
 
 use std::path::Path;
 use std::time::Instant;
 
 use deltalake::writer::{DeltaWriter as _, RecordBatchWriter};
-use weir_benches::{latency_by_history, mean, median, python_per_batch};
+use weir_benches::{latency_by_history, mean, median, part, python_per_batch};
 use weir_core::prelude::*;
 use weir_delta::DeltaSink;
 
@@ -75,71 +76,77 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
 
-    let (rows, batches) = (1_000_000, 5);
-    weir_rows_per_second(rows, 1).await;
-    let (mut weir, mut base) = (Vec::new(), Vec::new());
-    for _ in 0..3 {
-        weir.push(weir_rows_per_second(rows, batches).await);
-        base.push(deltalake_rows_per_second(rows, batches).await);
+    if part(1) {
+        let (rows, batches) = (1_000_000, 5);
+        weir_rows_per_second(rows, 1).await;
+        let (mut weir, mut base) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            weir.push(weir_rows_per_second(rows, batches).await);
+            base.push(deltalake_rows_per_second(rows, batches).await);
+        }
+        let (weir, base) = (mean(&weir), mean(&base));
+        println!("1. throughput, {batches} batches of {rows} rows (mean of 3 alternating rounds):");
+        println!("   weir Delta sink          {weir:>12.0} rows/s");
+        println!("   deltalake RecordBatchWriter {base:>9.0} rows/s");
+        println!("   ratio weir / deltalake   {:>12.2}   (target >= 0.9)", weir / base);
     }
-    let (weir, base) = (mean(&weir), mean(&base));
-    println!("1. throughput, {batches} batches of {rows} rows (mean of 3 alternating rounds):");
-    println!("   weir Delta sink          {weir:>12.0} rows/s");
-    println!("   deltalake RecordBatchWriter {base:>9.0} rows/s");
-    println!("   ratio weir / deltalake   {:>12.2}   (target >= 0.9)", weir / base);
 
-    let levels: Vec<u64> = [10, 1_000, 10_000].into_iter().filter(|l| *l <= top).collect();
-    let history = tempfile::tempdir().unwrap();
-    let table = history.path().join("t");
-    let latencies = latency_by_history(&levels, 20, |name, chk, rows, last| {
-        let table = table.clone();
-        async move { stream(&table, &chk, name, rows, last).await }
-    })
-    .await;
-    println!("2. 1,000-row batches by table history (median of 19 batches):");
-    for (level, total, commit) in &latencies {
-        println!("   history {level:>6}: {total:>7.2} ms per batch, {commit:>7.2} ms in the commit");
+    if part(2) {
+        let levels: Vec<u64> = [10, 1_000, 10_000].into_iter().filter(|l| *l <= top).collect();
+        let history = tempfile::tempdir().unwrap();
+        let table = history.path().join("t");
+        let latencies = latency_by_history(&levels, 20, |name, chk, rows, last| {
+            let table = table.clone();
+            async move { stream(&table, &chk, name, rows, last).await }
+        })
+        .await;
+        println!("2. 1,000-row batches by table history (median of 19 batches):");
+        for (level, total, commit) in &latencies {
+            println!("   history {level:>6}: {total:>7.2} ms per batch, {commit:>7.2} ms in the commit");
+        }
+        let ratio = latencies.last().unwrap().1 / latencies[0].1;
+        println!(
+            "   ratio at {} / at 10   {ratio:>7.2}   (target <= 1.5)",
+            latencies.last().unwrap().0
+        );
     }
-    let ratio = latencies.last().unwrap().1 / latencies[0].1;
-    println!(
-        "   ratio at {} / at 10   {ratio:>7.2}   (target <= 1.5)",
-        latencies.last().unwrap().0
-    );
 
-    let n = 300;
-    let dir = tempfile::tempdir().unwrap();
-    let progress = stream(&dir.path().join("t"), &dir.path().join("c"), "bench", 1000, n - 1).await;
-    let totals: Vec<f64> = progress.iter().map(|p| p.durations_ms.total).collect();
-    let weir_first = median(&totals[1..21]);
-    let weir_last = median(&totals[totals.len() - 20..]);
-    println!("3. {n} exactly-once micro-batches of 1,000 rows (medians of the first and last 20):");
-    println!("   weir          {weir_first:>7.2} ms per batch at first, {weir_last:>7.2} ms at {n}");
-    let phase =
-        |f: fn(&QueryProgress) -> f64| median(&progress[progress.len() - 20..].iter().map(f).collect::<Vec<_>>());
-    if std::env::var_os("WEIR_BENCH_DUMP").is_some() {
-        for p in &progress[progress.len() - 20..] {
-            let d = p.durations_ms;
-            eprintln!(
-                "batch {} total {:.1} plan {:.1} write {:.1} commit {:.1} record {:.1}",
-                p.batch_id, d.total, d.plan, d.write, d.commit, d.record
+    if part(3) {
+        let n = 300;
+        let dir = tempfile::tempdir().unwrap();
+        let progress = stream(&dir.path().join("t"), &dir.path().join("c"), "bench", 1000, n - 1).await;
+        let totals: Vec<f64> = progress.iter().map(|p| p.durations_ms.total).collect();
+        let weir_first = median(&totals[1..21]);
+        let weir_last = median(&totals[totals.len() - 20..]);
+        println!("3. {n} exactly-once micro-batches of 1,000 rows (medians of the first and last 20):");
+        println!("   weir          {weir_first:>7.2} ms per batch at first, {weir_last:>7.2} ms at {n}");
+        let phase =
+            |f: fn(&QueryProgress) -> f64| median(&progress[progress.len() - 20..].iter().map(f).collect::<Vec<_>>());
+        if std::env::var_os("WEIR_BENCH_DUMP").is_some() {
+            for p in &progress[progress.len() - 20..] {
+                let d = p.durations_ms;
+                eprintln!(
+                    "batch {} total {:.1} plan {:.1} write {:.1} commit {:.1} record {:.1}",
+                    p.batch_id, d.total, d.plan, d.write, d.commit, d.record
+                );
+            }
+        }
+        println!(
+            "   weir at {n}, by phase: plan {:.2}, read {:.2}, write {:.2}, commit {:.2}, record {:.2} ms",
+            phase(|p| p.durations_ms.plan),
+            phase(|p| p.durations_ms.read),
+            phase(|p| p.durations_ms.write),
+            phase(|p| p.durations_ms.commit),
+            phase(|p| p.durations_ms.record)
+        );
+        if let Some(py) = python_per_batch("delta_microbatches.py", n) {
+            let py_first = median(&py[1..21]);
+            let py_last = median(&py[py.len() - 20..]);
+            println!("   Python deltalake {py_first:>7.2} ms per batch at first, {py_last:>7.2} ms at {n}");
+            println!(
+                "   ratio Python / weir at {n} {:>7.2}   (target >= 5)",
+                py_last / weir_last
             );
         }
-    }
-    println!(
-        "   weir at {n}, by phase: plan {:.2}, read {:.2}, write {:.2}, commit {:.2}, record {:.2} ms",
-        phase(|p| p.durations_ms.plan),
-        phase(|p| p.durations_ms.read),
-        phase(|p| p.durations_ms.write),
-        phase(|p| p.durations_ms.commit),
-        phase(|p| p.durations_ms.record)
-    );
-    if let Some(py) = python_per_batch("delta_microbatches.py", n) {
-        let py_first = median(&py[1..21]);
-        let py_last = median(&py[py.len() - 20..]);
-        println!("   Python deltalake {py_first:>7.2} ms per batch at first, {py_last:>7.2} ms at {n}");
-        println!(
-            "   ratio Python / weir at {n} {:>7.2}   (target >= 5)",
-            py_last / weir_last
-        );
     }
 }

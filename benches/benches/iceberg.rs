@@ -3,14 +3,16 @@
 //! 1. Throughput with 1M-row batches: weir's Iceberg sink (writing and
 //!    committing) against iceberg's own writers writing the same Parquet
 //!    files with no commit.
-//! 2. Commit latency of 1,000-row batches at a table history of 10 and
-//!    1,000 snapshots (the history is made of 1-row batches;
-//!    `WEIR_BENCH_HISTORY=10000` adds 10,000).
+//! 2. Commit latency of 1,000-row batches at a table history of 10, 1,000
+//!    and 10,000 snapshots (the history is made of 1-row batches;
+//!    `WEIR_BENCH_HISTORY=1000` stops at 1,000), and the size of the
+//!    metadata file every commit writes at the top level.
 //! 3. 1,000-row micro-batches, exactly once, against pyiceberg loading the
 //!    table and reading the last batch id before each `append` (left out
 //!    with a notice if the readers' Python environment is missing).
 //!
-//! `cargo bench -p weir-benches --bench iceberg`
+//! `cargo bench -p weir-benches --bench iceberg`; `WEIR_BENCH_PARTS=2` runs
+//! part 2 alone.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -26,7 +28,7 @@ use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use weir_benches::{latency_by_history, mean, median, python_per_batch};
+use weir_benches::{latency_by_history, mean, median, part, python_per_batch};
 use weir_core::prelude::*;
 use weir_iceberg::{Catalog, IcebergSink, SqlCatalog};
 
@@ -112,71 +114,98 @@ async fn iceberg_rows_per_second(rows: u64, batches: u64) -> f64 {
     (rows * batches) as f64 / started.elapsed().as_secs_f64()
 }
 
+/// The size of the largest `*.metadata.json` under `dir`.
+fn largest_metadata_file(dir: &Path) -> u64 {
+    let mut largest = 0;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            largest = largest.max(largest_metadata_file(&path));
+        } else if path.to_string_lossy().ends_with(".metadata.json") {
+            largest = largest.max(entry.metadata().map(|m| m.len()).unwrap_or(0));
+        }
+    }
+    largest
+}
+
 #[tokio::main]
 async fn main() {
     let top: u64 = std::env::var("WEIR_BENCH_HISTORY")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000);
+        .unwrap_or(10_000);
 
-    let (rows, batches) = (1_000_000, 5);
-    weir_rows_per_second(rows, 1).await;
-    let (mut weir, mut base) = (Vec::new(), Vec::new());
-    for _ in 0..3 {
-        weir.push(weir_rows_per_second(rows, batches).await);
-        base.push(iceberg_rows_per_second(rows, batches).await);
-    }
-    let (weir, base) = (mean(&weir), mean(&base));
-    println!("1. throughput, {batches} batches of {rows} rows (mean of 3 alternating rounds):");
-    println!("   weir Iceberg sink (write + commit) {weir:>12.0} rows/s");
-    println!("   iceberg writers (write only)       {base:>12.0} rows/s");
-    println!(
-        "   ratio weir / iceberg               {:>12.2}   (target >= 0.9)",
-        weir / base
-    );
-
-    let levels: Vec<u64> = [10, 1_000, 10_000].into_iter().filter(|l| *l <= top).collect();
-    let history = tempfile::tempdir().unwrap();
-    let lake = history.path().to_path_buf();
-    let latencies = latency_by_history(&levels, 20, |name, chk, rows, last| {
-        let lake = lake.clone();
-        async move { stream(&lake, &chk, name, rows, last).await }
-    })
-    .await;
-    println!("2. 1,000-row batches by table history (median of 19 batches):");
-    for (level, total, commit) in &latencies {
-        println!("   {level:>6} snapshots: {total:>7.2} ms per batch, {commit:>7.2} ms in the commit");
-    }
-    let ratio = latencies.last().unwrap().1 / latencies[0].1;
-    println!(
-        "   ratio at {} / at 10   {ratio:>7.2}   (target <= 1.5 at 10,000)",
-        latencies.last().unwrap().0
-    );
-
-    let n = 300;
-    let dir = tempfile::tempdir().unwrap();
-    let progress = stream(dir.path(), &dir.path().join("c"), "bench", 1000, n - 1).await;
-    let totals: Vec<f64> = progress.iter().map(|p| p.durations_ms.total).collect();
-    let weir_first = median(&totals[1..21]);
-    let weir_last = median(&totals[totals.len() - 20..]);
-    let phase =
-        |f: fn(&QueryProgress) -> f64| median(&progress[progress.len() - 20..].iter().map(f).collect::<Vec<_>>());
-    println!("3. {n} exactly-once micro-batches of 1,000 rows (medians of the first and last 20):");
-    println!("   weir          {weir_first:>7.2} ms per batch at first, {weir_last:>7.2} ms at {n}");
-    println!(
-        "   weir at {n}, by phase: plan {:.2}, write {:.2}, commit {:.2}, record {:.2} ms",
-        phase(|p| p.durations_ms.plan),
-        phase(|p| p.durations_ms.write),
-        phase(|p| p.durations_ms.commit),
-        phase(|p| p.durations_ms.record)
-    );
-    if let Some(py) = python_per_batch("iceberg_microbatches.py", n) {
-        let py_first = median(&py[1..21]);
-        let py_last = median(&py[py.len() - 20..]);
-        println!("   pyiceberg     {py_first:>7.2} ms per batch at first, {py_last:>7.2} ms at {n}");
+    if part(1) {
+        let (rows, batches) = (1_000_000, 5);
+        weir_rows_per_second(rows, 1).await;
+        let (mut weir, mut base) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            weir.push(weir_rows_per_second(rows, batches).await);
+            base.push(iceberg_rows_per_second(rows, batches).await);
+        }
+        let (weir, base) = (mean(&weir), mean(&base));
+        println!("1. throughput, {batches} batches of {rows} rows (mean of 3 alternating rounds):");
+        println!("   weir Iceberg sink (write + commit) {weir:>12.0} rows/s");
+        println!("   iceberg writers (write only)       {base:>12.0} rows/s");
         println!(
-            "   ratio pyiceberg / weir at {n} {:>7.2}   (target >= 5)",
-            py_last / weir_last
+            "   ratio weir / iceberg               {:>12.2}   (target >= 0.9)",
+            weir / base
         );
+    }
+
+    if part(2) {
+        let levels: Vec<u64> = [10, 1_000, 10_000].into_iter().filter(|l| *l <= top).collect();
+        let history = tempfile::tempdir().unwrap();
+        let lake = history.path().to_path_buf();
+        let latencies = latency_by_history(&levels, 20, |name, chk, rows, last| {
+            let lake = lake.clone();
+            async move { stream(&lake, &chk, name, rows, last).await }
+        })
+        .await;
+        println!("2. 1,000-row batches by table history (median of 19 batches):");
+        for (level, total, commit) in &latencies {
+            println!("   {level:>6} snapshots: {total:>7.2} ms per batch, {commit:>7.2} ms in the commit");
+        }
+        let ratio = latencies.last().unwrap().1 / latencies[0].1;
+        println!(
+            "   ratio at {} / at 10   {ratio:>7.2}   (target <= 1.5 at 10,000)",
+            latencies.last().unwrap().0
+        );
+        // Every commit writes (and syncs) a metadata file listing every
+        // snapshot: its size at the top level is the floor under the ratio.
+        println!(
+            "   metadata file at {} snapshots: {:.1} MB",
+            latencies.last().unwrap().0,
+            largest_metadata_file(&lake) as f64 / 1e6
+        );
+    }
+
+    if part(3) {
+        let n = 300;
+        let dir = tempfile::tempdir().unwrap();
+        let progress = stream(dir.path(), &dir.path().join("c"), "bench", 1000, n - 1).await;
+        let totals: Vec<f64> = progress.iter().map(|p| p.durations_ms.total).collect();
+        let weir_first = median(&totals[1..21]);
+        let weir_last = median(&totals[totals.len() - 20..]);
+        let phase =
+            |f: fn(&QueryProgress) -> f64| median(&progress[progress.len() - 20..].iter().map(f).collect::<Vec<_>>());
+        println!("3. {n} exactly-once micro-batches of 1,000 rows (medians of the first and last 20):");
+        println!("   weir          {weir_first:>7.2} ms per batch at first, {weir_last:>7.2} ms at {n}");
+        println!(
+            "   weir at {n}, by phase: plan {:.2}, write {:.2}, commit {:.2}, record {:.2} ms",
+            phase(|p| p.durations_ms.plan),
+            phase(|p| p.durations_ms.write),
+            phase(|p| p.durations_ms.commit),
+            phase(|p| p.durations_ms.record)
+        );
+        if let Some(py) = python_per_batch("iceberg_microbatches.py", n) {
+            let py_first = median(&py[1..21]);
+            let py_last = median(&py[py.len() - 20..]);
+            println!("   pyiceberg     {py_first:>7.2} ms per batch at first, {py_last:>7.2} ms at {n}");
+            println!(
+                "   ratio pyiceberg / weir at {n} {:>7.2}   (target >= 5)",
+                py_last / weir_last
+            );
+        }
     }
 }

@@ -155,3 +155,12 @@ where
     }
     out
 }
+
+/// Whether part `n` of a benchmark runs: every part unless
+/// `WEIR_BENCH_PARTS` lists some (`WEIR_BENCH_PARTS=2,3`).
+pub fn part(n: u32) -> bool {
+    match std::env::var("WEIR_BENCH_PARTS") {
+        Ok(parts) => parts.split(',').any(|p| p.trim().parse() == Ok(n)),
+        Err(_) => true,
+    }
+}

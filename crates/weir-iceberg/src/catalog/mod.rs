@@ -4,6 +4,7 @@
 //! itself and asks the catalog for one compare-and-swap from the version it
 //! built on. A catalog never merges or retries anything on its own.
 
+mod metadata_file;
 mod rest;
 mod sql;
 

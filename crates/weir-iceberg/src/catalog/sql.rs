@@ -7,16 +7,16 @@
 //! another writer moved the table first.
 
 use std::collections::HashMap;
-use std::sync::Once;
+use std::sync::{Arc, Once};
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
 use iceberg::TableIdent;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
+use super::metadata_file::{read_refs, MetadataFiles, MetadataJson};
 use super::{check_ident, next_metadata_location, Catalog, LoadedTable, Swap};
 use crate::error::IcebergSinkError;
 
@@ -46,6 +46,8 @@ pub struct SqlCatalog {
     /// Whether `iceberg_tables` has the `iceberg_type` column (the JDBC
     /// catalog's schema v1).
     typed: bool,
+    /// What is kept between commits to write metadata files quickly.
+    files: Arc<MetadataFiles>,
 }
 
 impl std::fmt::Debug for SqlCatalog {
@@ -135,6 +137,7 @@ impl SqlCatalog {
             file_io: crate::storage::file_io(&warehouse, storage),
             warehouse,
             typed: true,
+            files: Arc::default(),
         };
         catalog.create_tables().await?;
         Ok(catalog)
@@ -228,7 +231,15 @@ impl SqlCatalog {
         Ok(())
     }
 
-    async fn write_metadata(&self, location: &str, metadata: &TableMetadata) -> Result<(), IcebergSinkError> {
+    /// Writes `metadata` (the metadata at `base` with `changes`) to
+    /// `location`.
+    async fn write_metadata(
+        &self,
+        location: &str,
+        base: Option<&str>,
+        metadata: &TableMetadata,
+        changes: &[iceberg::TableUpdate],
+    ) -> Result<MetadataJson, IcebergSinkError> {
         let err = |context: &str| {
             let context = context.to_string();
             move |source| IcebergSinkError::Iceberg {
@@ -237,25 +248,63 @@ impl SqlCatalog {
                 source: Box::new(source),
             }
         };
-        let json = serde_json::to_vec(metadata).map_err(|e| {
-            err("encode the metadata")(iceberg::Error::new(iceberg::ErrorKind::DataInvalid, e.to_string()))
-        })?;
-        self.file_io
+        let invalid = |e: String| iceberg::Error::new(iceberg::ErrorKind::DataInvalid, e);
+        let json = self
+            .files
+            .encode(base, metadata, changes)
+            .map_err(|e| err("encode the metadata")(invalid(e.to_string())))?;
+        #[cfg(debug_assertions)]
+        {
+            // Debug builds (the tests) check every file against the metadata
+            // it was encoded from.
+            let parsed: TableMetadata = serde_json::from_slice(&json.to_vec())
+                .map_err(|e| err("check the encoded metadata")(invalid(e.to_string())))?;
+            if &parsed != metadata {
+                return Err(err("check the encoded metadata")(invalid(
+                    "the encoded metadata file does not read back as the metadata".into(),
+                )));
+            }
+        }
+        // The pieces go out as they are: the kept snapshots are not copied.
+        let mut file = self
+            .file_io
             .new_output(location)
             .map_err(err("open the metadata file"))?
-            .write(Bytes::from(json))
+            .writer()
             .await
-            .map_err(err("write the metadata file"))
+            .map_err(err("open the metadata file"))?;
+        for piece in &json.pieces {
+            file.write(piece.clone())
+                .await
+                .map_err(err("write the metadata file"))?;
+        }
+        file.close().await.map_err(err("write the metadata file"))?;
+        Ok(json)
     }
 
     async fn read_metadata(&self, ident: &TableIdent, location: String) -> Result<LoadedTable, IcebergSinkError> {
-        let metadata = TableMetadata::read_from(&self.file_io, &location)
+        let err = |source| IcebergSinkError::Iceberg {
+            table: shown(ident),
+            context: format!("read the metadata file {location}"),
+            source: Box::new(source),
+        };
+        let bytes = self
+            .file_io
+            .new_input(&location)
+            .map_err(err)?
+            .read()
             .await
-            .map_err(|source| IcebergSinkError::Iceberg {
-                table: shown(ident),
-                context: format!("read the metadata file {location}"),
-                source: Box::new(source),
-            })?;
+            .map_err(err)?;
+        let metadata = if bytes.starts_with(&[0x1F, 0x8B]) {
+            // A gzip-compressed file: iceberg reads it.
+            TableMetadata::read_from(&self.file_io, &location).await.map_err(err)?
+        } else {
+            let metadata: TableMetadata = serde_json::from_slice(&bytes).map_err(|e| err(e.into()))?;
+            if let Some(refs) = read_refs(&bytes) {
+                self.files.loaded(&location, &metadata, refs);
+            }
+            metadata
+        };
         Ok(LoadedTable {
             metadata,
             metadata_location: location,
@@ -311,7 +360,7 @@ impl Catalog for SqlCatalog {
         let namespace = ident.namespace.join(".");
         self.ensure_namespace(&namespace).await?;
         let location = next_metadata_location(metadata.location(), None);
-        self.write_metadata(&location, &metadata).await?;
+        let json = self.write_metadata(&location, None, &metadata, &[]).await?;
         let (columns, values) = if self.typed {
             (", iceberg_type", ", 'TABLE'")
         } else {
@@ -332,6 +381,7 @@ impl Catalog for SqlCatalog {
         match inserted {
             Ok(done) if done.rows_affected() == 1 => {
                 tracing::info!(table = %shown(ident), location, "created the Iceberg table");
+                self.files.written(&location, &metadata, json);
                 Ok(LoadedTable {
                     metadata,
                     metadata_location: location,
@@ -353,10 +403,12 @@ impl Catalog for SqlCatalog {
         ident: &TableIdent,
         base: &LoadedTable,
         metadata: TableMetadata,
-        _changes: &[iceberg::TableUpdate],
+        changes: &[iceberg::TableUpdate],
     ) -> Result<Swap, IcebergSinkError> {
         let location = next_metadata_location(metadata.location(), Some(&base.metadata_location));
-        self.write_metadata(&location, &metadata).await?;
+        let json = self
+            .write_metadata(&location, Some(&base.metadata_location), &metadata, changes)
+            .await?;
         let sql = self.sql(
             "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
              WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? AND metadata_location = ?",
@@ -373,6 +425,7 @@ impl Catalog for SqlCatalog {
             // An error here may hide a swap that happened: the new file stays.
             .map_err(self.err("swap the table's metadata"))?;
         if updated.rows_affected() == 1 {
+            self.files.written(&location, &metadata, json);
             Ok(Swap::Swapped(Box::new(LoadedTable {
                 metadata,
                 metadata_location: location,

@@ -1,0 +1,537 @@
+//! Metadata files that cost about the same to write at any table history.
+//!
+//! Every Iceberg metadata file lists all of the table's snapshots, so a
+//! streaming table's metadata grows by one snapshot per batch. Encoding it
+//! through iceberg's serializer copies every snapshot on every commit (about
+//! 60 ms at 10,000 snapshots). A snapshot never changes once written, so
+//! [`MetadataFiles`] keeps the JSON of a table's snapshots in sealed chunks
+//! and writes a new metadata file as its changed fields, those chunks
+//! (shared, not copied), and the new snapshot.
+//!
+//! iceberg 0.10 does not expose a table's refs (branches and tags), so they
+//! are read from the metadata file when a table is loaded and then followed
+//! through each commit's changes. Whenever that is not possible (a format
+//! other than v2, a table not loaded through this catalog, refs that do not
+//! agree with the metadata), the file is encoded by iceberg's serializer.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use iceberg::spec::{
+    FormatVersion, MetadataLog, Schema, Snapshot, SnapshotLog, SnapshotReference, Summary, TableMetadata, MAIN_BRANCH,
+};
+use iceberg::TableUpdate;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Snapshots' JSON is sealed into shared chunks of about this size (small
+/// in tests, so that they cross chunks).
+const CHUNK_BYTES: usize = if cfg!(test) { 256 } else { 1 << 20 };
+
+/// The refs of a metadata file, read without the rest of it.
+#[derive(Deserialize)]
+struct RefsOnly {
+    #[serde(default)]
+    refs: Option<HashMap<String, SnapshotReference>>,
+    #[serde(rename = "current-snapshot-id", default)]
+    current_snapshot_id: Option<i64>,
+}
+
+/// Reads a metadata file's refs. A file without refs has only `main`, at the
+/// current snapshot (the spec's rule for older writers).
+pub(crate) fn read_refs(json: &[u8]) -> Option<HashMap<String, SnapshotReference>> {
+    let parsed: RefsOnly = serde_json::from_slice(json).ok()?;
+    Some(parsed.refs.unwrap_or_else(|| {
+        parsed
+            .current_snapshot_id
+            .filter(|id| *id != -1)
+            .map(|id| {
+                let main = SnapshotReference::new(id, iceberg::spec::SnapshotRetention::branch(None, None, None));
+                HashMap::from([(MAIN_BRANCH.to_string(), main)])
+            })
+            .unwrap_or_default()
+    }))
+}
+
+/// The JSON of a set of snapshots, comma-separated: sealed chunks and an
+/// open one.
+#[derive(Default, Clone)]
+struct Snapshots {
+    sealed: Vec<Bytes>,
+    open: Vec<u8>,
+    count: usize,
+}
+
+impl Snapshots {
+    fn push(&mut self, json: &[u8]) {
+        if self.count > 0 {
+            self.open.push(b',');
+        }
+        self.open.extend_from_slice(json);
+        self.count += 1;
+        if self.open.len() >= CHUNK_BYTES {
+            self.sealed.push(Bytes::from(std::mem::take(&mut self.open)));
+        }
+    }
+}
+
+/// What is known of one table: the refs and snapshots of one of its
+/// metadata files.
+#[derive(Default)]
+struct Known {
+    location: String,
+    refs: HashMap<String, SnapshotReference>,
+    /// `None` until a file of this table is encoded.
+    snapshots: Option<Snapshots>,
+}
+
+/// Encodes metadata files, keeping what it can between commits of a table.
+#[derive(Default)]
+pub(crate) struct MetadataFiles {
+    tables: Mutex<HashMap<Uuid, Known>>,
+}
+
+impl std::fmt::Debug for MetadataFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetadataFiles").finish_non_exhaustive()
+    }
+}
+
+/// How the known snapshots move on once a file is written.
+enum Next {
+    /// The file's snapshots are the known ones and these, already encoded.
+    Append(Vec<Vec<u8>>),
+    /// The file's snapshots, encoded anew.
+    Replace(Snapshots),
+}
+
+/// A metadata file's bytes, in pieces, and what it means for the cache.
+pub(crate) struct MetadataJson {
+    /// The file is these pieces, in order.
+    pub pieces: Vec<Bytes>,
+    refs: Option<HashMap<String, SnapshotReference>>,
+    next: Option<Next>,
+}
+
+impl MetadataJson {
+    /// The whole file in one buffer.
+    #[cfg(any(test, debug_assertions))]
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.pieces.concat()
+    }
+}
+
+impl MetadataFiles {
+    /// Records the refs of the metadata file at `location`.
+    pub fn loaded(&self, location: &str, metadata: &TableMetadata, refs: HashMap<String, SnapshotReference>) {
+        let mut tables = self.tables.lock().expect("metadata cache poisoned");
+        let known = tables.entry(metadata.uuid()).or_default();
+        if known.location != location {
+            known.snapshots = None;
+        }
+        known.location = location.to_string();
+        known.refs = refs;
+    }
+
+    /// Encodes `metadata`, which is the metadata at `base` with `changes`
+    /// (`None` for a new table).
+    pub fn encode(
+        &self,
+        base: Option<&str>,
+        metadata: &TableMetadata,
+        changes: &[TableUpdate],
+    ) -> Result<MetadataJson, serde_json::Error> {
+        let tables = self.tables.lock().expect("metadata cache poisoned");
+        let known = tables
+            .get(&metadata.uuid())
+            .filter(|k| Some(k.location.as_str()) == base);
+        let refs = match (base, known) {
+            (None, _) => Some(HashMap::new()),
+            (Some(_), Some(known)) => Some(known.refs.clone()),
+            (Some(_), None) => None,
+        };
+        let refs = refs
+            .map(|refs| follow(refs, changes))
+            .filter(|refs| agrees(refs, metadata));
+        let Some(refs) = refs.filter(|_| metadata.format_version() == FormatVersion::V2) else {
+            tracing::debug!(table = metadata.location(), "metadata encoded in full");
+            return Ok(MetadataJson {
+                pieces: vec![Bytes::from(serde_json::to_vec(metadata)?)],
+                refs: None,
+                next: None,
+            });
+        };
+        let mut head = serde_json::to_vec(&head(metadata, &refs))?;
+        if metadata.snapshots().len() == 0 {
+            return Ok(MetadataJson {
+                pieces: vec![Bytes::from(head)],
+                refs: Some(refs),
+                next: Some(Next::Replace(Snapshots::default())),
+            });
+        }
+        head.pop(); // the closing brace
+        head.extend_from_slice(br#","snapshots":["#);
+        let mut pieces = vec![Bytes::from(head)];
+        let next = match known
+            .and_then(|k| k.snapshots.as_ref())
+            .and_then(|s| appended(s, metadata, changes))
+        {
+            Some((known, added)) => {
+                let mut open = known.open.clone();
+                for (i, json) in added.iter().enumerate() {
+                    if known.count + i > 0 {
+                        open.push(b',');
+                    }
+                    open.extend_from_slice(json);
+                }
+                pieces.extend(known.sealed.iter().cloned());
+                pieces.push(Bytes::from(open));
+                Next::Append(added)
+            }
+            None => {
+                let mut all = Snapshots::default();
+                for snapshot in metadata.snapshots() {
+                    all.push(&encode_snapshot(snapshot)?);
+                }
+                pieces.extend(all.sealed.iter().cloned());
+                pieces.push(Bytes::from(all.open.clone()));
+                Next::Replace(all)
+            }
+        };
+        pieces.push(Bytes::from_static(b"]}"));
+        Ok(MetadataJson {
+            pieces,
+            refs: Some(refs),
+            next: Some(next),
+        })
+    }
+
+    /// Records that `json`, encoded from `metadata`, is now at `location`.
+    pub fn written(&self, location: &str, metadata: &TableMetadata, json: MetadataJson) {
+        let mut tables = self.tables.lock().expect("metadata cache poisoned");
+        let (Some(refs), Some(next)) = (json.refs, json.next) else {
+            tables.remove(&metadata.uuid());
+            return;
+        };
+        let known = tables.entry(metadata.uuid()).or_default();
+        known.location = location.to_string();
+        known.refs = refs;
+        match next {
+            Next::Replace(all) => known.snapshots = Some(all),
+            Next::Append(added) => {
+                if let Some(snapshots) = known.snapshots.as_mut() {
+                    for json in &added {
+                        snapshots.push(json);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The known snapshots and the JSON of the ones `changes` added, when the
+/// metadata's snapshots are exactly those.
+fn appended<'a>(
+    known: &'a Snapshots,
+    metadata: &TableMetadata,
+    changes: &[TableUpdate],
+) -> Option<(&'a Snapshots, Vec<Vec<u8>>)> {
+    let mut added = Vec::new();
+    for change in changes {
+        match change {
+            TableUpdate::AddSnapshot { snapshot } => added.push(snapshot),
+            TableUpdate::RemoveSnapshots { .. } => return None,
+            _ => {}
+        }
+    }
+    if metadata.snapshots().len() != known.count + added.len()
+        || added.iter().any(|s| metadata.snapshot_by_id(s.snapshot_id()).is_none())
+    {
+        return None;
+    }
+    let encoded = added
+        .iter()
+        .map(|s| encode_snapshot(s))
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?;
+    Some((known, encoded))
+}
+
+/// The refs after `changes`.
+fn follow(mut refs: HashMap<String, SnapshotReference>, changes: &[TableUpdate]) -> HashMap<String, SnapshotReference> {
+    for change in changes {
+        match change {
+            TableUpdate::SetSnapshotRef { ref_name, reference } => {
+                refs.insert(ref_name.clone(), reference.clone());
+            }
+            TableUpdate::RemoveSnapshotRef { ref_name } => {
+                refs.remove(ref_name);
+            }
+            TableUpdate::RemoveSnapshots { snapshot_ids } => {
+                refs.retain(|_, r| !snapshot_ids.contains(&r.snapshot_id));
+            }
+            _ => {}
+        }
+    }
+    refs
+}
+
+/// Whether `refs` can be the refs of `metadata`: each points where the
+/// metadata says, and `main` is the current snapshot.
+fn agrees(refs: &HashMap<String, SnapshotReference>, metadata: &TableMetadata) -> bool {
+    let each = refs
+        .iter()
+        .all(|(name, r)| metadata.snapshot_for_ref(name).map(|s| s.snapshot_id()) == Some(r.snapshot_id));
+    let main = refs.get(MAIN_BRANCH).map(|r| r.snapshot_id) == metadata.current_snapshot_id();
+    each && main
+}
+
+/// The fields of a v2 metadata file other than its snapshots, in the order
+/// iceberg writes them.
+#[derive(Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct Head<'a> {
+    format_version: u8,
+    table_uuid: Uuid,
+    location: &'a str,
+    last_sequence_number: i64,
+    last_updated_ms: i64,
+    last_column_id: i32,
+    schemas: Vec<&'a Schema>,
+    current_schema_id: i32,
+    partition_specs: Vec<&'a iceberg::spec::PartitionSpec>,
+    default_spec_id: i32,
+    last_partition_id: i32,
+    #[serde(skip_serializing_if = "HashMap::is_empty")]
+    properties: &'a HashMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    current_snapshot_id: Option<i64>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    snapshot_log: &'a [SnapshotLog],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    metadata_log: &'a [MetadataLog],
+    sort_orders: Vec<&'a iceberg::spec::SortOrder>,
+    default_sort_order_id: i64,
+    refs: &'a HashMap<String, SnapshotReference>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    statistics: Vec<&'a iceberg::spec::StatisticsFile>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    partition_statistics: Vec<&'a iceberg::spec::PartitionStatisticsFile>,
+}
+
+/// One v2 snapshot, as the spec writes it.
+#[derive(Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct SnapshotV2<'a> {
+    snapshot_id: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent_snapshot_id: Option<i64>,
+    sequence_number: i64,
+    timestamp_ms: i64,
+    manifest_list: &'a str,
+    summary: &'a Summary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    schema_id: Option<i32>,
+}
+
+fn head<'a>(metadata: &'a TableMetadata, refs: &'a HashMap<String, SnapshotReference>) -> Head<'a> {
+    Head {
+        format_version: 2,
+        table_uuid: metadata.uuid(),
+        location: metadata.location(),
+        last_sequence_number: metadata.last_sequence_number(),
+        last_updated_ms: metadata.last_updated_ms(),
+        last_column_id: metadata.last_column_id(),
+        schemas: metadata.schemas_iter().map(|s| s.as_ref()).collect(),
+        current_schema_id: metadata.current_schema_id(),
+        partition_specs: metadata.partition_specs_iter().map(|s| s.as_ref()).collect(),
+        default_spec_id: metadata.default_partition_spec_id(),
+        last_partition_id: metadata.last_partition_id(),
+        properties: metadata.properties(),
+        current_snapshot_id: metadata.current_snapshot_id(),
+        snapshot_log: metadata.history(),
+        metadata_log: metadata.metadata_log(),
+        sort_orders: metadata.sort_orders_iter().map(|s| s.as_ref()).collect(),
+        default_sort_order_id: metadata.default_sort_order_id(),
+        refs,
+        statistics: metadata.statistics_iter().collect(),
+        partition_statistics: metadata.partition_statistics_iter().collect(),
+    }
+}
+
+fn encode_snapshot(snapshot: &Snapshot) -> Result<Vec<u8>, serde_json::Error> {
+    serde_json::to_vec(&SnapshotV2 {
+        snapshot_id: snapshot.snapshot_id(),
+        parent_snapshot_id: snapshot.parent_snapshot_id(),
+        sequence_number: snapshot.sequence_number(),
+        timestamp_ms: snapshot.timestamp_ms(),
+        manifest_list: snapshot.manifest_list(),
+        summary: snapshot.summary(),
+        schema_id: snapshot.schema_id(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use iceberg::spec::{
+        NestedField, Operation, PrimitiveType, SnapshotRetention, SortOrder, StatisticsFile, TableMetadataBuilder,
+        Type, UnboundPartitionSpec,
+    };
+
+    use super::*;
+
+    fn new_table() -> TableMetadata {
+        let schema = Schema::builder()
+            .with_fields(vec![
+                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                NestedField::optional(2, "name", Type::Primitive(PrimitiveType::String)).into(),
+            ])
+            .build()
+            .unwrap();
+        TableMetadataBuilder::new(
+            schema,
+            UnboundPartitionSpec::builder().build(),
+            SortOrder::unsorted_order(),
+            "file:///w/t".into(),
+            FormatVersion::V2,
+            HashMap::from([("owner".to_string(), "weir".to_string())]),
+        )
+        .unwrap()
+        .build()
+        .unwrap()
+        .metadata
+    }
+
+    fn snapshot(id: i64, parent: Option<i64>, sequence: i64) -> Snapshot {
+        Snapshot::builder()
+            .with_snapshot_id(id)
+            .with_parent_snapshot_id(parent)
+            .with_sequence_number(sequence)
+            .with_timestamp_ms(chrono::Utc::now().timestamp_millis() + sequence)
+            .with_manifest_list(format!("file:///w/t/metadata/snap-{id}.avro"))
+            .with_summary(Summary {
+                operation: Operation::Append,
+                additional_properties: HashMap::from([("weir.batch-id".to_string(), sequence.to_string())]),
+            })
+            .with_schema_id(0)
+            .build()
+    }
+
+    fn as_iceberg_writes(metadata: &TableMetadata) -> serde_json::Value {
+        sorted(serde_json::to_value(metadata).unwrap())
+    }
+
+    /// The file's JSON with its snapshots in id order (iceberg writes them in
+    /// a hash map's order).
+    fn sorted(mut json: serde_json::Value) -> serde_json::Value {
+        if let Some(serde_json::Value::Array(snapshots)) = json.get_mut("snapshots") {
+            snapshots.sort_by_key(|s| s["snapshot-id"].as_i64());
+        }
+        json
+    }
+
+    /// Commits `change` on `base` (at `location`) and checks the encoded
+    /// file against iceberg's own encoding of the same metadata.
+    fn commit(
+        files: &MetadataFiles,
+        base: &TableMetadata,
+        location: &str,
+        next: &str,
+        change: impl FnOnce(TableMetadataBuilder) -> TableMetadataBuilder,
+    ) -> (TableMetadata, &'static str) {
+        let built = change(TableMetadataBuilder::new_from_metadata(
+            base.clone(),
+            Some(location.to_string()),
+        ))
+        .build()
+        .unwrap();
+        let json = files.encode(Some(location), &built.metadata, &built.changes).unwrap();
+        let ours = sorted(serde_json::from_slice(&json.to_vec()).unwrap());
+        assert_eq!(ours, as_iceberg_writes(&built.metadata));
+        let how = match json.next {
+            Some(Next::Append(_)) => "append",
+            Some(Next::Replace(_)) => "replace",
+            None => "full",
+        };
+        files.written(next, &built.metadata, json);
+        (built.metadata, how)
+    }
+
+    #[test]
+    fn encodes_as_iceberg_does_commit_after_commit() {
+        let files = MetadataFiles::default();
+        let mut metadata = new_table();
+        let created = files.encode(None, &metadata, &[]).unwrap();
+        assert_eq!(
+            sorted(serde_json::from_slice(&created.to_vec()).unwrap()),
+            as_iceberg_writes(&metadata)
+        );
+        files.written("m0", &metadata, created);
+        let mut parent = None;
+        for i in 1..=5i64 {
+            let (next, how) = commit(&files, &metadata, &format!("m{}", i - 1), &format!("m{i}"), |b| {
+                b.add_snapshot(snapshot(100 + i, parent, i))
+                    .unwrap()
+                    .set_ref(
+                        MAIN_BRANCH,
+                        SnapshotReference::new(100 + i, SnapshotRetention::branch(None, None, None)),
+                    )
+                    .unwrap()
+            });
+            // Each new snapshot joins the kept ones (chunks of 256 bytes here).
+            assert_eq!(how, "append", "commit {i}");
+            metadata = next;
+            parent = Some(100 + i);
+        }
+        // A tag, a branch with a retention, statistics, and a new property.
+        let (metadata, how) = commit(&files, &metadata, "m5", "m6", |b| {
+            b.set_ref(
+                "v1",
+                SnapshotReference::new(
+                    102,
+                    SnapshotRetention::Tag {
+                        max_ref_age_ms: Some(5),
+                    },
+                ),
+            )
+            .unwrap()
+            .set_ref(
+                "audit",
+                SnapshotReference::new(103, SnapshotRetention::branch(Some(2), None, None)),
+            )
+            .unwrap()
+            .set_statistics(StatisticsFile {
+                snapshot_id: 105,
+                statistics_path: "file:///w/t/metadata/stats.puffin".into(),
+                file_size_in_bytes: 10,
+                file_footer_size_in_bytes: 5,
+                key_metadata: None,
+                blob_metadata: vec![],
+            })
+            .set_properties(HashMap::from([("k".to_string(), "v".to_string())]))
+            .unwrap()
+        });
+        assert_eq!(how, "append");
+        // Removing snapshots drops the refs that pointed at them.
+        let (metadata, how) = commit(&files, &metadata, "m6", "m7", |b| b.remove_snapshots(&[101, 102]));
+        assert_eq!(how, "replace");
+        let refs = read_refs(&serde_json::to_vec(&metadata).unwrap()).unwrap();
+        let mut names: Vec<_> = refs.keys().map(String::as_str).collect();
+        names.sort();
+        assert_eq!(names, ["audit", "main"]);
+        // A base the cache does not know is encoded in full, still the same.
+        let (_, how) = commit(&files, &metadata, "elsewhere", "m8", |b| {
+            b.add_snapshot(snapshot(200, Some(105), 6)).unwrap()
+        });
+        assert_eq!(how, "full");
+    }
+
+    #[test]
+    fn refs_of_a_file_without_refs_are_main_at_the_current_snapshot() {
+        let refs = read_refs(br#"{"current-snapshot-id": 7}"#).unwrap();
+        assert_eq!(refs[MAIN_BRANCH].snapshot_id, 7);
+        assert!(read_refs(br#"{"current-snapshot-id": -1}"#).unwrap().is_empty());
+        assert!(read_refs(b"not json").is_none());
+    }
+}
