@@ -21,6 +21,8 @@ Usage:
         appends N rows with event ids FIRST.. in the table's schema (pyiceberg as a writer)
     read_iceberg.py create CATALOG WAREHOUSE NAMESPACE.TABLE
         creates a table of the rate source's schema, partitioned by day(ts)
+    read_iceberg.py list CATALOG NAMESPACE
+        -> {"tables": ["namespace.table", ...]} as pyiceberg lists them
 
 Each command prints one JSON object on standard output.
 """
@@ -215,6 +217,10 @@ def main():
         out = append(*sys.argv[2:6])
     elif cmd == "create":
         out = create(*sys.argv[2:5])
+    elif cmd == "list":
+        # The tables of a namespace, as namespace.table names.
+        tables = catalog(sys.argv[2]).list_tables(sys.argv[3])
+        out = {"tables": sorted(".".join(t) for t in tables)}
     else:
         raise SystemExit(f"unknown command {cmd!r}")
     print(json.dumps(out, default=str))

@@ -65,6 +65,13 @@ pub trait Catalog: Debug + Send + Sync {
     /// returns that table instead.
     async fn create(&self, ident: &TableIdent, metadata: TableMetadata) -> Result<LoadedTable, IcebergSinkError>;
 
+    /// The tables of `namespace`, or of every namespace.
+    async fn list(&self, namespace: Option<&[String]>) -> Result<Vec<TableIdent>, IcebergSinkError>;
+
+    /// Removes the table from the catalog; with `purge`, its files too.
+    /// Returns whether there was such a table.
+    async fn drop_table(&self, ident: &TableIdent, purge: bool) -> Result<bool, IcebergSinkError>;
+
     /// Makes `metadata` (which is `base` with `changes`) the table's next
     /// version, if the table is still at `base`. On a conflict nothing is
     /// left behind.

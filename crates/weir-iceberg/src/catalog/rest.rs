@@ -288,6 +288,62 @@ impl Catalog for RestCatalog {
         }
     }
 
+    async fn list(&self, namespace: Option<&[String]>) -> Result<Vec<TableIdent>, IcebergSinkError> {
+        let namespaces: Vec<Vec<String>> = match namespace {
+            Some(ns) => vec![ns.to_vec()],
+            None => {
+                let path = format!("{}namespaces", self.base);
+                let (status, body) = self.call(reqwest::Method::GET, &path, None).await?;
+                if !status.is_success() {
+                    return Err(self.refused("list the namespaces", status, &body));
+                }
+                serde_json::from_value(body["namespaces"].clone()).unwrap_or_default()
+            }
+        };
+        let mut tables = Vec::new();
+        for parts in namespaces {
+            let Ok(ns) = iceberg::NamespaceIdent::from_vec(parts) else {
+                continue;
+            };
+            let probe = TableIdent::new(ns.clone(), String::new());
+            let mut page: Option<String> = None;
+            loop {
+                let mut path = format!("{}tables", self.namespace_path(&probe));
+                if let Some(token) = &page {
+                    path.push_str(&format!("?pageToken={}", encode(token)));
+                }
+                let (status, body) = self.call(reqwest::Method::GET, &path, None).await?;
+                match status.as_u16() {
+                    200 => {}
+                    404 => break,
+                    _ => return Err(self.refused("list the tables", status, &body)),
+                }
+                for id in body["identifiers"].as_array().into_iter().flatten() {
+                    if let Some(name) = id["name"].as_str() {
+                        tables.push(TableIdent::new(ns.clone(), name.to_string()));
+                    }
+                }
+                page = body["next-page-token"].as_str().map(str::to_string);
+                if page.is_none() {
+                    break;
+                }
+            }
+        }
+        tables.sort_by(|a, b| (a.namespace.join("."), &a.name).cmp(&(b.namespace.join("."), &b.name)));
+        Ok(tables)
+    }
+
+    async fn drop_table(&self, ident: &TableIdent, purge: bool) -> Result<bool, IcebergSinkError> {
+        check_ident(ident)?;
+        let path = format!("{}?purgeRequested={purge}", self.table_path(ident));
+        let (status, body) = self.call(reqwest::Method::DELETE, &path, None).await?;
+        match status.as_u16() {
+            200 | 204 => Ok(true),
+            404 => Ok(false),
+            _ => Err(self.refused(&format!("drop table {}", shown(ident)), status, &body)),
+        }
+    }
+
     async fn swap(
         &self,
         ident: &TableIdent,

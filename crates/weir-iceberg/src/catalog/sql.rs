@@ -143,6 +143,22 @@ impl SqlCatalog {
         Ok(catalog)
     }
 
+    /// The catalog's database, for tables kept beside the catalog's own
+    /// (weir's catalog keeps its Delta tables there).
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// `template` with its `?` placeholders in this database's style.
+    pub fn statement(&self, template: &str) -> String {
+        self.sql(template)
+    }
+
+    /// The warehouse new tables go under, as a URL (`file:///...`, `s3://...`).
+    pub fn warehouse(&self) -> &str {
+        &self.warehouse
+    }
+
     fn err(&self, operation: &str) -> impl Fn(sqlx::Error) -> IcebergSinkError + '_ {
         let operation = operation.to_string();
         move |source| IcebergSinkError::Catalog {
@@ -396,6 +412,75 @@ impl Catalog for SqlCatalog {
             }
             Err(e) => Err(self.err("register the table")(e)),
         }
+    }
+
+    async fn list(&self, namespace: Option<&[String]>) -> Result<Vec<TableIdent>, IcebergSinkError> {
+        let mut sql = format!(
+            "SELECT table_namespace, table_name FROM iceberg_tables WHERE catalog_name = ?{}",
+            self.tables_only()
+        );
+        if namespace.is_some() {
+            sql.push_str(" AND table_namespace = ?");
+        }
+        sql.push_str(" ORDER BY table_namespace, table_name");
+        let sql = self.sql(&sql);
+        let mut query = sqlx::query(&sql).bind(&self.name);
+        if let Some(namespace) = namespace {
+            query = query.bind(namespace.join("."));
+        }
+        let rows = query.fetch_all(&self.pool).await.map_err(self.err("list the tables"))?;
+        let mut tables = Vec::with_capacity(rows.len());
+        for row in rows {
+            let namespace: String = row.try_get(0).map_err(self.err("read a table's row"))?;
+            let name: String = row.try_get(1).map_err(self.err("read a table's row"))?;
+            let parts = namespace.split('.').map(str::to_string).collect::<Vec<_>>();
+            if let Ok(namespace) = iceberg::NamespaceIdent::from_vec(parts) {
+                tables.push(TableIdent::new(namespace, name));
+            }
+        }
+        Ok(tables)
+    }
+
+    async fn drop_table(&self, ident: &TableIdent, purge: bool) -> Result<bool, IcebergSinkError> {
+        check_ident(ident)?;
+        let Some(table) = self.load(ident).await? else {
+            return Ok(false);
+        };
+        let location = table.metadata.location().trim_end_matches('/').to_string();
+        if purge && !location.starts_with(&format!("{}/", self.warehouse)) {
+            return Err(IcebergSinkError::Config {
+                catalog: self.name.clone(),
+                reason: format!(
+                    "table {} is at {location}, outside the catalog's warehouse {}: it is not purged; \
+                     drop it without purge and delete its files yourself",
+                    shown(ident),
+                    self.warehouse
+                ),
+            });
+        }
+        let sql = self.sql(&format!(
+            "DELETE FROM iceberg_tables WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?{}",
+            self.tables_only()
+        ));
+        let deleted = sqlx::query(&sql)
+            .bind(&self.name)
+            .bind(ident.namespace.join("."))
+            .bind(&ident.name)
+            .execute(&self.pool)
+            .await
+            .map_err(self.err("drop the table"))?;
+        if purge {
+            self.file_io
+                .delete_prefix(&format!("{location}/"))
+                .await
+                .map_err(|source| IcebergSinkError::Iceberg {
+                    table: shown(ident),
+                    context: format!("purge the table's files under {location}"),
+                    source: Box::new(source),
+                })?;
+        }
+        tracing::info!(table = %shown(ident), purge, "dropped the Iceberg table");
+        Ok(deleted.rows_affected() == 1)
     }
 
     async fn swap(

@@ -1,0 +1,608 @@
+//! Catalogs at run time: names resolved to tables, tables found, created
+//! (through their sink), listed and dropped.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use iceberg::{NamespaceIdent, TableIdent};
+use weir_core::sink::Sink;
+use weir_delta::DeltaSink;
+use weir_iceberg::{Catalog, IcebergSink, RestCatalog, SqlCatalog};
+
+use crate::config::{CatalogKind, Config};
+use crate::error::CatalogError;
+use crate::format::TableFormat;
+use crate::name::{self, TableName};
+use crate::options::TableOptions;
+use crate::{path, registry};
+
+/// A table found in a catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableEntry {
+    /// Its full name.
+    pub name: TableName,
+    /// Its format.
+    pub format: TableFormat,
+    /// Where it is stored.
+    pub location: String,
+}
+
+/// A sink on a table found or about to be created, for
+/// `StreamWriter::start_arc`.
+pub struct TableSink {
+    /// The table.
+    pub table: TableEntry,
+    /// Whether the table was there already (else the query creates it from
+    /// the stream's schema when it starts).
+    pub existed: bool,
+    /// The Delta or Iceberg sink.
+    pub sink: Arc<dyn Sink>,
+}
+
+impl std::fmt::Debug for TableSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableSink")
+            .field("table", &self.table)
+            .field("existed", &self.existed)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+enum Opened {
+    Sql {
+        sql: Arc<SqlCatalog>,
+        storage: HashMap<String, String>,
+    },
+    Rest {
+        rest: Arc<RestCatalog>,
+    },
+    Path {
+        root: PathBuf,
+        storage: HashMap<String, String>,
+    },
+}
+
+/// The configured catalogs, connected on first use.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), weir_catalog::CatalogError> {
+/// use weir_catalog::{Catalogs, TableOptions};
+/// let catalogs = Catalogs::from_env()?; // WEIR_CONFIG, or the embedded default
+/// let target = catalogs.sink("lake.bronze.payments", &TableOptions::new()).await?;
+/// println!("{} is a {} table at {}", target.table.name, target.table.format, target.table.location);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Catalogs {
+    config: Config,
+    open: tokio::sync::Mutex<HashMap<String, Arc<Opened>>>,
+}
+
+impl Catalogs {
+    /// The catalogs of `config`.
+    pub fn new(config: Config) -> Self {
+        Catalogs {
+            config,
+            open: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The catalogs of this process: `WEIR_CONFIG`'s file, else the
+    /// embedded default under `WEIR_LAKE` (default `./weir-lake`).
+    pub fn from_env() -> Result<Self, CatalogError> {
+        Ok(Catalogs::new(Config::from_env()?))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Resolves `catalog.namespace.table` or `namespace.table` (in the
+    /// default catalog). A name of three or more parts starts with its
+    /// catalog, so a misspelt catalog is an error, not a new namespace.
+    pub fn resolve(&self, name: &str) -> Result<TableName, CatalogError> {
+        let parts = name::parts(name)?;
+        let known = || self.config.names().collect::<Vec<_>>().join(", ");
+        let (table, rest) = parts.split_last().expect("at least two parts");
+        if parts.len() >= 3 {
+            let catalog = &parts[0];
+            if self.config.catalog(catalog).is_none() {
+                let hint = match self.config.default_catalog() {
+                    Some(d) => format!(
+                        "; a name of three or more parts starts with its catalog (for a namespace of \
+                         several levels in the default catalog, write {d}.{name})"
+                    ),
+                    None => String::new(),
+                };
+                return Err(CatalogError::NoSuchCatalog {
+                    catalog: catalog.clone(),
+                    known: known(),
+                    hint,
+                });
+            }
+            return Ok(TableName {
+                catalog: catalog.clone(),
+                namespace: rest[1..].to_vec(),
+                table: table.clone(),
+            });
+        }
+        let Some(default) = self.config.default_catalog() else {
+            return Err(CatalogError::NoSuchCatalog {
+                catalog: "(default)".into(),
+                known: known(),
+                hint: format!(
+                    "; {name} names no catalog and none is the default: set default_catalog, or write catalog.{name}"
+                ),
+            });
+        };
+        Ok(TableName {
+            catalog: default.to_string(),
+            namespace: rest.to_vec(),
+            table: table.clone(),
+        })
+    }
+
+    async fn open(&self, catalog: &str) -> Result<Arc<Opened>, CatalogError> {
+        let mut open = self.open.lock().await;
+        if let Some(opened) = open.get(catalog) {
+            return Ok(opened.clone());
+        }
+        let config = self
+            .config
+            .catalog(catalog)
+            .ok_or_else(|| CatalogError::NoSuchCatalog {
+                catalog: catalog.to_string(),
+                known: self.config.names().collect::<Vec<_>>().join(", "),
+                hint: String::new(),
+            })?;
+        let storage: HashMap<String, String> = config.storage.clone().into_iter().collect();
+        let uri = config.uri.clone().unwrap_or_default();
+        let warehouse = config.warehouse.clone().unwrap_or_default();
+        let opened = match config.kind {
+            CatalogKind::Sql => {
+                let sql = SqlCatalog::connect_with_storage(catalog, &uri, &warehouse, storage.clone()).await?;
+                registry::create(&sql).await?;
+                Opened::Sql {
+                    sql: Arc::new(sql),
+                    storage,
+                }
+            }
+            CatalogKind::Rest => {
+                let credential = config.credential.as_ref().and_then(|c| {
+                    c.split_once(':')
+                        .map(|(id, secret)| (id.to_string(), secret.to_string()))
+                });
+                let rest = RestCatalog::connect(catalog, &uri, &warehouse, credential, storage).await?;
+                Opened::Rest { rest: Arc::new(rest) }
+            }
+            CatalogKind::Path => Opened::Path {
+                root: path::root(catalog, &warehouse)?,
+                storage,
+            },
+        };
+        let opened = Arc::new(opened);
+        open.insert(catalog.to_string(), opened.clone());
+        Ok(opened)
+    }
+
+    /// The Iceberg catalog of a `sql` or `rest` catalog, for tools that
+    /// work on its tables directly.
+    pub async fn iceberg_catalog(&self, catalog: &str) -> Result<Arc<dyn Catalog>, CatalogError> {
+        match &*self.open(catalog).await? {
+            Opened::Sql { sql, .. } => Ok(sql.clone()),
+            Opened::Rest { rest } => Ok(rest.clone()),
+            Opened::Path { .. } => Err(CatalogError::Unsupported {
+                catalog: catalog.to_string(),
+                reason: "a path catalog has no Iceberg catalog".into(),
+            }),
+        }
+    }
+
+    /// The table of that name, if there is one.
+    pub async fn find(&self, name: &str) -> Result<Option<TableEntry>, CatalogError> {
+        let name = self.resolve(name)?;
+        self.find_resolved(&name).await
+    }
+
+    /// The table of that name, or [`CatalogError::NoSuchTable`].
+    pub async fn table(&self, name: &str) -> Result<TableEntry, CatalogError> {
+        self.find(name)
+            .await?
+            .ok_or_else(|| CatalogError::NoSuchTable { name: name.to_string() })
+    }
+
+    async fn find_resolved(&self, name: &TableName) -> Result<Option<TableEntry>, CatalogError> {
+        let entry = |format, location: String| {
+            Some(TableEntry {
+                name: name.clone(),
+                format,
+                location,
+            })
+        };
+        match &*self.open(&name.catalog).await? {
+            Opened::Sql { sql, .. } => {
+                if let Some(t) = sql.load(&ident(name)).await? {
+                    return Ok(entry(TableFormat::Iceberg, t.metadata.location().to_string()));
+                }
+                let row = registry::find(sql, &name.namespace, &name.table).await?;
+                Ok(row.and_then(|r| entry(r.format, r.location)))
+            }
+            Opened::Rest { rest } => {
+                let table = rest.load(&ident(name)).await?;
+                Ok(table.and_then(|t| entry(TableFormat::Iceberg, t.metadata.location().to_string())))
+            }
+            Opened::Path { root, .. } => {
+                let dir = root.join(name.relative_path());
+                let format = path::detect(&name.catalog, &dir)?;
+                Ok(format.and_then(|f| entry(f, dir.display().to_string())))
+            }
+        }
+    }
+
+    /// A sink on the table of that name. A missing table is registered (a
+    /// Delta table in a `sql` catalog) and created from the stream's schema
+    /// when the query starts, in `options.format` or the catalog's default
+    /// format. An existing table keeps its format.
+    pub async fn sink(&self, name: &str, options: &TableOptions) -> Result<TableSink, CatalogError> {
+        let name = self.resolve(name)?;
+        let found = self.find_resolved(&name).await?;
+        if let (Some(found), Some(asked)) = (&found, options.format) {
+            if found.format != asked {
+                return Err(CatalogError::FormatMismatch {
+                    name: name.to_string(),
+                    existing: found.format.to_string(),
+                    asked: asked.to_string(),
+                });
+            }
+        }
+        let config = self
+            .config
+            .catalog(&name.catalog)
+            .expect("resolved names have a catalog");
+        let format = found
+            .as_ref()
+            .map(|f| f.format)
+            .or(options.format)
+            .unwrap_or_else(|| config.default_format());
+        let existed = found.is_some();
+        let opened = self.open(&name.catalog).await?;
+        let (location, sink): (String, Arc<dyn Sink>) = match (&*opened, format) {
+            (Opened::Sql { sql, .. }, TableFormat::Iceberg) => {
+                let location = found
+                    .map(|f| f.location)
+                    .unwrap_or_else(|| sql.default_location(&ident(&name)));
+                (location, Arc::new(iceberg_sink(sql.clone(), &name, options)?))
+            }
+            (Opened::Rest { rest }, TableFormat::Iceberg) => {
+                let location = found
+                    .map(|f| f.location)
+                    .unwrap_or_else(|| rest.default_location(&ident(&name)));
+                (location, Arc::new(iceberg_sink(rest.clone(), &name, options)?))
+            }
+            (Opened::Sql { sql, storage }, TableFormat::Delta) => {
+                let location = match found {
+                    Some(f) => f.location,
+                    None => {
+                        let row = registry::Registered {
+                            namespace: name.namespace.clone(),
+                            table: name.table.clone(),
+                            format,
+                            location: format!("{}/{}", sql.warehouse(), name.relative_path()),
+                            properties: options.properties.clone(),
+                            created_at: chrono::Utc::now().to_rfc3339(),
+                        };
+                        let won = registry::register(sql, &row).await?;
+                        if won.format != TableFormat::Delta {
+                            return Err(CatalogError::FormatMismatch {
+                                name: name.to_string(),
+                                existing: won.format.to_string(),
+                                asked: format.to_string(),
+                            });
+                        }
+                        tracing::info!(table = %name, location = won.location, "registered the Delta table");
+                        won.location
+                    }
+                };
+                let sink = delta_sink(&location, options, storage)?;
+                (location, Arc::new(sink))
+            }
+            (Opened::Path { root, storage }, TableFormat::Delta) => {
+                let location = root.join(name.relative_path()).display().to_string();
+                let sink = delta_sink(&location, options, storage)?;
+                (location, Arc::new(sink))
+            }
+            (Opened::Rest { .. }, TableFormat::Delta) => {
+                return Err(CatalogError::Unsupported {
+                    catalog: name.catalog.clone(),
+                    reason: format!("{name}: a REST catalog holds Iceberg tables only"),
+                })
+            }
+            (Opened::Path { .. }, TableFormat::Iceberg) => {
+                return Err(CatalogError::Unsupported {
+                    catalog: name.catalog.clone(),
+                    reason: format!(
+                        "{name}: weir writes Iceberg tables only through a catalog that swaps their metadata \
+                         atomically (sql or rest); a path catalog lists and reads them. Nothing was written"
+                    ),
+                })
+            }
+        };
+        Ok(TableSink {
+            table: TableEntry { name, format, location },
+            existed,
+            sink,
+        })
+    }
+
+    /// The tables of a catalog (the default one if `None`), or of one of
+    /// its namespaces (`bronze`, or `a.b` for a nested one).
+    pub async fn list(&self, catalog: Option<&str>, namespace: Option<&str>) -> Result<Vec<TableEntry>, CatalogError> {
+        let catalog = match catalog.or_else(|| self.config.default_catalog()) {
+            Some(c) => c.to_string(),
+            None => {
+                return Err(CatalogError::NoSuchCatalog {
+                    catalog: "(default)".into(),
+                    known: self.config.names().collect::<Vec<_>>().join(", "),
+                    hint: "; name the catalog to list".into(),
+                })
+            }
+        };
+        let namespace: Option<Vec<String>> = match namespace {
+            Some(ns) => {
+                let parts: Vec<String> = ns.split('.').map(str::to_string).collect();
+                for part in &parts {
+                    name::check_part(ns, part)?;
+                }
+                Some(parts)
+            }
+            None => None,
+        };
+        let entry = |namespace: Vec<String>, table: String, format, location| TableEntry {
+            name: TableName {
+                catalog: catalog.clone(),
+                namespace,
+                table,
+            },
+            format,
+            location,
+        };
+        let mut out = Vec::new();
+        match &*self.open(&catalog).await? {
+            Opened::Sql { sql, .. } => {
+                for r in registry::list(sql, namespace.as_deref()).await? {
+                    out.push(entry(r.namespace, r.table, r.format, r.location));
+                }
+                out.extend(iceberg_entries(sql.as_ref(), namespace.as_deref(), &entry).await?);
+            }
+            Opened::Rest { rest } => out.extend(iceberg_entries(rest.as_ref(), namespace.as_deref(), &entry).await?),
+            Opened::Path { root, .. } => {
+                for (ns, table, format) in path::list(root, namespace.as_deref()) {
+                    let location = root.join(ns.join("/")).join(&table).display().to_string();
+                    out.push(entry(ns, table, format, location));
+                }
+            }
+        }
+        out.sort_by_key(|t| t.name.to_string());
+        Ok(out)
+    }
+
+    /// Removes the table from its catalog; with `purge`, its files too
+    /// (only below the catalog's warehouse). A path catalog's tables are
+    /// their folders, so dropping one there needs `purge`. Returns whether
+    /// there was such a table.
+    pub async fn drop_table(&self, name: &str, purge: bool) -> Result<bool, CatalogError> {
+        let name = self.resolve(name)?;
+        let Some(found) = self.find_resolved(&name).await? else {
+            return Ok(false);
+        };
+        match (&*self.open(&name.catalog).await?, found.format) {
+            (Opened::Sql { sql, .. }, TableFormat::Iceberg) => Ok(sql.drop_table(&ident(&name), purge).await?),
+            (Opened::Rest { rest }, _) => Ok(rest.drop_table(&ident(&name), purge).await?),
+            (Opened::Sql { sql, storage }, TableFormat::Delta) => {
+                if purge {
+                    let warehouse = format!("{}/", sql.warehouse());
+                    if !found.location.starts_with(&warehouse) {
+                        return Err(CatalogError::Unsupported {
+                            catalog: name.catalog.clone(),
+                            reason: format!(
+                                "{name} is at {}, outside the catalog's warehouse: it is not purged; drop it \
+                                 without purge and delete its files yourself",
+                                found.location
+                            ),
+                        });
+                    }
+                }
+                let removed = registry::remove(sql, &name.namespace, &name.table).await?;
+                if purge {
+                    delete_tree(&name.catalog, &found.location, storage).await?;
+                }
+                tracing::info!(table = %name, purge, "dropped the Delta table");
+                Ok(removed)
+            }
+            (Opened::Path { storage, .. }, _) => {
+                if !purge {
+                    return Err(CatalogError::Unsupported {
+                        catalog: name.catalog.clone(),
+                        reason: format!(
+                            "{name}: a path catalog's tables are their folders; dropping one deletes it, so ask \
+                             for purge"
+                        ),
+                    });
+                }
+                delete_tree(&name.catalog, &found.location, storage).await?;
+                Ok(true)
+            }
+        }
+    }
+}
+
+fn ident(name: &TableName) -> TableIdent {
+    TableIdent::new(
+        NamespaceIdent::from_vec(name.namespace.clone()).expect("resolved names have a namespace"),
+        name.table.clone(),
+    )
+}
+
+async fn iceberg_entries(
+    catalog: &dyn Catalog,
+    namespace: Option<&[String]>,
+    entry: &impl Fn(Vec<String>, String, TableFormat, String) -> TableEntry,
+) -> Result<Vec<TableEntry>, CatalogError> {
+    let mut out = Vec::new();
+    for ident in catalog.list(namespace).await? {
+        let location = match catalog.load(&ident).await? {
+            Some(t) => t.metadata.location().to_string(),
+            None => continue, // dropped meanwhile
+        };
+        out.push(entry(
+            ident.namespace.clone().inner(),
+            ident.name.clone(),
+            TableFormat::Iceberg,
+            location,
+        ));
+    }
+    Ok(out)
+}
+
+fn iceberg_sink(
+    catalog: Arc<dyn Catalog>,
+    name: &TableName,
+    options: &TableOptions,
+) -> Result<IcebergSink, CatalogError> {
+    let mut sink = IcebergSink::try_new(catalog, &name.in_catalog())?
+        .with_partition_by(options.partition_by.iter().cloned())
+        .with_merge_schema(options.merge_schema);
+    for (k, v) in &options.properties {
+        sink = sink.with_table_property(k, v);
+    }
+    if let Some(bytes) = options.target_file_size {
+        sink = sink.with_target_file_size(bytes);
+    }
+    Ok(sink)
+}
+
+fn delta_sink(
+    location: &str,
+    options: &TableOptions,
+    storage: &HashMap<String, String>,
+) -> Result<DeltaSink, CatalogError> {
+    let mut sink = DeltaSink::try_new(location)?
+        .with_partition_by(options.partition_by.iter().cloned())
+        .with_merge_schema(options.merge_schema);
+    for (k, v) in &options.properties {
+        sink = sink.with_table_property(k, v);
+    }
+    if let Some(bytes) = options.target_file_size {
+        sink = sink.with_target_file_size(bytes);
+    }
+    for (k, v) in delta_storage(storage) {
+        sink = sink.with_storage_option(k, v);
+    }
+    Ok(sink)
+}
+
+/// The catalog's storage settings (Iceberg's `s3.*` names) as deltalake's
+/// options. Other names pass through.
+fn delta_storage(storage: &HashMap<String, String>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (key, value) in storage {
+        let key = match key.as_str() {
+            "s3.endpoint" => {
+                if value.starts_with("http://") {
+                    out.push(("AWS_ALLOW_HTTP".to_string(), "true".to_string()));
+                }
+                "AWS_ENDPOINT_URL"
+            }
+            "s3.region" => "AWS_REGION",
+            "s3.access-key-id" => "AWS_ACCESS_KEY_ID",
+            "s3.secret-access-key" => "AWS_SECRET_ACCESS_KEY",
+            "s3.session-token" => "AWS_SESSION_TOKEN",
+            other => other,
+        };
+        out.push((key.to_string(), value.clone()));
+    }
+    out
+}
+
+/// Deletes everything below `location` (a table's folder).
+async fn delete_tree(catalog: &str, location: &str, storage: &HashMap<String, String>) -> Result<(), CatalogError> {
+    let prefix = format!("{}/", location.trim_end_matches('/'));
+    weir_iceberg::file_io(&prefix, storage.clone())
+        .delete_prefix(&prefix)
+        .await
+        .map_err(|e| CatalogError::Unsupported {
+            catalog: catalog.to_string(),
+            reason: format!("could not delete the files under {prefix}: {e}"),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::CatalogConfig;
+
+    fn catalogs() -> Catalogs {
+        Catalogs::new(
+            Config::empty()
+                .with_catalog("lake", CatalogConfig::sql("sqlite://x/c.db", "x/w"))
+                .with_catalog("files", CatalogConfig::path("x/f")),
+        )
+    }
+
+    #[test]
+    fn names_resolve_to_their_catalog() {
+        let c = catalogs();
+        let n = c.resolve("bronze.payments").unwrap();
+        assert_eq!(
+            (n.catalog.as_str(), n.namespace.clone(), n.table.as_str()),
+            ("lake", vec!["bronze".to_string()], "payments")
+        );
+        let n = c.resolve("files.bronze.payments").unwrap();
+        assert_eq!(n.catalog, "files");
+        let n = c.resolve("lake.a.b.t").unwrap();
+        assert_eq!(n.namespace, ["a", "b"]);
+        assert_eq!(n.to_string(), "lake.a.b.t");
+    }
+
+    #[test]
+    fn a_misspelt_catalog_is_an_error_not_a_namespace() {
+        let e = catalogs().resolve("lakee.bronze.payments").unwrap_err().to_string();
+        assert!(
+            e.contains("\"lakee\"") && e.contains("files, lake") && e.contains("lake.lakee.bronze.payments"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn without_a_default_two_part_names_are_refused() {
+        let c = Catalogs::new(
+            Config::from_toml(
+                "[catalogs.a]\ntype = \"path\"\nwarehouse = \"w\"\n[catalogs.b]\ntype = \"path\"\nwarehouse = \"v\"",
+            )
+            .unwrap(),
+        );
+        let e = c.resolve("bronze.payments").unwrap_err().to_string();
+        assert!(e.contains("default_catalog"), "{e}");
+    }
+
+    #[test]
+    fn s3_settings_become_deltalake_options() {
+        let storage = HashMap::from([
+            ("s3.endpoint".to_string(), "http://127.0.0.1:9000".to_string()),
+            ("s3.region".to_string(), "eu-west-1".to_string()),
+        ]);
+        let mut options = delta_storage(&storage);
+        options.sort();
+        assert_eq!(
+            options,
+            [
+                ("AWS_ALLOW_HTTP".to_string(), "true".to_string()),
+                ("AWS_ENDPOINT_URL".to_string(), "http://127.0.0.1:9000".to_string()),
+                ("AWS_REGION".to_string(), "eu-west-1".to_string()),
+            ]
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! The error type of weir-catalog.
+
+use std::path::PathBuf;
+
+/// What can go wrong when tables are found, created or dropped by name.
+/// Every variant names the catalog, table or setting; none carries a
+/// password or secret.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CatalogError {
+    /// The configuration file could not be read.
+    #[error("cannot read the weir configuration {path}: {source}")]
+    ReadConfig {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The configuration is malformed or incomplete.
+    #[error("weir configuration{}: {reason}", at.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
+    Config { at: Option<PathBuf>, reason: String },
+
+    /// A setting refers to an environment variable that is not set.
+    #[error("catalog {catalog:?}: setting {setting} needs the environment variable {variable}, which is not set")]
+    MissingVariable {
+        catalog: String,
+        setting: String,
+        variable: String,
+    },
+
+    /// A table name is not valid.
+    #[error("invalid table name {name:?}: {reason}")]
+    Name { name: String, reason: String },
+
+    /// No catalog has that name.
+    #[error("no catalog named {catalog:?} (configured: {known}){hint}")]
+    NoSuchCatalog {
+        catalog: String,
+        known: String,
+        hint: String,
+    },
+
+    /// The table is not in its catalog.
+    #[error("table {name} does not exist")]
+    NoSuchTable { name: String },
+
+    /// The table exists in another format than the one asked for.
+    #[error("table {name} is stored as {existing}, not {asked}; nothing was written (leave the format out to write it as {existing})")]
+    FormatMismatch {
+        name: String,
+        existing: String,
+        asked: String,
+    },
+
+    /// The catalog cannot do this.
+    #[error("catalog {catalog:?}: {reason}")]
+    Unsupported { catalog: String, reason: String },
+
+    /// The catalog's database failed.
+    #[error("catalog {catalog:?}: {operation}: {source}")]
+    Database {
+        catalog: String,
+        operation: String,
+        #[source]
+        source: sqlx::Error,
+    },
+
+    /// A file operation of a path catalog failed.
+    #[error("catalog {catalog:?}: {operation}: {source}")]
+    Io {
+        catalog: String,
+        operation: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The Delta sink refused or failed.
+    #[error(transparent)]
+    Delta(Box<weir_delta::DeltaSinkError>),
+
+    /// The Iceberg catalog or sink refused or failed.
+    #[error(transparent)]
+    Iceberg(Box<weir_iceberg::IcebergSinkError>),
+}
+
+impl From<weir_delta::DeltaSinkError> for CatalogError {
+    fn from(e: weir_delta::DeltaSinkError) -> Self {
+        CatalogError::Delta(Box::new(e))
+    }
+}
+
+impl From<weir_iceberg::IcebergSinkError> for CatalogError {
+    fn from(e: weir_iceberg::IcebergSinkError) -> Self {
+        CatalogError::Iceberg(Box::new(e))
+    }
+}

@@ -1,0 +1,50 @@
+//! Tables by name for weir.
+//!
+//! A name such as `lake.bronze.payments` (catalog, namespace, table) or
+//! `bronze.payments` (in the default catalog) is resolved by [`Catalogs`]
+//! to a Delta or Iceberg table and a sink on it. Catalogs come from a TOML
+//! file ([`Config`]) or code; with no configuration, catalog `lake` is the
+//! embedded default: SQLite at `./weir-lake/catalog.db`, tables under
+//! `./weir-lake/warehouse`, new tables in Delta.
+//!
+//! Kinds of catalog:
+//! - `sql` (SQLite or PostgreSQL): Iceberg tables in the JDBC catalog's
+//!   `iceberg_tables` (shared with pyiceberg, Spark and DuckDB); Delta tables
+//!   in weir's own `weir_tables` (name, format, location, properties,
+//!   creation time) in the same database;
+//! - `rest`: an Iceberg REST catalog, for Iceberg tables;
+//! - `path`: a local warehouse directory of `namespace/table` folders, the
+//!   format told by `_delta_log/` or `metadata/`. weir writes Delta tables
+//!   there; Iceberg tables in one are listed but not written, as a folder
+//!   cannot swap metadata atomically.
+//!
+//! # Guarantees
+//!
+//! - Names are checked before anything is touched: each part is ASCII
+//!   letters, digits, `_` and `-`, so a name can neither leave the warehouse
+//!   nor change a SQL statement. A name of three or more parts starts with
+//!   its catalog: a misspelt catalog is an error, never a new namespace.
+//! - One name is one table: an existing table keeps its format (asking for
+//!   another is an error), and two writers registering the same new name
+//!   end up with the same table.
+//! - Dropping removes the catalog entry only, unless `purge` is asked, and
+//!   purge deletes files only below the catalog's warehouse.
+//! - Passwords, secrets and tokens in the configuration never appear in
+//!   `Debug` output, logs or errors; `${NAME}` reads them from the
+//!   environment.
+
+mod catalogs;
+mod config;
+mod error;
+mod format;
+mod name;
+mod options;
+mod path;
+mod registry;
+
+pub use catalogs::{Catalogs, TableEntry, TableSink};
+pub use config::{lake_dir, CatalogConfig, CatalogKind, Config, DEFAULT_CATALOG, DEFAULT_LAKE_DIR};
+pub use error::CatalogError;
+pub use format::TableFormat;
+pub use name::TableName;
+pub use options::TableOptions;
