@@ -78,6 +78,15 @@ impl StreamWriter {
         self
     }
 
+    /// The query's name unless [`StreamWriter::query_name`] set one (a
+    /// sink's or table's name, chosen by whatever starts the query).
+    pub fn default_query_name(mut self, name: impl Into<String>) -> Self {
+        if self.query_name.is_none() {
+            self.query_name = Some(name.into());
+        }
+        self
+    }
+
     /// The checkpoint directory (required).
     pub fn checkpoint_location(mut self, path: impl Into<PathBuf>) -> Self {
         self.checkpoint = Some(CheckpointLocation::Local(path.into()));

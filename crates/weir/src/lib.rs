@@ -1,0 +1,103 @@
+//! weir: exactly-once micro-batch streaming into Delta Lake and Apache
+//! Iceberg tables, by name.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use weir::prelude::*;
+//!
+//! # async fn f() -> Result<(), weir::Error> {
+//! let payments = read_stream(RateSource::rows_per_batch(1_000));
+//! let query = payments
+//!     .write_stream()
+//!     .checkpoint_location("chk/payments-bronze")
+//!     .trigger(Trigger::processing_time(Duration::from_secs(60)))
+//!     .to_table("lake.bronze.payments")
+//!     .await?;
+//! query.await_termination().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! `to_table` resolves the name through the catalogs of `WEIR_CONFIG` (or
+//! the embedded default: catalog `lake`, SQLite under `./weir-lake`, new
+//! tables in Delta), creates the table from the stream's schema when it is
+//! missing, and starts the query on its Delta or Iceberg sink.
+//!
+//! # Guarantees
+//!
+//! Those of the parts: every batch lands in the table exactly once across
+//! crashes and restarts ([`weir_core`], [`delta`], [`iceberg`]); names are
+//! checked and resolved as [`catalog`] documents. A query that names no
+//! query takes the table's full name as its query name, so a checkpoint
+//! deleted while the table keeps its output is refused rather than
+//! silently restarted (set [`StreamWriter::query_name`] to run several
+//! queries into one table).
+
+pub use weir_catalog as catalog;
+pub use weir_core::*;
+pub use weir_delta as delta;
+pub use weir_iceberg as iceberg;
+
+use weir_catalog::{CatalogError, Catalogs, TableOptions};
+
+/// What can go wrong starting a query on a table by name.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The name, catalog or table was refused.
+    #[error(transparent)]
+    Catalog(#[from] Box<CatalogError>),
+    /// The query failed to start or run.
+    #[error(transparent)]
+    Query(#[from] weir_core::Error),
+}
+
+impl From<CatalogError> for Error {
+    fn from(e: CatalogError) -> Self {
+        Error::Catalog(Box::new(e))
+    }
+}
+
+/// `to_table` on a [`StreamWriter`].
+#[async_trait::async_trait]
+pub trait ToTable {
+    /// Starts the query on the table `name` (`catalog.namespace.table` or
+    /// `namespace.table`) of the catalogs from the environment, creating
+    /// it in the catalog's default format if it is missing.
+    async fn to_table(self, name: &str) -> Result<StreamingQuery, Error>;
+
+    /// As [`ToTable::to_table`], with given catalogs and table options
+    /// (format, partitioning, properties).
+    async fn to_table_in(self, catalogs: &Catalogs, name: &str, options: TableOptions)
+        -> Result<StreamingQuery, Error>;
+}
+
+#[async_trait::async_trait]
+impl ToTable for StreamWriter {
+    async fn to_table(self, name: &str) -> Result<StreamingQuery, Error> {
+        let catalogs = Catalogs::from_env()?;
+        self.to_table_in(&catalogs, name, TableOptions::new()).await
+    }
+
+    async fn to_table_in(
+        self,
+        catalogs: &Catalogs,
+        name: &str,
+        options: TableOptions,
+    ) -> Result<StreamingQuery, Error> {
+        let target = catalogs.sink(name, &options).await?;
+        let query = self
+            .default_query_name(target.table.name.to_string())
+            .start_arc(target.sink)
+            .await?;
+        Ok(query)
+    }
+}
+
+/// What an application needs: the engine's prelude, `to_table`, catalogs
+/// and table options.
+pub mod prelude {
+    pub use weir_catalog::{Catalogs, TableFormat, TableOptions};
+    pub use weir_core::prelude::*;
+
+    pub use crate::ToTable;
+}

@@ -1,0 +1,74 @@
+//! `to_table`: a stream into a table by name, created when missing, read
+//! back by other engines.
+
+use weir::prelude::*;
+use weir_test_support::assert_exactly_once;
+use weir_test_support::readers::{iceberg, json_ids, python, read};
+
+async fn run(writer: StreamWriter, name: &str, catalogs: Option<(&Catalogs, TableOptions)>) -> Result<(), weir::Error> {
+    let q = match catalogs {
+        Some((c, options)) => writer.to_table_in(c, name, options).await?,
+        None => writer.to_table(name).await?,
+    };
+    q.await_termination().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn to_table_on_the_embedded_default_creates_a_delta_table_named_after_itself() {
+    if python().is_none() {
+        return;
+    }
+    let lake = tempfile::tempdir().unwrap();
+    let chk = tempfile::tempdir().unwrap();
+    std::env::remove_var("WEIR_CONFIG");
+    std::env::set_var("WEIR_LAKE", lake.path());
+    let stream = || read_stream(RateSource::rows_per_batch(100));
+
+    let writer = stream()
+        .write_stream()
+        .checkpoint_location(chk.path().join("a"))
+        .stop_after_batch(BatchId(2));
+    run(writer, "lake.bronze.payments", None).await.unwrap();
+    let table = lake.path().join("warehouse/bronze/payments");
+    let ids = json_ids(&read(&["ids", "deltalake", table.to_str().unwrap()]).expect("readers present"));
+    assert_exactly_once(&ids, 0..300);
+
+    // The query took the table's name: a new checkpoint for the same table
+    // is a lost checkpoint, refused, not a silent restart at batch 0.
+    let writer = stream()
+        .write_stream()
+        .checkpoint_location(chk.path().join("b"))
+        .stop_after_batch(BatchId(2));
+    let e = run(writer, "bronze.payments", None).await.unwrap_err().to_string();
+    assert!(e.contains("lake.bronze.payments") && e.contains("take"), "{e}");
+    let ids = json_ids(&read(&["ids", "deltalake", table.to_str().unwrap()]).expect("readers present"));
+    assert_exactly_once(&ids, 0..300);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn to_table_in_takes_a_format_and_a_query_name() {
+    if python().is_none() {
+        return;
+    }
+    let lake = tempfile::tempdir().unwrap();
+    let chk = tempfile::tempdir().unwrap();
+    let catalogs = Catalogs::new(weir::catalog::Config::embedded(lake.path()));
+    let options = TableOptions::new()
+        .format(TableFormat::Iceberg)
+        .partition_by(["bucket(4, account_id)"]);
+    let writer = read_stream(RateSource::rows_per_batch(70))
+        .write_stream()
+        .query_name("events-to-silver")
+        .checkpoint_location(chk.path())
+        .stop_after_batch(BatchId(1));
+    run(writer, "silver.events", Some((&catalogs, options))).await.unwrap();
+
+    let db = lake.path().join("catalog.db");
+    let db = db.to_str().unwrap();
+    let ids = json_ids(&iceberg(&["ids", "pyiceberg", db, "silver.events"]).expect("readers present"));
+    assert_exactly_once(&ids, 0..140);
+    let d = iceberg(&["describe", db, "silver.events"]).expect("readers present");
+    assert_eq!(d["properties"]["weir.query.events-to-silver.batch-id"], "1");
+    assert_eq!(d["partition_spec"][0][1], "bucket[4]");
+}
