@@ -201,6 +201,14 @@ impl Catalogs {
         }
     }
 
+    /// The catalog's storage settings as deltalake's options.
+    pub(crate) async fn delta_storage(&self, catalog: &str) -> Result<HashMap<String, String>, CatalogError> {
+        Ok(match &*self.open(catalog).await? {
+            Opened::Sql { storage, .. } | Opened::Path { storage, .. } => delta_storage(storage).into_iter().collect(),
+            Opened::Rest { .. } => HashMap::new(),
+        })
+    }
+
     /// The table of that name, if there is one.
     pub async fn find(&self, name: &str) -> Result<Option<TableEntry>, CatalogError> {
         let name = self.resolve(name)?;

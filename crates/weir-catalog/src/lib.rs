@@ -35,6 +35,7 @@
 
 mod catalogs;
 mod config;
+mod describe;
 mod error;
 mod format;
 mod name;
@@ -44,6 +45,7 @@ mod registry;
 
 pub use catalogs::{Catalogs, TableEntry, TableSink};
 pub use config::{lake_dir, CatalogConfig, CatalogKind, Config, DEFAULT_CATALOG, DEFAULT_LAKE_DIR};
+pub use describe::{HistoryEntry, QueryMarker, TableDescription};
 pub use error::CatalogError;
 pub use format::TableFormat;
 pub use name::TableName;

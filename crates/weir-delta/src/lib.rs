@@ -56,6 +56,7 @@
 //! types); with `merge_schema`, new nullable columns are added in the commit
 //! of the first batch that has them. Column mapping is not supported.
 
+mod describe;
 mod entry;
 mod error;
 mod marker;
@@ -66,6 +67,7 @@ mod stats;
 mod table;
 mod writer;
 
+pub use describe::{describe, history, DeltaCommit, DeltaQueryMarker, DeltaTableSummary};
 pub use error::DeltaSinkError;
 pub use options::{Compression, DeltaSinkOptions};
 pub use sink::DeltaSink;

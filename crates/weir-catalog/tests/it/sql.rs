@@ -58,6 +58,31 @@ async fn the_embedded_default_writes_delta_and_iceberg_tables_by_name() {
         .unwrap_err();
     assert!(e.to_string().contains("is stored as iceberg, not delta"), "{e}");
 
+    // What each table holds and which queries write it.
+    let d = catalogs.describe("bronze.payments").await.unwrap();
+    assert!(d.exists);
+    assert_eq!(
+        (d.format, d.name.as_str()),
+        (TableFormat::Delta, "lake.bronze.payments")
+    );
+    assert!(d.files >= 3 && d.bytes > 0, "{d:?}");
+    assert_eq!(d.queries.len(), 1, "{d:?}");
+    assert_eq!((d.queries[0].query_name.as_str(), d.queries[0].batch_id), ("bronze", 2));
+    assert!(d.queries[0].query_id.is_some());
+    let h = catalogs.history("bronze.payments", 10).await.unwrap();
+    let batches: Vec<_> = h.iter().filter_map(|c| c.batch_id).collect();
+    assert_eq!(batches, [2, 1, 0], "{h:?}");
+    let d = catalogs.describe("silver.events").await.unwrap();
+    assert_eq!(
+        (d.format, d.rows, d.files > 0),
+        (TableFormat::Iceberg, Some(100), true),
+        "{d:?}"
+    );
+    assert_eq!((d.queries[0].query_name.as_str(), d.queries[0].batch_id), ("silver", 1));
+    let h = catalogs.history("silver.events", 10).await.unwrap();
+    assert_eq!(h.iter().map(|s| s.batch_id).collect::<Vec<_>>(), [Some(1), Some(0)]);
+    assert_eq!(h[0].version, d.version);
+
     // Listing: both, or one namespace.
     let all = catalogs.list(None, None).await.unwrap();
     let shown: Vec<_> = all.iter().map(|t| (t.name.to_string(), t.format)).collect();
