@@ -1,0 +1,164 @@
+//! The command line.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// weir: exactly-once streaming into Delta Lake and Apache Iceberg tables.
+///
+/// Tables are named `catalog.namespace.table` or `namespace.table` (in the
+/// default catalog). Catalogs come from the file `--config` or `WEIR_CONFIG`
+/// names; with none, catalog `lake` is SQLite under `--lake` (or
+/// `WEIR_LAKE`, default `./weir-lake`) and new tables are Delta.
+#[derive(Debug, Parser)]
+#[command(name = "weir", version, about, long_about)]
+pub struct Cli {
+    /// A TOML file of catalogs (default: `WEIR_CONFIG`).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The embedded default's directory (default: `WEIR_LAKE`, else `./weir-lake`).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub lake: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Streams a source into a table, exactly once, until stopped.
+    Stream(Box<StreamArgs>),
+    /// Lists the tables of a catalog or namespace.
+    Tables {
+        /// `namespace` of the default catalog, or `catalog.namespace`.
+        namespace: Option<String>,
+        /// The catalog (default: the default catalog).
+        #[arg(long)]
+        catalog: Option<String>,
+        /// One JSON object per table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows a table: format, location, version, files, bytes, and each
+    /// streaming query's last committed batch.
+    Describe {
+        /// The table.
+        name: String,
+        /// As one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows a table's commits (Delta) or snapshots (Iceberg), newest first.
+    History {
+        /// The table.
+        name: String,
+        /// How many.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// One JSON object per commit.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspects a checkpoint.
+    Checkpoint {
+        #[command(subcommand)]
+        command: CheckpointCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CheckpointCommand {
+    /// Query id and name, sink, last planned and committed batch, offsets.
+    Show {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// As one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum From {
+    /// Deterministic rows (`event_id`, `ts`, `account_id`, `amount`, ...).
+    Rate,
+    /// New files of a directory, each read once.
+    Files,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FileFormatArg {
+    Json,
+    Csv,
+    Parquet,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    Delta,
+    Iceberg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Progress {
+    /// One line of text per batch.
+    Text,
+    /// One JSON object per line per batch.
+    Json,
+    /// Nothing.
+    None,
+}
+
+#[derive(Debug, Args)]
+pub struct StreamArgs {
+    /// The source.
+    #[arg(long, value_enum)]
+    pub from: From,
+    /// The table.
+    #[arg(long, value_name = "NAME")]
+    pub to: String,
+    /// The checkpoint directory: keep it to resume exactly once.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint: PathBuf,
+    /// The query's name (default: the table's full name).
+    #[arg(long)]
+    pub query_name: Option<String>,
+    /// The format of a new table (default: the catalog's).
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    /// A partition column of a new table (Iceberg also takes transforms
+    /// such as `day(ts)`); repeat for more.
+    #[arg(long, value_name = "COL")]
+    pub partition_by: Vec<String>,
+    /// Time between batch starts, e.g. `500ms`, `10s`, `1m` (default: back
+    /// to back).
+    #[arg(long, value_name = "DURATION")]
+    pub trigger_interval: Option<String>,
+    /// Stops once the checkpoint holds N committed batches (batch ids
+    /// 0..N), counting earlier runs: a killed and restarted run ends with
+    /// exactly N batches.
+    #[arg(long, value_name = "N")]
+    pub max_batches: Option<u64>,
+    /// Takes over the output of the query name when its old checkpoint was
+    /// lost: batch ids continue after the table's marker, and the sources
+    /// are read from where this checkpoint stands.
+    #[arg(long)]
+    pub take_over_output: bool,
+    /// Per-batch progress on standard output.
+    #[arg(long, value_enum, default_value_t = Progress::Text)]
+    pub progress: Progress,
+    /// Rate source: rows per batch.
+    #[arg(long, default_value_t = 1000)]
+    pub rows_per_batch: u64,
+    /// Rate source: rows per second (a batch takes what has come since).
+    #[arg(long)]
+    pub rows_per_second: Option<u64>,
+    /// Files source: the directory.
+    #[arg(long, value_name = "DIR")]
+    pub path: Option<PathBuf>,
+    /// Files source: the files' format.
+    #[arg(long, value_enum)]
+    pub file_format: Option<FileFormatArg>,
+    /// Files source: at most this many new files per batch.
+    #[arg(long)]
+    pub max_files_per_batch: Option<usize>,
+}

@@ -1,0 +1,73 @@
+//! The `weir` command.
+//!
+//! ```text
+//! weir stream --from rate --rows-per-batch 1000 --to bronze.payments --checkpoint chk/payments
+//! weir tables
+//! weir describe bronze.payments
+//! weir history bronze.payments
+//! weir checkpoint show chk/payments
+//! ```
+//!
+//! Every command exits non-zero with a message on standard error when it
+//! fails; `--json` output is one JSON object per line.
+
+mod args;
+mod show;
+mod stream;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use weir::catalog::{lake_dir, Catalogs, Config};
+
+use crate::args::{CheckpointCommand, Cli, Command};
+
+/// An error of any command, shown as its message.
+type Failure = Box<dyn std::error::Error + Send + Sync>;
+
+fn catalogs(cli: &Cli) -> Result<Catalogs, Failure> {
+    let config = match (&cli.config, std::env::var_os("WEIR_CONFIG")) {
+        (Some(file), _) => Config::from_file(file)?,
+        (None, Some(file)) => Config::from_file(std::path::Path::new(&file))?,
+        (None, None) => Config::embedded(&lake_dir(cli.lake.as_deref())),
+    };
+    Ok(Catalogs::new(config))
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    match &cli.command {
+        Command::Stream(args) => stream::run(&catalogs(&cli)?, args).await,
+        Command::Tables {
+            namespace,
+            catalog,
+            json,
+        } => show::tables(&catalogs(&cli)?, namespace.as_deref(), catalog.as_deref(), *json).await,
+        Command::Describe { name, json } => show::describe(&catalogs(&cli)?, name, *json).await,
+        Command::History { name, limit, json } => show::history(&catalogs(&cli)?, name, *limit, *json).await,
+        Command::Checkpoint {
+            command: CheckpointCommand::Show { dir, json },
+        } => show::checkpoint(dir, *json).await,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("weir: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

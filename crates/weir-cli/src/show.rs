@@ -1,0 +1,142 @@
+//! `weir tables`, `describe`, `history` and `checkpoint show`.
+
+use std::path::Path;
+
+use weir::catalog::Catalogs;
+use weir::checkpoint::Checkpoint;
+
+use crate::Failure;
+
+fn json_line(value: &impl serde::Serialize) -> Result<(), Failure> {
+    println!("{}", serde_json::to_string(value)?);
+    Ok(())
+}
+
+fn time(ms: Option<i64>) -> String {
+    ms.and_then(chrono::DateTime::from_timestamp_millis)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())
+        .unwrap_or_else(|| "-".into())
+}
+
+pub async fn tables(
+    catalogs: &Catalogs,
+    namespace: Option<&str>,
+    catalog: Option<&str>,
+    json: bool,
+) -> Result<(), Failure> {
+    // `catalog.namespace` when the first part names a catalog.
+    let (catalog, namespace) = match (catalog, namespace) {
+        (None, Some(ns)) => match ns.split_once('.') {
+            Some((c, rest)) if catalogs.config().catalog(c).is_some() => (Some(c), Some(rest)),
+            _ => (None, Some(ns)),
+        },
+        other => other,
+    };
+    let tables = catalogs.list(catalog, namespace).await?;
+    for t in &tables {
+        if json {
+            json_line(&serde_json::json!({
+                "name": t.name.to_string(),
+                "format": t.format,
+                "location": t.location,
+            }))?;
+        } else {
+            println!("{:<40} {:<8} {}", t.name.to_string(), t.format.as_str(), t.location);
+        }
+    }
+    if tables.is_empty() && !json {
+        eprintln!("no tables");
+    }
+    Ok(())
+}
+
+pub async fn describe(catalogs: &Catalogs, name: &str, json: bool) -> Result<(), Failure> {
+    let d = catalogs.describe(name).await?;
+    if json {
+        return json_line(&d);
+    }
+    println!("table     {}", d.name);
+    println!("format    {}", d.format);
+    println!("location  {}", d.location);
+    if !d.exists {
+        println!("state     registered; created by the first batch of a query");
+        return Ok(());
+    }
+    let version = d.version.map_or("-".to_string(), |v| v.to_string());
+    println!(
+        "{:<9} {version}",
+        if d.format.as_str() == "delta" {
+            "version"
+        } else {
+            "snapshot"
+        }
+    );
+    println!("files     {}", d.files);
+    println!("bytes     {}", d.bytes);
+    if let Some(rows) = d.rows {
+        println!("rows      {rows}");
+    }
+    if !d.partition_by.is_empty() {
+        println!("partition {}", d.partition_by.join(", "));
+    }
+    for q in &d.queries {
+        println!(
+            "query     {} at batch {} (query id {})",
+            q.query_name,
+            q.batch_id,
+            q.query_id.as_deref().unwrap_or("unknown")
+        );
+    }
+    Ok(())
+}
+
+pub async fn history(catalogs: &Catalogs, name: &str, limit: usize, json: bool) -> Result<(), Failure> {
+    for entry in catalogs.history(name, limit).await? {
+        if json {
+            json_line(&entry)?;
+            continue;
+        }
+        let by = match (&entry.query_name, entry.batch_id) {
+            (Some(q), Some(b)) => format!("{q} batch {b}"),
+            _ => String::new(),
+        };
+        println!(
+            "{:<20} {:<23} {:<18} {by}",
+            entry.version.map_or("-".to_string(), |v| v.to_string()),
+            time(entry.timestamp_ms),
+            entry.operation.as_deref().unwrap_or("-"),
+        );
+    }
+    Ok(())
+}
+
+pub async fn checkpoint(dir: &Path, json: bool) -> Result<(), Failure> {
+    if !dir.is_dir() {
+        return Err(format!("no checkpoint at {}", dir.display()).into());
+    }
+    let status = Checkpoint::open_local(dir)?.status().await?;
+    if json {
+        return json_line(&status);
+    }
+    println!("checkpoint      {}", status.location);
+    match &status.metadata {
+        Some(m) => {
+            println!("query           {} (id {})", m.query_name, m.query_id);
+            println!("created         {}", m.created_at);
+            println!("sink            {}", serde_json::to_string(&m.sink)?);
+            for s in &m.sources {
+                println!("source          {s}");
+            }
+        }
+        None => println!("query           never started"),
+    }
+    let batch = |b: Option<weir::BatchId>| b.map_or("-".to_string(), |b| b.0.to_string());
+    println!("last planned    {}", batch(status.last_planned));
+    println!("last committed  {}", batch(status.last_committed));
+    if let Some(offsets) = &status.latest_offsets {
+        for s in &offsets.sources {
+            println!("offset          {} = {}", s.source, serde_json::to_string(&s.offset)?);
+        }
+    }
+    Ok(())
+}
