@@ -1,28 +1,30 @@
-//! The quickstart: a stream of payments, exactly once, on the embedded
-//! default lake directory (`./weir-lake`, or `--lake DIR` / `WEIR_LAKE`).
+//! The quickstart: a stream of payments into the table
+//! `lake.bronze.payments`, exactly once, on the embedded default lake
+//! (`./weir-lake`, or `--lake DIR` / `WEIR_LAKE`): catalog `lake` is SQLite
+//! at `<lake>/catalog.db`, tables live under `<lake>/warehouse`, and a new
+//! table is Delta.
 //!
 //! Each run streams `--batches N` more micro-batches of `--rows-per-batch R`
-//! payments from the deterministic rate source. Every batch is written by a
-//! `foreach_batch` function as one Parquet file named after its batch id,
-//! so a batch replayed after a crash rewrites the same file: exactly once.
-//! At the end the program reads every file back and checks that each
-//! payment id is there exactly once.
+//! payments from the deterministic rate source, printing each batch's
+//! progress, then reads the table back (the files its Delta log lists) and
+//! checks that every payment id is there exactly once.
 //!
 //! ```text
 //! cargo run --release -p weir-examples --bin quickstart -- --batches 10
 //! ```
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::ArrowWriter;
-use weir_core::checkpoint::Checkpoint;
-use weir_core::prelude::*;
+use weir::catalog::Config;
+use weir::checkpoint::Checkpoint;
+use weir::prelude::*;
+
+const TABLE: &str = "lake.bronze.payments";
 
 struct Options {
     lake: PathBuf,
@@ -34,9 +36,7 @@ struct Options {
 
 fn parse_options() -> std::result::Result<Options, String> {
     let mut options = Options {
-        lake: std::env::var_os("WEIR_LAKE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("weir-lake")),
+        lake: weir::catalog::lake_dir(None),
         batches: 10,
         total_batches: None,
         rows_per_batch: 10_000,
@@ -67,35 +67,18 @@ fn parse_options() -> std::result::Result<Options, String> {
     Ok(options)
 }
 
-/// Writes a batch's rows to `<dir>/batch-<N>.parquet`, replacing any file of
-/// an earlier attempt at the same batch in one rename.
-fn write_batch_file(dir: &Path, batches: &[RecordBatch], batch_id: BatchId) -> std::result::Result<(), BoxError> {
-    std::fs::create_dir_all(dir)?;
-    let target = dir.join(format!("batch-{:010}.parquet", batch_id.0));
-    let tmp = dir.join(format!(".batch-{:010}.parquet.tmp", batch_id.0));
-    let file = std::fs::File::create(&tmp)?;
-    let mut writer = ArrowWriter::try_new(file, RateSource::output_schema(), None)?;
-    for b in batches {
-        writer.write(b)?;
-    }
-    writer.into_inner()?.sync_all()?;
-    std::fs::rename(&tmp, &target)?;
-    Ok(())
-}
-
-/// Reads every batch file and returns (rows, distinct payment ids).
-fn read_back(dir: &Path) -> std::result::Result<(usize, usize), BoxError> {
-    let mut rows = 0;
-    let mut ids = HashSet::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.extension().is_none_or(|e| e != "parquet") {
-            continue;
-        }
+/// Every row of the Delta table at `location`: (rows, distinct payment ids).
+async fn read_back(location: &str) -> std::result::Result<(usize, usize), BoxError> {
+    let url = deltalake::ensure_table_uri(location)?;
+    let table = deltalake::open_table(url).await?;
+    let (mut rows, mut ids) = (0, HashSet::new());
+    for uri in table.get_file_uris()? {
+        let path = uri.strip_prefix("file://").unwrap_or(&uri).to_string();
         for batch in ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path)?)?.build()? {
             let batch = batch?;
             rows += batch.num_rows();
-            ids.extend(batch.column(0).as_primitive::<Int64Type>().values().iter().copied());
+            let column = batch.column_by_name("event_id").ok_or("no event_id column")?;
+            ids.extend(column.as_primitive::<Int64Type>().values().iter().copied());
         }
     }
     Ok((rows, ids.len()))
@@ -108,8 +91,8 @@ async fn main() -> std::result::Result<(), BoxError> {
         .with_writer(std::io::stderr)
         .init();
     let options = parse_options().map_err(|e| -> BoxError { e.into() })?;
-    let checkpoint = options.lake.join("checkpoints/quickstart-payments");
-    let output = options.lake.join("warehouse/quickstart/payments");
+    let catalogs = Catalogs::new(Config::embedded(&options.lake));
+    let checkpoint = options.lake.join("checkpoints/payments-bronze");
 
     let before = Checkpoint::open_local(&checkpoint)?.status().await?.last_committed;
     // --total-batches counts earlier runs, so a killed and restarted run
@@ -119,43 +102,43 @@ async fn main() -> std::result::Result<(), BoxError> {
         None => BatchId(before.map(|b| b.0 + 1).unwrap_or(0) + options.batches.max(1) - 1),
     };
     println!(
-        "streaming up to batch {last} ({} payments each) into {} (checkpoint {})",
+        "streaming up to batch {last} ({} payments each) into {TABLE} (checkpoint {})",
         options.rows_per_batch,
-        output.display(),
         checkpoint.display()
     );
     let quiet = options.quiet;
-
-    let files = output.clone();
     let query = read_stream(RateSource::rows_per_batch(options.rows_per_batch))
         .write_stream()
-        .query_name("quickstart-payments")
         .checkpoint_location(&checkpoint)
         .trigger(Trigger::processing_time(Duration::ZERO))
         .stop_after_batch(last)
         .on_progress(move |p| {
-            if quiet {
-                return;
+            if !quiet {
+                println!(
+                    "batch {:>4}: {:>7} rows in {:>7.1} ms ({:.0} rows/s)",
+                    p.batch_id, p.input_rows, p.durations_ms.total, p.processed_rows_per_second
+                )
             }
-            println!(
-                "batch {:>4}: {:>7} rows in {:>7.1} ms ({:.0} rows/s)",
-                p.batch_id, p.input_rows, p.durations_ms.total, p.processed_rows_per_second
-            )
         })
-        .foreach_batch(move |batches, batch_id| {
-            let files = files.clone();
-            async move { tokio::task::spawn_blocking(move || write_batch_file(&files, &batches, batch_id)).await? }
-        })
+        .to_table_in(&catalogs, TABLE, TableOptions::new())
         .await?;
     query.await_termination().await?;
 
-    let (rows, distinct) = read_back(&output)?;
+    let table = catalogs.describe(TABLE).await?;
+    println!(
+        "{} is a {} table at {}: version {}, {} files, {} bytes",
+        table.name,
+        table.format,
+        table.location,
+        table.version.unwrap_or_default(),
+        table.files,
+        table.bytes
+    );
+    let (rows, distinct) = read_back(&table.location).await?;
     let expected = (last.0 + 1) * options.rows_per_batch;
     println!("read back {rows} payments, {distinct} distinct ids; expected {expected}");
     if rows as u64 != expected || distinct != rows {
-        return Err(
-            format!("the output does not hold every payment exactly once ({rows} rows, {distinct} ids)").into(),
-        );
+        return Err(format!("the table does not hold every payment exactly once ({rows} rows, {distinct} ids)").into());
     }
     println!("every payment exactly once");
     Ok(())

@@ -1,4 +1,4 @@
-//! The engine under SIGKILL: the quickstart is killed at random moments
+//! The engine under SIGKILL: the foreach-batch-files example is killed at random moments
 //! and restarted, twenty times and more, then run to the end; every
 //! payment id must be in its output exactly once, none missing.
 
@@ -16,8 +16,8 @@ const TOTAL_BATCHES: u64 = 3000;
 const ROWS_PER_BATCH: u64 = 50;
 const KILLS: usize = 24;
 
-fn quickstart(lake: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_quickstart"));
+fn program(lake: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_foreach-batch-files"));
     cmd.arg("--lake")
         .arg(lake)
         .args(["--total-batches", &TOTAL_BATCHES.to_string()])
@@ -50,13 +50,13 @@ fn ids_in(dir: &Path) -> HashMap<i64, usize> {
 #[test]
 fn every_payment_exactly_once_after_random_sigkills() {
     let lake = tempfile::tempdir().unwrap();
-    let killed = common::kill_and_restart(|| quickstart(lake.path()), KILLS, 30, 250);
+    let killed = common::kill_and_restart(|| program(lake.path()), KILLS, 30, 250);
     assert!(
         killed >= 20,
         "only {killed} kills landed; the runs are too fast for the test"
     );
 
-    let counts = ids_in(&lake.path().join("warehouse/quickstart/payments"));
+    let counts = ids_in(&lake.path().join("foreach/payments"));
     let expected = (TOTAL_BATCHES * ROWS_PER_BATCH) as i64;
     let missing: Vec<i64> = (0..expected).filter(|id| !counts.contains_key(id)).take(10).collect();
     let repeated: Vec<(&i64, &usize)> = counts.iter().filter(|(_, n)| **n > 1).take(10).collect();
@@ -82,7 +82,7 @@ fn weir_crash_at_aborts_the_process_at_each_named_point() {
     ];
     for (i, point) in points.iter().enumerate() {
         let batch = 2 * i + 1;
-        let out = quickstart(lake.path())
+        let out = program(lake.path())
             .env("WEIR_CRASH_AT", format!("{point}@{batch}"))
             .output()
             .unwrap();
@@ -93,9 +93,9 @@ fn weir_crash_at_aborts_the_process_at_each_named_point() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let last = quickstart(lake.path()).output().unwrap();
+    let last = program(lake.path()).output().unwrap();
     assert!(last.status.success(), "{}", String::from_utf8_lossy(&last.stderr));
-    let counts = ids_in(&lake.path().join("warehouse/quickstart/payments"));
+    let counts = ids_in(&lake.path().join("foreach/payments"));
     let expected = (TOTAL_BATCHES * ROWS_PER_BATCH) as i64;
     assert_eq!(counts.len() as i64, expected);
     assert!(counts.values().all(|n| *n == 1));

@@ -12,7 +12,10 @@ use weir_test_support::readers::{iceberg, json_ids, python, read};
 
 fn weir(lake: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
-    c.arg("--lake").arg(lake.join("weir-lake")).env_remove("WEIR_CONFIG").current_dir(lake);
+    c.arg("--lake")
+        .arg(lake.join("weir-lake"))
+        .env_remove("WEIR_CONFIG")
+        .current_dir(lake);
     c
 }
 
