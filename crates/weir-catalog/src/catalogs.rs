@@ -49,7 +49,6 @@ impl std::fmt::Debug for TableSink {
     }
 }
 
-#[derive(Debug)]
 enum Opened {
     Sql {
         sql: Arc<SqlCatalog>,
@@ -62,6 +61,25 @@ enum Opened {
         root: PathBuf,
         storage: HashMap<String, String>,
     },
+}
+
+impl std::fmt::Debug for Opened {
+    // The storage settings hold secrets: only their names are shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Opened::Sql { sql, storage } => f
+                .debug_struct("Sql")
+                .field("catalog", sql)
+                .field("storage", &storage.keys().collect::<Vec<_>>())
+                .finish(),
+            Opened::Rest { rest } => f.debug_struct("Rest").field("catalog", rest).finish(),
+            Opened::Path { root, storage } => f
+                .debug_struct("Path")
+                .field("root", root)
+                .field("storage", &storage.keys().collect::<Vec<_>>())
+                .finish(),
+        }
+    }
 }
 
 /// The configured catalogs, connected on first use.
@@ -158,6 +176,9 @@ impl Catalogs {
                 known: self.config.names().collect::<Vec<_>>().join(", "),
                 hint: String::new(),
             })?;
+        config
+            .check(catalog)
+            .map_err(|reason| CatalogError::Config { at: None, reason })?;
         let storage: HashMap<String, String> = config.storage.clone().into_iter().collect();
         let uri = config.uri.clone().unwrap_or_default();
         let warehouse = config.warehouse.clone().unwrap_or_default();
@@ -235,6 +256,8 @@ impl Catalogs {
                 if let Some(t) = sql.load(&ident(name)).await? {
                     return Ok(entry(TableFormat::Iceberg, t.metadata.location().to_string()));
                 }
+                // A Delta table, or an Iceberg name reserved before its
+                // first query created the table.
                 let row = registry::find(sql, &name.namespace, &name.table).await?;
                 Ok(row.and_then(|r| entry(r.format, r.location)))
             }
@@ -277,65 +300,58 @@ impl Catalogs {
             .unwrap_or_else(|| config.default_format());
         let existed = found.is_some();
         let opened = self.open(&name.catalog).await?;
-        let (location, sink): (String, Arc<dyn Sink>) = match (&*opened, format) {
-            (Opened::Sql { sql, .. }, TableFormat::Iceberg) => {
-                let location = found
-                    .map(|f| f.location)
-                    .unwrap_or_else(|| sql.default_location(&ident(&name)));
-                (location, Arc::new(iceberg_sink(sql.clone(), &name, options)?))
-            }
-            (Opened::Rest { rest }, TableFormat::Iceberg) => {
-                let location = found
-                    .map(|f| f.location)
-                    .unwrap_or_else(|| rest.default_location(&ident(&name)));
-                (location, Arc::new(iceberg_sink(rest.clone(), &name, options)?))
-            }
-            (Opened::Sql { sql, storage }, TableFormat::Delta) => {
-                let location = match found {
-                    Some(f) => f.location,
-                    None => {
-                        let row = registry::Registered {
-                            namespace: name.namespace.clone(),
-                            table: name.table.clone(),
-                            format,
-                            location: format!("{}/{}", sql.warehouse(), name.relative_path()),
-                            properties: options.properties.clone(),
-                            created_at: chrono::Utc::now().to_rfc3339(),
-                        };
-                        let won = registry::register(sql, &row).await?;
-                        if won.format != TableFormat::Delta {
-                            return Err(CatalogError::FormatMismatch {
-                                name: name.to_string(),
-                                existing: won.format.to_string(),
-                                asked: format.to_string(),
-                            });
-                        }
-                        tracing::info!(table = %name, location = won.location, "registered the Delta table");
+        if let Some(refused) = refusal(&name, &opened, format) {
+            return Err(refused);
+        }
+        if !existed {
+            self.check_nesting(&name, &opened).await?;
+        }
+        let location = match (&*opened, found) {
+            (_, Some(f)) => f.location,
+            (Opened::Sql { sql, .. }, None) => {
+                // The name is registered (a Delta table) or reserved (an
+                // Iceberg table, until its first query creates it) now, so
+                // that it is never taken by both formats.
+                let location = match format {
+                    TableFormat::Delta => format!("{}/{}", sql.warehouse(), name.relative_path()),
+                    TableFormat::Iceberg => sql.default_location(&ident(&name)),
+                };
+                let row = registry::Registered {
+                    namespace: name.namespace.clone(),
+                    table: name.table.clone(),
+                    format,
+                    location,
+                    properties: options.properties.clone(),
+                    created_at: chrono::Utc::now().to_rfc3339(),
+                };
+                let won = registry::register(sql, &row).await?;
+                match won {
+                    Some(won) if won.format == format => {
+                        tracing::info!(table = %name, %format, location = won.location, "registered the table");
                         won.location
                     }
-                };
-                let sink = delta_sink(&location, options, storage)?;
-                (location, Arc::new(sink))
+                    other => {
+                        return Err(CatalogError::FormatMismatch {
+                            name: name.to_string(),
+                            existing: other.map_or(TableFormat::Iceberg, |w| w.format).to_string(),
+                            asked: format.to_string(),
+                        })
+                    }
+                }
             }
-            (Opened::Path { root, storage }, TableFormat::Delta) => {
-                let location = root.join(name.relative_path()).display().to_string();
-                let sink = delta_sink(&location, options, storage)?;
-                (location, Arc::new(sink))
+            (Opened::Rest { rest }, None) => rest.default_location(&ident(&name)),
+            (Opened::Path { root, .. }, None) => root.join(name.relative_path()).display().to_string(),
+        };
+        let sink: Arc<dyn Sink> = match (&*opened, format) {
+            (Opened::Sql { sql, .. }, TableFormat::Iceberg) => Arc::new(iceberg_sink(sql.clone(), &name, options)?),
+            (Opened::Rest { rest }, TableFormat::Iceberg) => Arc::new(iceberg_sink(rest.clone(), &name, options)?),
+            (Opened::Sql { storage, .. } | Opened::Path { storage, .. }, TableFormat::Delta) => {
+                Arc::new(delta_sink(&location, options, storage)?)
             }
-            (Opened::Rest { .. }, TableFormat::Delta) => {
-                return Err(CatalogError::Unsupported {
-                    catalog: name.catalog.clone(),
-                    reason: format!("{name}: a REST catalog holds Iceberg tables only"),
-                })
-            }
-            (Opened::Path { .. }, TableFormat::Iceberg) => {
-                return Err(CatalogError::Unsupported {
-                    catalog: name.catalog.clone(),
-                    reason: format!(
-                        "{name}: weir writes Iceberg tables only through a catalog that swaps their metadata \
-                         atomically (sql or rest); a path catalog lists and reads them. Nothing was written"
-                    ),
-                })
+            (opened, format) => {
+                return Err(
+                    refusal(&name, opened, format).unwrap_or(CatalogError::NoSuchTable { name: name.to_string() })
+                )
             }
         };
         Ok(TableSink {
@@ -343,6 +359,27 @@ impl Catalogs {
             existed,
             sink,
         })
+    }
+
+    /// Refuses a new table whose folder would hold, or sit inside, another
+    /// table's (`a.b` and `a.b.c` share the folder `a/b`).
+    async fn check_nesting(&self, name: &TableName, opened: &Opened) -> Result<(), CatalogError> {
+        let new: Vec<String> = name.namespace.iter().cloned().chain([name.table.clone()]).collect();
+        for other in table_names(opened).await? {
+            let relation = if other.len() < new.len() && new.starts_with(&other) {
+                "sit inside"
+            } else if new.len() < other.len() && other.starts_with(&new) {
+                "hold"
+            } else {
+                continue;
+            };
+            return Err(CatalogError::Nested {
+                name: name.to_string(),
+                relation,
+                other: format!("{}.{}", name.catalog, other.join(".")),
+            });
+        }
+        Ok(())
     }
 
     /// The tables of a catalog (the default one if `None`), or of one of
@@ -380,10 +417,14 @@ impl Catalogs {
         let mut out = Vec::new();
         match &*self.open(&catalog).await? {
             Opened::Sql { sql, .. } => {
-                for r in registry::list(sql, namespace.as_deref()).await? {
-                    out.push(entry(r.namespace, r.table, r.format, r.location));
-                }
                 out.extend(iceberg_entries(sql.as_ref(), namespace.as_deref(), &entry).await?);
+                for r in registry::list(sql, namespace.as_deref()).await? {
+                    let e = entry(r.namespace, r.table, r.format, r.location);
+                    // An Iceberg name stays reserved once its table exists.
+                    if !out.iter().any(|o| o.name == e.name) {
+                        out.push(e);
+                    }
+                }
             }
             Opened::Rest { rest } => out.extend(iceberg_entries(rest.as_ref(), namespace.as_deref(), &entry).await?),
             Opened::Path { root, .. } => {
@@ -398,16 +439,23 @@ impl Catalogs {
     }
 
     /// Removes the table from its catalog; with `purge`, its files too
-    /// (only below the catalog's warehouse). A path catalog's tables are
-    /// their folders, so dropping one there needs `purge`. Returns whether
-    /// there was such a table.
+    /// (only below the catalog's warehouse, and only after the catalog
+    /// entry is gone, so a failed drop deletes nothing). Without `purge`
+    /// the files stay where they are: a table created again under the name
+    /// finds them (a Delta table comes back whole, with its markers). A
+    /// path catalog's tables are their folders, so dropping one there needs
+    /// `purge`. Returns whether there was such a table.
     pub async fn drop_table(&self, name: &str, purge: bool) -> Result<bool, CatalogError> {
         let name = self.resolve(name)?;
         let Some(found) = self.find_resolved(&name).await? else {
             return Ok(false);
         };
         match (&*self.open(&name.catalog).await?, found.format) {
-            (Opened::Sql { sql, .. }, TableFormat::Iceberg) => Ok(sql.drop_table(&ident(&name), purge).await?),
+            (Opened::Sql { sql, .. }, TableFormat::Iceberg) => {
+                let dropped = sql.drop_table(&ident(&name), purge).await?;
+                let unreserved = registry::remove(sql, &name.namespace, &name.table).await?;
+                Ok(dropped || unreserved)
+            }
             (Opened::Rest { rest }, _) => Ok(rest.drop_table(&ident(&name), purge).await?),
             (Opened::Sql { sql, storage }, TableFormat::Delta) => {
                 if purge {
@@ -447,11 +495,56 @@ impl Catalogs {
     }
 }
 
+/// Why a catalog cannot write a table of `format`, if it cannot.
+fn refusal(name: &TableName, opened: &Opened, format: TableFormat) -> Option<CatalogError> {
+    let reason = match (opened, format) {
+        (Opened::Rest { .. }, TableFormat::Delta) => format!("{name}: a REST catalog holds Iceberg tables only"),
+        (Opened::Path { .. }, TableFormat::Iceberg) => format!(
+            "{name}: weir writes Iceberg tables only through a catalog that swaps their metadata \
+             atomically (sql or rest); a path catalog lists and reads them. Nothing was written"
+        ),
+        _ => return None,
+    };
+    Some(CatalogError::Unsupported {
+        catalog: name.catalog.clone(),
+        reason,
+    })
+}
+
 fn ident(name: &TableName) -> TableIdent {
     TableIdent::new(
         NamespaceIdent::from_vec(name.namespace.clone()).expect("resolved names have a namespace"),
         name.table.clone(),
     )
+}
+
+/// Every table name of a catalog, as parts (namespace levels, table).
+async fn table_names(opened: &Opened) -> Result<Vec<Vec<String>>, CatalogError> {
+    let joined = |ident: TableIdent| {
+        ident
+            .namespace
+            .clone()
+            .inner()
+            .into_iter()
+            .chain([ident.name])
+            .collect()
+    };
+    Ok(match opened {
+        Opened::Sql { sql, .. } => {
+            let mut names: Vec<Vec<String>> = registry::list(sql, None)
+                .await?
+                .into_iter()
+                .map(|r| r.namespace.into_iter().chain([r.table]).collect())
+                .collect();
+            names.extend(sql.list(None).await?.into_iter().map(joined));
+            names
+        }
+        Opened::Rest { rest } => rest.list(None).await?.into_iter().map(joined).collect(),
+        Opened::Path { root, .. } => path::list(root, None)
+            .into_iter()
+            .map(|(ns, table, _)| ns.into_iter().chain([table]).collect())
+            .collect(),
+    })
 }
 
 async fn iceberg_entries(
@@ -541,9 +634,10 @@ async fn delete_tree(catalog: &str, location: &str, storage: &HashMap<String, St
     weir_iceberg::file_io(&prefix, storage.clone())
         .delete_prefix(&prefix)
         .await
-        .map_err(|e| CatalogError::Unsupported {
+        .map_err(|source| CatalogError::Purge {
             catalog: catalog.to_string(),
-            reason: format!("could not delete the files under {prefix}: {e}"),
+            location: prefix.clone(),
+            source: Box::new(source),
         })
 }
 

@@ -76,7 +76,16 @@ impl std::fmt::Debug for CatalogConfig {
         let storage: BTreeMap<&String, &str> = self
             .storage
             .iter()
-            .map(|(k, v)| (k, if is_secret(k) { "<hidden>" } else { v.as_str() }))
+            .map(|(k, v)| {
+                (
+                    k,
+                    if weir_iceberg::is_secret_setting(k) {
+                        "<hidden>"
+                    } else {
+                        v.as_str()
+                    },
+                )
+            })
             .collect();
         f.debug_struct("CatalogConfig")
             .field("kind", &self.kind)
@@ -87,13 +96,6 @@ impl std::fmt::Debug for CatalogConfig {
             .field("storage", &storage)
             .finish()
     }
-}
-
-fn is_secret(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    ["secret", "password", "token", "credential"]
-        .iter()
-        .any(|s| key.contains(s))
 }
 
 impl CatalogConfig {
@@ -150,7 +152,7 @@ impl CatalogConfig {
     }
 
     /// Checks the settings the kind needs, naming what is missing.
-    fn check(&self, name: &str) -> Result<(), String> {
+    pub(crate) fn check(&self, name: &str) -> Result<(), String> {
         let needs = |what: &str, value: &Option<String>| match value {
             Some(v) if !v.is_empty() => Ok(()),
             _ => Err(format!("catalog {name:?} ({:?}) needs `{what}`", self.kind)),

@@ -101,7 +101,8 @@ impl Catalogs {
             }
             TableFormat::Iceberg => {
                 let Some(loaded) = self.load_iceberg(&table).await? else {
-                    return Err(CatalogError::NoSuchTable { name: name.to_string() });
+                    // Reserved; its first query creates it.
+                    return Ok(out);
                 };
                 let m = &loaded.metadata;
                 out.exists = true;
@@ -156,7 +157,7 @@ impl Catalogs {
             }
             TableFormat::Iceberg => {
                 let Some(loaded) = self.load_iceberg(&table).await? else {
-                    return Err(CatalogError::NoSuchTable { name: name.to_string() });
+                    return Ok(Vec::new());
                 };
                 let mut snapshots: Vec<_> = loaded.metadata.snapshots().cloned().collect();
                 snapshots.sort_by_key(|s| std::cmp::Reverse(s.sequence_number()));

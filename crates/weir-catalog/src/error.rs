@@ -74,6 +74,23 @@ pub enum CatalogError {
         source: std::io::Error,
     },
 
+    /// A table's folder would hold another table's, or sit inside one.
+    #[error("table {name} cannot be created: its folder would {relation} table {other}'s; nothing was created (choose a name that is not a prefix or extension of another table's)")]
+    Nested {
+        name: String,
+        relation: &'static str,
+        other: String,
+    },
+
+    /// Deleting a table's files failed (some may be gone).
+    #[error("catalog {catalog:?}: could not delete the files under {location}: {source}")]
+    Purge {
+        catalog: String,
+        location: String,
+        #[source]
+        source: Box<iceberg::Error>,
+    },
+
     /// The Delta sink refused or failed.
     #[error(transparent)]
     Delta(Box<weir_delta::DeltaSinkError>),

@@ -33,7 +33,7 @@ impl std::fmt::Display for TableName {
 
 /// Checks one part of a name. Parts become folder names and SQL values, so
 /// only ASCII letters, digits, `_` and `-` are allowed, starting with a
-/// letter, digit or `_`, at most 128 bytes.
+/// letter or digit, at most 128 bytes.
 pub fn check_part(name: &str, part: &str) -> Result<(), CatalogError> {
     let err = |reason: String| CatalogError::Name {
         name: name.to_string(),
@@ -55,8 +55,9 @@ pub fn check_part(name: &str, part: &str) -> Result<(), CatalogError> {
             "{part:?} contains {bad:?}; a part may hold only ASCII letters, digits, '_' and '-'"
         )));
     }
-    if part.starts_with('-') {
-        return Err(err(format!("{part:?} starts with '-'")));
+    if part.starts_with(['-', '_']) {
+        // `_` folders are the formats' own (`_delta_log`), `-` reads as a flag.
+        return Err(err(format!("{part:?} starts with {:?}", &part[..1])));
     }
     Ok(())
 }
@@ -100,7 +101,8 @@ mod tests {
             ("bronze.pay'ments", "'\\''"),
             ("bronze.pay;DROP TABLE x", "';'"),
             ("bronze.pay ments", "' '"),
-            ("bronze.-payments", "starts with '-'"),
+            ("bronze.-payments", "starts with \"-\""),
+            ("bronze.payments._delta_log", "starts with \"_\""),
             ("bronze.zahlüngen", "'ü'"),
         ] {
             let e = parts(name).unwrap_err().to_string();

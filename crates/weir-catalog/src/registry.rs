@@ -1,5 +1,8 @@
-//! weir's own table of Delta tables in a SQL catalog's database
-//! (`weir_tables`), beside the JDBC catalog's `iceberg_tables`.
+//! weir's own table of tables in a SQL catalog's database (`weir_tables`),
+//! beside the JDBC catalog's `iceberg_tables`: every Delta table, and every
+//! name weir reserved for an Iceberg table before its first query created
+//! it, so that one name is never taken by both formats. Each row carries
+//! `record_version` (1), the version of its layout.
 
 use std::collections::BTreeMap;
 
@@ -40,6 +43,7 @@ pub(crate) async fn create(catalog: &SqlCatalog) -> Result<(), CatalogError> {
         location VARCHAR(1000) NOT NULL, \
         properties TEXT, \
         created_at VARCHAR(40) NOT NULL, \
+        record_version INTEGER NOT NULL, \
         PRIMARY KEY (catalog_name, table_namespace, table_name))";
     // Two processes creating it at once: the loser's error is harmless if
     // the table is there afterwards.
@@ -113,28 +117,39 @@ pub(crate) async fn list(catalog: &SqlCatalog, namespace: Option<&[String]>) -> 
     rows.into_iter().map(|r| row(catalog, r)).collect()
 }
 
-/// Registers a table unless the name is taken; returns the row that holds
-/// the name afterwards (this one, or another writer's).
-pub(crate) async fn register(catalog: &SqlCatalog, table: &Registered) -> Result<Registered, CatalogError> {
+/// Registers a table unless the name is taken, here or (for a Delta
+/// table) in `iceberg_tables`; returns the row that holds the name
+/// afterwards (this one, or another writer's), or `None` if an Iceberg
+/// table holds it.
+pub(crate) async fn register(catalog: &SqlCatalog, table: &Registered) -> Result<Option<Registered>, CatalogError> {
+    let iceberg_holds = if table.format == TableFormat::Delta {
+        " WHERE NOT EXISTS (SELECT 1 FROM iceberg_tables \
+         WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?)"
+    } else {
+        " WHERE 1 = 1"
+    };
     let sql = catalog.statement(&format!(
-        "INSERT INTO weir_tables (catalog_name, {COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+        "INSERT INTO weir_tables (catalog_name, {COLUMNS}, record_version) \
+         SELECT ?, ?, ?, ?, ?, ?, ?, 1{iceberg_holds} ON CONFLICT DO NOTHING"
     ));
-    sqlx::query(&sql)
-        .bind(weir_iceberg::Catalog::name(catalog))
-        .bind(table.namespace.join("."))
+    let name = weir_iceberg::Catalog::name(catalog);
+    let namespace = table.namespace.join(".");
+    let mut query = sqlx::query(&sql)
+        .bind(name)
+        .bind(&namespace)
         .bind(&table.table)
         .bind(table.format.as_str())
         .bind(&table.location)
         .bind(serde_json::to_string(&table.properties).unwrap_or_default())
-        .bind(&table.created_at)
+        .bind(&table.created_at);
+    if table.format == TableFormat::Delta {
+        query = query.bind(name).bind(&namespace).bind(&table.table);
+    }
+    query
         .execute(catalog.pool())
         .await
         .map_err(err(catalog, "register the table"))?;
-    find(catalog, &table.namespace, &table.table)
-        .await?
-        .ok_or_else(|| CatalogError::NoSuchTable {
-            name: format!("{}.{}", table.namespace.join("."), table.table),
-        })
+    find(catalog, &table.namespace, &table.table).await
 }
 
 /// Removes a table's row; returns whether there was one.

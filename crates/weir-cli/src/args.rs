@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "weir", version, about, long_about)]
 pub struct Cli {
-    /// A TOML file of catalogs (default: `WEIR_CONFIG`).
+    /// A TOML file of catalogs (default: `WEIR_CONFIG`, unless `--lake` is given).
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The embedded default's directory (default: `WEIR_LAKE`, else `./weir-lake`).

@@ -26,10 +26,16 @@ use crate::args::{CheckpointCommand, Cli, Command};
 type Failure = Box<dyn std::error::Error + Send + Sync>;
 
 fn catalogs(cli: &Cli) -> Result<Catalogs, Failure> {
-    let config = match (&cli.config, std::env::var_os("WEIR_CONFIG")) {
-        (Some(file), _) => Config::from_file(file)?,
-        (None, Some(file)) => Config::from_file(std::path::Path::new(&file))?,
-        (None, None) => Config::embedded(&lake_dir(cli.lake.as_deref())),
+    // A flag wins over the environment; --config and --lake together are
+    // ambiguous.
+    let config = match (&cli.config, &cli.lake, std::env::var_os("WEIR_CONFIG")) {
+        (Some(_), Some(_), _) => {
+            return Err("--config and --lake both choose the catalogs: give one".into());
+        }
+        (Some(file), None, _) => Config::from_file(file)?,
+        (None, Some(lake), _) => Config::embedded(lake),
+        (None, None, Some(file)) => Config::from_file(std::path::Path::new(&file))?,
+        (None, None, None) => Config::embedded(&lake_dir(None)),
     };
     Ok(Catalogs::new(config))
 }

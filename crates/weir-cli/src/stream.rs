@@ -50,6 +50,15 @@ pub async fn run(catalogs: &Catalogs, args: &StreamArgs) -> Result<(), Failure> 
         writer = writer.trigger(Trigger::processing_time(parse_duration(interval)?));
     }
     if let Some(n) = args.max_batches {
+        if args.take_over_output {
+            // Taken-over batch ids continue after the old query's marker, so
+            // a count from 0 would stop at once or never.
+            return Err(
+                "--max-batches counts batch ids from 0 and cannot be used with --take-over-output, \
+                        whose batch ids continue after the old query's; run the takeover without it"
+                    .into(),
+            );
+        }
         if n == 0 {
             return Err("--max-batches must be at least 1".into());
         }

@@ -352,4 +352,23 @@ fn bad_input_fails_with_a_message_that_names_it() {
     }
     let e = failure(lake, &["stream", "--from", "rate", "--checkpoint", "c"]);
     assert!(e.contains("--to"), "{e}");
+    let e = failure(
+        lake,
+        &[
+            "stream",
+            "--from",
+            "rate",
+            "--to",
+            "a.b",
+            "--checkpoint",
+            "c",
+            "--max-batches",
+            "3",
+            "--take-over-output",
+        ],
+    );
+    assert!(e.contains("cannot be used with --take-over-output"), "{e}");
+    // Both --config and --lake: ambiguous (the helper passes --lake).
+    let e = failure(lake, &["--config", "weir.toml", "tables"]);
+    assert!(e.contains("--config and --lake"), "{e}");
 }

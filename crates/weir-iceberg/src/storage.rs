@@ -28,9 +28,13 @@ use tokio::io::AsyncWriteExt;
 
 /// Whether a setting is never printed or serialised (keys, secrets,
 /// tokens, passwords).
-fn is_secret(name: &str) -> bool {
+/// Whether a storage or catalog setting holds a secret (its value is never
+/// printed, logged or serialised).
+pub fn is_secret_setting(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
-    ["secret", "token", "password", "key"].iter().any(|w| name.contains(w))
+    ["secret", "token", "password", "key", "credential"]
+        .iter()
+        .any(|w| name.contains(w))
 }
 
 /// A `FileIO` for `location` (a warehouse or table location) with
@@ -88,7 +92,7 @@ fn err(context: &str, path: &str) -> impl Fn(object_store::Error) -> Error {
 
 impl ObjectStorage {
     fn new(settings: HashMap<String, String>) -> Self {
-        let (secrets, settings) = settings.into_iter().partition(|(k, _)| is_secret(k));
+        let (secrets, settings) = settings.into_iter().partition(|(k, _)| is_secret_setting(k));
         ObjectStorage {
             settings,
             secrets,

@@ -194,3 +194,85 @@ async fn bad_names_and_missing_catalogs_are_clear_errors_and_touch_nothing() {
         .to_string()
         .contains("does not exist"));
 }
+
+#[tokio::test]
+async fn names_are_never_nested_nor_taken_by_both_formats() {
+    let lake = tempfile::tempdir().unwrap();
+    let catalogs = Catalogs::new(Config::embedded(lake.path()));
+    let options = TableOptions::new();
+
+    // a.b.c's folder is a/b/c: a.b (folder a/b) would hold it.
+    catalogs.sink("lake.a.b.c", &options).await.unwrap();
+    let e = catalogs.sink("a.b", &options).await.unwrap_err();
+    assert!(matches!(e, CatalogError::Nested { relation: "hold", .. }), "{e}");
+    assert!(e.to_string().contains("lake.a.b.c"), "{e}");
+    let e = catalogs.sink("lake.a.b.c.d", &options).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CatalogError::Nested {
+                relation: "sit inside",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = catalogs.sink("lake.a.b.c._delta_log", &options).await.unwrap_err();
+    assert!(e.to_string().contains("starts with \"_\""), "{e}");
+
+    // An Iceberg name is reserved before its first query creates the table.
+    let iceberg = TableOptions::new().format(TableFormat::Iceberg);
+    let reserved = catalogs.sink("silver.events", &iceberg).await.unwrap();
+    assert!(!reserved.existed);
+    assert_eq!(
+        catalogs.table("silver.events").await.unwrap().format,
+        TableFormat::Iceberg
+    );
+    let e = catalogs
+        .sink("silver.events", &TableOptions::new().format(TableFormat::Delta))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("is stored as iceberg, not delta"), "{e}");
+    // Asked for no format, the name keeps its own.
+    assert_eq!(
+        catalogs.sink("silver.events", &options).await.unwrap().table.format,
+        TableFormat::Iceberg
+    );
+    let d = catalogs.describe("silver.events").await.unwrap();
+    assert!(!d.exists);
+    let listed: Vec<_> = catalogs.list(None, Some("silver")).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(catalogs.drop_table("silver.events", false).await.unwrap());
+    assert!(catalogs.find("silver.events").await.unwrap().is_none());
+    // Free again, for either format.
+    assert_eq!(
+        catalogs.sink("silver.events", &options).await.unwrap().table.format,
+        TableFormat::Delta
+    );
+}
+
+#[tokio::test]
+async fn open_catalogs_show_no_secrets() {
+    let lake = tempfile::tempdir().unwrap();
+    let config = Config::empty().with_catalog(
+        "lake",
+        CatalogConfig::sql(
+            format!("sqlite://{}", lake.path().join("c.db").display()),
+            lake.path().join("w").to_str().unwrap(),
+        )
+        .with_storage("s3.secret-access-key", "hunter2-secret")
+        .with_credential("id:hunter3-secret"),
+    );
+    let catalogs = Catalogs::new(config);
+    assert!(catalogs.find("bronze.payments").await.unwrap().is_none()); // opens it
+    let shown = format!("{catalogs:?}");
+    assert!(!shown.contains("hunter2") && !shown.contains("hunter3"), "{shown}");
+    assert!(shown.contains("s3.secret-access-key"), "{shown}");
+}
+
+#[tokio::test]
+async fn a_catalog_built_in_code_is_checked_when_opened() {
+    let config = Config::empty().with_catalog("lake", CatalogConfig::path(""));
+    let e = Catalogs::new(config).find("a.b").await.unwrap_err().to_string();
+    assert!(e.contains("needs `warehouse`"), "{e}");
+}

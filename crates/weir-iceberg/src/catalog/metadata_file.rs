@@ -98,20 +98,25 @@ impl std::fmt::Debug for MetadataFiles {
     }
 }
 
-/// How the known snapshots move on once a file is written.
-enum Next {
-    /// The file's snapshots are the known ones and these, already encoded.
-    Append(Vec<Vec<u8>>),
-    /// The file's snapshots, encoded anew.
-    Replace(Snapshots),
+/// How a file was encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Encoding {
+    /// The kept snapshots and the new ones.
+    Appended,
+    /// Every snapshot encoded anew (after an expiry, or a base not kept).
+    Rebuilt,
+    /// By iceberg's serializer (refs not known, or not v2).
+    Full,
 }
 
-/// A metadata file's bytes, in pieces, and what it means for the cache.
+/// A metadata file's bytes, in pieces, and what it holds for the cache.
 pub(crate) struct MetadataJson {
     /// The file is these pieces, in order.
     pub pieces: Vec<Bytes>,
-    refs: Option<HashMap<String, SnapshotReference>>,
-    next: Option<Next>,
+    /// How it was encoded.
+    pub encoding: Encoding,
+    /// The file's refs and snapshots (not for [`Encoding::Full`]).
+    kept: Option<(HashMap<String, SnapshotReference>, Snapshots)>,
 }
 
 impl MetadataJson {
@@ -142,14 +147,19 @@ impl MetadataFiles {
         metadata: &TableMetadata,
         changes: &[TableUpdate],
     ) -> Result<MetadataJson, serde_json::Error> {
-        let tables = self.tables.lock().expect("metadata cache poisoned");
-        let known = tables
-            .get(&metadata.uuid())
-            .filter(|k| Some(k.location.as_str()) == base);
-        let refs = match (base, known) {
-            (None, _) => Some(HashMap::new()),
-            (Some(_), Some(known)) => Some(known.refs.clone()),
-            (Some(_), None) => None,
+        // What is known of `base`, copied out (the chunks are shared) so
+        // that no lock is held while encoding.
+        let known = {
+            let tables = self.tables.lock().expect("metadata cache poisoned");
+            tables
+                .get(&metadata.uuid())
+                .filter(|k| Some(k.location.as_str()) == base)
+                .map(|k| (k.refs.clone(), k.snapshots.clone()))
+        };
+        let (refs, snapshots) = match (base, known) {
+            (None, _) => (Some(HashMap::new()), Some(Snapshots::default())),
+            (Some(_), Some((refs, snapshots))) => (Some(refs), snapshots),
+            (Some(_), None) => (None, None),
         };
         let refs = refs
             .map(|refs| follow(refs, changes))
@@ -158,104 +168,81 @@ impl MetadataFiles {
             tracing::debug!(table = metadata.location(), "metadata encoded in full");
             return Ok(MetadataJson {
                 pieces: vec![Bytes::from(serde_json::to_vec(metadata)?)],
-                refs: None,
-                next: None,
+                encoding: Encoding::Full,
+                kept: None,
             });
         };
-        let mut head = serde_json::to_vec(&head(metadata, &refs))?;
-        if metadata.snapshots().len() == 0 {
-            return Ok(MetadataJson {
-                pieces: vec![Bytes::from(head)],
-                refs: Some(refs),
-                next: Some(Next::Replace(Snapshots::default())),
-            });
-        }
-        head.pop(); // the closing brace
-        head.extend_from_slice(br#","snapshots":["#);
-        let mut pieces = vec![Bytes::from(head)];
-        let next = match known
-            .and_then(|k| k.snapshots.as_ref())
-            .and_then(|s| appended(s, metadata, changes))
-        {
-            Some((known, added)) => {
-                let mut open = known.open.clone();
-                for (i, json) in added.iter().enumerate() {
-                    if known.count + i > 0 {
-                        open.push(b',');
-                    }
-                    open.extend_from_slice(json);
-                }
-                pieces.extend(known.sealed.iter().cloned());
-                pieces.push(Bytes::from(open));
-                Next::Append(added)
-            }
+        let (snapshots, encoding) = match snapshots.and_then(|s| appended(s, metadata, changes)) {
+            Some(s) => (s, Encoding::Appended),
             None => {
                 let mut all = Snapshots::default();
                 for snapshot in metadata.snapshots() {
                     all.push(&encode_snapshot(snapshot)?);
                 }
-                pieces.extend(all.sealed.iter().cloned());
-                pieces.push(Bytes::from(all.open.clone()));
-                Next::Replace(all)
+                (all, Encoding::Rebuilt)
             }
         };
-        pieces.push(Bytes::from_static(b"]}"));
+        let mut head = serde_json::to_vec(&head(metadata, &refs))?;
+        let mut pieces = Vec::with_capacity(snapshots.sealed.len() + 3);
+        if snapshots.count > 0 {
+            head.pop(); // the closing brace
+            head.extend_from_slice(br#","snapshots":["#);
+            pieces.push(Bytes::from(head));
+            pieces.extend(snapshots.sealed.iter().cloned());
+            pieces.push(Bytes::copy_from_slice(&snapshots.open));
+            pieces.push(Bytes::from_static(b"]}"));
+        } else {
+            pieces.push(Bytes::from(head));
+        }
         Ok(MetadataJson {
             pieces,
-            refs: Some(refs),
-            next: Some(next),
+            encoding,
+            kept: Some((refs, snapshots)),
         })
     }
 
-    /// Records that `json`, encoded from `metadata`, is now at `location`.
+    /// Records that `json`, encoded from `metadata`, is now the file at
+    /// `location`. What is kept describes that file alone, whatever was
+    /// recorded meanwhile.
     pub fn written(&self, location: &str, metadata: &TableMetadata, json: MetadataJson) {
         let mut tables = self.tables.lock().expect("metadata cache poisoned");
-        let (Some(refs), Some(next)) = (json.refs, json.next) else {
-            tables.remove(&metadata.uuid());
-            return;
-        };
-        let known = tables.entry(metadata.uuid()).or_default();
-        known.location = location.to_string();
-        known.refs = refs;
-        match next {
-            Next::Replace(all) => known.snapshots = Some(all),
-            Next::Append(added) => {
-                if let Some(snapshots) = known.snapshots.as_mut() {
-                    for json in &added {
-                        snapshots.push(json);
-                    }
-                }
+        match json.kept {
+            Some((refs, snapshots)) => {
+                tables.insert(
+                    metadata.uuid(),
+                    Known {
+                        location: location.to_string(),
+                        refs,
+                        snapshots: Some(snapshots),
+                    },
+                );
+            }
+            None => {
+                tables.remove(&metadata.uuid());
             }
         }
     }
 }
 
-/// The known snapshots and the JSON of the ones `changes` added, when the
-/// metadata's snapshots are exactly those.
-fn appended<'a>(
-    known: &'a Snapshots,
-    metadata: &TableMetadata,
-    changes: &[TableUpdate],
-) -> Option<(&'a Snapshots, Vec<Vec<u8>>)> {
+/// The snapshots of `metadata`, when they are `known` and the ones
+/// `changes` added (which are encoded and joined).
+fn appended(mut known: Snapshots, metadata: &TableMetadata, changes: &[TableUpdate]) -> Option<Snapshots> {
     let mut added = Vec::new();
     for change in changes {
         match change {
-            TableUpdate::AddSnapshot { snapshot } => added.push(snapshot),
+            TableUpdate::AddSnapshot { snapshot } => added.push(snapshot.snapshot_id()),
             TableUpdate::RemoveSnapshots { .. } => return None,
             _ => {}
         }
     }
-    if metadata.snapshots().len() != known.count + added.len()
-        || added.iter().any(|s| metadata.snapshot_by_id(s.snapshot_id()).is_none())
-    {
+    if metadata.snapshots().len() != known.count + added.len() {
         return None;
     }
-    let encoded = added
-        .iter()
-        .map(|s| encode_snapshot(s))
-        .collect::<Result<Vec<_>, _>>()
-        .ok()?;
-    Some((known, encoded))
+    for id in added {
+        let snapshot = metadata.snapshot_by_id(id)?;
+        known.push(&encode_snapshot(snapshot).ok()?);
+    }
+    Some(known)
 }
 
 /// The refs after `changes`.
@@ -449,10 +436,10 @@ mod tests {
         let json = files.encode(Some(location), &built.metadata, &built.changes).unwrap();
         let ours = sorted(serde_json::from_slice(&json.to_vec()).unwrap());
         assert_eq!(ours, as_iceberg_writes(&built.metadata));
-        let how = match json.next {
-            Some(Next::Append(_)) => "append",
-            Some(Next::Replace(_)) => "replace",
-            None => "full",
+        let how = match json.encoding {
+            Encoding::Appended => "append",
+            Encoding::Rebuilt => "replace",
+            Encoding::Full => "full",
         };
         files.written(next, &built.metadata, json);
         (built.metadata, how)
@@ -525,6 +512,52 @@ mod tests {
             b.add_snapshot(snapshot(200, Some(105), 6)).unwrap()
         });
         assert_eq!(how, "full");
+    }
+
+    #[test]
+    fn a_late_record_of_an_older_file_never_mixes_with_a_newer_one() {
+        let files = MetadataFiles::default();
+        let m0 = new_table();
+        let created = files.encode(None, &m0, &[]).unwrap();
+        files.written("m0", &m0, created);
+        let add = |base: &TableMetadata, at: &str, id: i64, parent: Option<i64>, seq: i64| {
+            TableMetadataBuilder::new_from_metadata(base.clone(), Some(at.to_string()))
+                .add_snapshot(snapshot(id, parent, seq))
+                .unwrap()
+                .set_ref(
+                    MAIN_BRANCH,
+                    SnapshotReference::new(id, SnapshotRetention::branch(None, None, None)),
+                )
+                .unwrap()
+                .build()
+                .unwrap()
+        };
+        // Writer A encodes m1; before it records the swap, writer B (same
+        // cache) commits m2 on m1 and records it.
+        let a = add(&m0, "m0", 101, None, 1);
+        let a_json = files.encode(Some("m0"), &a.metadata, &a.changes).unwrap();
+        files.loaded(
+            "m1",
+            &a.metadata,
+            HashMap::from([(
+                MAIN_BRANCH.to_string(),
+                SnapshotReference::new(101, SnapshotRetention::branch(None, None, None)),
+            )]),
+        );
+        let b = add(&a.metadata, "m1", 102, Some(101), 2);
+        let b_json = files.encode(Some("m1"), &b.metadata, &b.changes).unwrap();
+        files.written("m2", &b.metadata, b_json);
+        // A's late record describes m1 alone.
+        files.written("m1", &a.metadata, a_json);
+        for (base, at, id, parent, seq) in [
+            (&a.metadata, "m1", 103, Some(101), 2),
+            (&b.metadata, "m2", 104, Some(102), 3),
+        ] {
+            let next = add(base, at, id, parent, seq);
+            let json = files.encode(Some(at), &next.metadata, &next.changes).unwrap();
+            let ours = sorted(serde_json::from_slice(&json.to_vec()).unwrap());
+            assert_eq!(ours, as_iceberg_writes(&next.metadata), "on {at}");
+        }
     }
 
     #[test]

@@ -12,6 +12,9 @@ use iceberg::{TableIdent, TableRequirement, TableUpdate};
 use serde_json::{json, Value};
 
 use super::{check_ident, Catalog, LoadedTable, Swap};
+
+/// How deep nested namespaces are listed.
+const MAX_NAMESPACE_DEPTH: usize = 8;
 use crate::error::IcebergSinkError;
 
 /// An Iceberg REST catalog with OAuth2 client credentials.
@@ -168,6 +171,37 @@ impl RestCatalog {
         unreachable!("the second pass returns")
     }
 
+    /// Every item of `key` in the answers to `path`, following
+    /// `next-page-token`; a missing namespace has none.
+    async fn pages(&self, path: &str, key: &str, operation: &str) -> Result<Vec<Value>, IcebergSinkError> {
+        let mut items = Vec::new();
+        let mut page: Option<String> = None;
+        loop {
+            let separator = if path.contains('?') { '&' } else { '?' };
+            let url = match &page {
+                Some(token) => format!("{path}{separator}pageToken={}", encode(token)),
+                None => path.to_string(),
+            };
+            let (status, body) = self.call(reqwest::Method::GET, &url, None).await?;
+            match status.as_u16() {
+                200 => {}
+                404 => return Ok(items),
+                _ => return Err(self.refused(operation, status, &body)),
+            }
+            let Some(found) = body[key].as_array() else {
+                return Err(self.err(operation, format!("the answer has no {key} list")));
+            };
+            items.extend(found.iter().cloned());
+            page = body["next-page-token"]
+                .as_str()
+                .filter(|t| !t.is_empty())
+                .map(str::to_string);
+            if page.is_none() {
+                return Ok(items);
+            }
+        }
+    }
+
     fn table_path(&self, ident: &TableIdent) -> String {
         format!("{}tables/{}", self.namespace_path(ident), encode(&ident.name))
     }
@@ -292,12 +326,30 @@ impl Catalog for RestCatalog {
         let namespaces: Vec<Vec<String>> = match namespace {
             Some(ns) => vec![ns.to_vec()],
             None => {
-                let path = format!("{}namespaces", self.base);
-                let (status, body) = self.call(reqwest::Method::GET, &path, None).await?;
-                if !status.is_success() {
-                    return Err(self.refused("list the namespaces", status, &body));
+                // Every namespace, nested ones through `parent`.
+                let mut all = Vec::new();
+                let mut pending: Vec<Option<Vec<String>>> = vec![None];
+                while let Some(parent) = pending.pop() {
+                    let mut path = format!("{}namespaces", self.base);
+                    if let Some(parent) = &parent {
+                        let parts: Vec<String> = parent.iter().map(|p| encode(p)).collect();
+                        path.push_str(&format!("?parent={}", parts.join("%1F")));
+                    }
+                    for ns in self.pages(&path, "namespaces", "list the namespaces").await? {
+                        let parts: Vec<String> = serde_json::from_value(ns.clone())
+                            .map_err(|_| self.err("list the namespaces", format!("unexpected namespace {ns}")))?;
+                        // A server that ignores `parent` answers the same
+                        // namespaces again: only deeper ones are followed.
+                        let deeper = parent
+                            .as_ref()
+                            .is_none_or(|p| parts.len() > p.len() && parts.starts_with(p));
+                        if deeper && parts.len() <= MAX_NAMESPACE_DEPTH && !all.contains(&parts) {
+                            all.push(parts.clone());
+                            pending.push(Some(parts));
+                        }
+                    }
                 }
-                serde_json::from_value(body["namespaces"].clone()).unwrap_or_default()
+                all
             }
         };
         let mut tables = Vec::new();
@@ -305,28 +357,15 @@ impl Catalog for RestCatalog {
             let Ok(ns) = iceberg::NamespaceIdent::from_vec(parts) else {
                 continue;
             };
-            let probe = TableIdent::new(ns.clone(), String::new());
-            let mut page: Option<String> = None;
-            loop {
-                let mut path = format!("{}tables", self.namespace_path(&probe));
-                if let Some(token) = &page {
-                    path.push_str(&format!("?pageToken={}", encode(token)));
-                }
-                let (status, body) = self.call(reqwest::Method::GET, &path, None).await?;
-                match status.as_u16() {
-                    200 => {}
-                    404 => break,
-                    _ => return Err(self.refused("list the tables", status, &body)),
-                }
-                for id in body["identifiers"].as_array().into_iter().flatten() {
-                    if let Some(name) = id["name"].as_str() {
-                        tables.push(TableIdent::new(ns.clone(), name.to_string()));
-                    }
-                }
-                page = body["next-page-token"].as_str().map(str::to_string);
-                if page.is_none() {
-                    break;
-                }
+            let path = format!(
+                "{}tables",
+                self.namespace_path(&TableIdent::new(ns.clone(), String::new()))
+            );
+            for id in self.pages(&path, "identifiers", "list the tables").await? {
+                let name = id["name"]
+                    .as_str()
+                    .ok_or_else(|| self.err("list the tables", format!("unexpected table identifier {id}")))?;
+                tables.push(TableIdent::new(ns.clone(), name.to_string()));
             }
         }
         tables.sort_by(|a, b| (a.namespace.join("."), &a.name).cmp(&(b.namespace.join("."), &b.name)));

@@ -295,6 +295,7 @@ impl SqlCatalog {
                 .map_err(err("write the metadata file"))?;
         }
         file.close().await.map_err(err("write the metadata file"))?;
+        tracing::debug!(location, encoding = ?json.encoding, "wrote a metadata file");
         Ok(json)
     }
 
@@ -469,7 +470,9 @@ impl Catalog for SqlCatalog {
             .execute(&self.pool)
             .await
             .map_err(self.err("drop the table"))?;
-        if purge {
+        // Purge only what this drop removed: had another writer dropped and
+        // re-created the name meanwhile, these could be its files.
+        if purge && deleted.rows_affected() == 1 {
             self.file_io
                 .delete_prefix(&format!("{location}/"))
                 .await
