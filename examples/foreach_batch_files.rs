@@ -12,8 +12,11 @@
 //! cargo run --release -p weir-examples --bin foreach-batch-files -- --batches 10
 //! ```
 
+#[path = "lake_options.rs"]
+mod lake_options;
+
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use arrow_array::cast::AsArray;
@@ -21,51 +24,9 @@ use arrow_array::types::Int64Type;
 use arrow_array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
-use weir_core::checkpoint::Checkpoint;
 use weir_core::prelude::*;
 
-struct Options {
-    lake: PathBuf,
-    batches: u64,
-    total_batches: Option<u64>,
-    rows_per_batch: u64,
-    quiet: bool,
-}
-
-fn parse_options() -> std::result::Result<Options, String> {
-    let mut options = Options {
-        lake: std::env::var_os("WEIR_LAKE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("weir-lake")),
-        batches: 10,
-        total_batches: None,
-        rows_per_batch: 10_000,
-        quiet: false,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let mut value = || args.next().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--lake" => options.lake = PathBuf::from(value()?),
-            "--batches" => options.batches = value()?.parse().map_err(|e| format!("--batches: {e}"))?,
-            "--rows-per-batch" => {
-                options.rows_per_batch = value()?.parse().map_err(|e| format!("--rows-per-batch: {e}"))?
-            }
-            "--total-batches" => {
-                options.total_batches = Some(value()?.parse().map_err(|e| format!("--total-batches: {e}"))?)
-            }
-            "--quiet" => options.quiet = true,
-            "-h" | "--help" => {
-                return Err(
-                    "usage: foreach-batch-files [--lake DIR] [--batches N | --total-batches N] [--rows-per-batch R] [--quiet]"
-                        .into(),
-                );
-            }
-            other => return Err(format!("unknown option {other}; see --help")),
-        }
-    }
-    Ok(options)
-}
+use crate::lake_options::LakeOptions;
 
 /// Writes a batch's rows to `<dir>/batch-<N>.parquet`, replacing any file of
 /// an earlier attempt at the same batch in one rename.
@@ -107,17 +68,11 @@ async fn main() -> std::result::Result<(), BoxError> {
         .with_env_filter("warn")
         .with_writer(std::io::stderr)
         .init();
-    let options = parse_options().map_err(|e| -> BoxError { e.into() })?;
+    let options = LakeOptions::parse("foreach-batch-files", 10, 10_000).map_err(|e| -> BoxError { e.into() })?;
     let checkpoint = options.lake.join("checkpoints/foreach-payments");
     let output = options.lake.join("foreach/payments");
 
-    let before = Checkpoint::open_local(&checkpoint)?.status().await?.last_committed;
-    // --total-batches counts earlier runs, so a killed and restarted run
-    // ends at the same batch; --batches adds to what earlier runs did.
-    let last = match options.total_batches {
-        Some(total) => BatchId(total.max(1) - 1),
-        None => BatchId(before.map(|b| b.0 + 1).unwrap_or(0) + options.batches.max(1) - 1),
-    };
+    let last = options.last_batch(&checkpoint).await?;
     println!(
         "streaming up to batch {last} ({} payments each) into {} (checkpoint {})",
         options.rows_per_batch,

@@ -17,19 +17,25 @@
 //! cargo run --release -p weir-examples --bin payments -- --batches 5
 //! ```
 
+#[path = "delta_read.rs"]
+mod delta_read;
+#[path = "lake_options.rs"]
+mod lake_options;
+
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Decimal128Type, Int64Type};
 use arrow_array::{BooleanArray, RecordBatch};
 use futures::TryStreamExt;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 use weir::catalog::{Catalogs, Config};
-use weir::checkpoint::Checkpoint;
 use weir::prelude::*;
+
+use crate::delta_read::delta_event_ids;
+use crate::lake_options::LakeOptions;
 
 const BRONZE: &str = "lake.bronze.payments";
 const RISK: &str = "lake.risk.high_value";
@@ -37,34 +43,6 @@ const RISK: &str = "lake.risk.high_value";
 /// alert.
 const HIGH_VALUE: i128 = 90_000;
 const ALERT: i128 = 99_000;
-
-struct Options {
-    lake: PathBuf,
-    batches: u64,
-    rows_per_batch: u64,
-}
-
-fn parse_options() -> std::result::Result<Options, String> {
-    let mut options = Options {
-        lake: weir::catalog::lake_dir(None),
-        batches: 5,
-        rows_per_batch: 10_000,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let mut value = || args.next().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--lake" => options.lake = PathBuf::from(value()?),
-            "--batches" => options.batches = value()?.parse().map_err(|e| format!("--batches: {e}"))?,
-            "--rows-per-batch" => {
-                options.rows_per_batch = value()?.parse().map_err(|e| format!("--rows-per-batch: {e}"))?
-            }
-            "-h" | "--help" => return Err("usage: payments [--lake DIR] [--batches N] [--rows-per-batch R]".into()),
-            other => return Err(format!("unknown option {other}; see --help")),
-        }
-    }
-    Ok(options)
-}
 
 /// The payments of `batch` whose amount is at least `cents`.
 fn at_least(batch: RecordBatch, cents: i128) -> std::result::Result<RecordBatch, BoxError> {
@@ -74,13 +52,6 @@ fn at_least(batch: RecordBatch, cents: i128) -> std::result::Result<RecordBatch,
         .as_primitive::<Decimal128Type>();
     let keep: BooleanArray = amounts.iter().map(|a| Some(a.is_some_and(|a| a >= cents))).collect();
     Ok(arrow_select::filter::filter_record_batch(&batch, &keep)?)
-}
-
-/// The last batch a query with checkpoint `dir` should run to, `batches`
-/// after what it holds.
-async fn last_batch(dir: &Path, batches: u64) -> std::result::Result<BatchId, BoxError> {
-    let before = Checkpoint::open_local(dir)?.status().await?.last_committed;
-    Ok(BatchId(before.map_or(0, |b| b.0 + 1) + batches.max(1) - 1))
 }
 
 /// The alerts store: alerts keyed by event id, and each query's last
@@ -154,22 +125,6 @@ async fn apply_alerts(
     Ok(())
 }
 
-/// The event ids of the Delta table at `location`, from the files its log
-/// lists.
-async fn delta_ids(location: &str) -> std::result::Result<Vec<i64>, BoxError> {
-    let table = deltalake::open_table(deltalake::ensure_table_uri(location)?).await?;
-    let mut ids = Vec::new();
-    for uri in table.get_file_uris()? {
-        let path = uri.strip_prefix("file://").unwrap_or(&uri).to_string();
-        for batch in ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path)?)?.build()? {
-            let batch = batch?;
-            let column = batch.column_by_name("event_id").ok_or("no event_id")?;
-            ids.extend(column.as_primitive::<Int64Type>().values().iter().copied());
-        }
-    }
-    Ok(ids)
-}
-
 /// The event ids of the Iceberg table `name`, scanned with iceberg.
 async fn iceberg_ids(catalogs: &Catalogs, name: &str) -> std::result::Result<Vec<i64>, BoxError> {
     let catalog = catalogs.iceberg_catalog("lake").await?;
@@ -219,14 +174,14 @@ async fn main() -> std::result::Result<(), BoxError> {
         .with_env_filter("warn")
         .with_writer(std::io::stderr)
         .init();
-    let options = parse_options().map_err(|e| -> BoxError { e.into() })?;
+    let options = LakeOptions::parse("payments", 5, 10_000).map_err(|e| -> BoxError { e.into() })?;
     let catalogs = Catalogs::new(Config::embedded(&options.lake));
     let checkpoints = options.lake.join("checkpoints");
     let rows = options.rows_per_batch;
     let payments = move || read_stream(RateSource::rows_per_batch(rows));
 
     let chk = checkpoints.join("payments-bronze");
-    let bronze_last = last_batch(&chk, options.batches).await?;
+    let bronze_last = options.last_batch(&chk).await?;
     let bronze = payments()
         .write_stream()
         .checkpoint_location(&chk)
@@ -235,7 +190,7 @@ async fn main() -> std::result::Result<(), BoxError> {
         .await?;
 
     let chk = checkpoints.join("payments-risk");
-    let risk_last = last_batch(&chk, options.batches).await?;
+    let risk_last = options.last_batch(&chk).await?;
     let risk = payments()
         .map_batches(|b| at_least(b, HIGH_VALUE))
         .write_stream()
@@ -252,7 +207,7 @@ async fn main() -> std::result::Result<(), BoxError> {
 
     let store = Arc::new(alerts_store(&options.lake).await?);
     let chk = checkpoints.join("payments-alerts");
-    let alerts_last = last_batch(&chk, options.batches).await?;
+    let alerts_last = options.last_batch(&chk).await?;
     let writer = store.clone();
     let alerts = payments()
         .map_batches(|b| at_least(b, ALERT))
@@ -279,7 +234,7 @@ async fn main() -> std::result::Result<(), BoxError> {
     };
     let (all, high, alerted) = (ids(bronze_last, 0), ids(risk_last, HIGH_VALUE), ids(alerts_last, ALERT));
     let location = catalogs.table(BRONZE).await?.location;
-    exactly(BRONZE, delta_ids(&location).await?, &all)?;
+    exactly(BRONZE, delta_event_ids(&location).await?, &all)?;
     exactly(RISK, iceberg_ids(&catalogs, RISK).await?, &high)?;
     let stored: Vec<i64> = sqlx::query_scalar("SELECT event_id FROM alerts")
         .fetch_all(&*store)

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use deltalake::writer::{DeltaWriter as _, RecordBatchWriter};
-use weir_benches::{latency_by_history, mean, median, part, python_per_batch};
+use weir_benches::{latency_by_history, mean, median, part, print_latencies, python_per_batch};
 use weir_core::prelude::*;
 use weir_delta::DeltaSink;
 
@@ -100,15 +100,7 @@ async fn main() {
             async move { stream(&table, &chk, name, rows, last).await }
         })
         .await;
-        println!("2. 1,000-row batches by table history (median of 19 batches):");
-        for (level, total, commit) in &latencies {
-            println!("   history {level:>6}: {total:>7.2} ms per batch, {commit:>7.2} ms in the commit");
-        }
-        let ratio = latencies.last().unwrap().1 / latencies[0].1;
-        println!(
-            "   ratio at {} / at 10   {ratio:>7.2}   (target <= 1.5)",
-            latencies.last().unwrap().0
-        );
+        print_latencies(&latencies, "commits");
     }
 
     if part(3) {

@@ -28,7 +28,7 @@ use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use weir_benches::{latency_by_history, mean, median, part, python_per_batch};
+use weir_benches::{latency_by_history, mean, median, part, print_latencies, python_per_batch};
 use weir_core::prelude::*;
 use weir_iceberg::{Catalog, IcebergSink, SqlCatalog};
 
@@ -162,15 +162,7 @@ async fn main() {
             async move { stream(&lake, &chk, name, rows, last).await }
         })
         .await;
-        println!("2. 1,000-row batches by table history (median of 19 batches):");
-        for (level, total, commit) in &latencies {
-            println!("   {level:>6} snapshots: {total:>7.2} ms per batch, {commit:>7.2} ms in the commit");
-        }
-        let ratio = latencies.last().unwrap().1 / latencies[0].1;
-        println!(
-            "   ratio at {} / at 10   {ratio:>7.2}   (target <= 1.5 at 10,000)",
-            latencies.last().unwrap().0
-        );
+        print_latencies(&latencies, "snapshots");
         // Every commit writes (and syncs) a metadata file listing every
         // snapshot: its size at the top level is the floor under the ratio.
         println!(

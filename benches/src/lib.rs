@@ -164,3 +164,21 @@ pub fn part(n: u32) -> bool {
         Err(_) => true,
     }
 }
+
+/// Prints part 2 of a table benchmark: the latencies of
+/// [`latency_by_history`] at each level (`unit` names a level: `commits`,
+/// `snapshots`) and the ratio of the top level to the first.
+pub fn print_latencies(latencies: &[(u64, f64, f64)], unit: &str) {
+    println!("2. 1,000-row batches by table history (median of 19 batches):");
+    for (level, total, commit) in latencies {
+        println!("   {level:>6} {unit}: {total:>7.2} ms per batch, {commit:>7.2} ms in the commit");
+    }
+    if let (Some(first), Some(last)) = (latencies.first(), latencies.last()) {
+        println!(
+            "   ratio at {} / at {}   {:>7.2}   (target <= 1.5 at 10,000)",
+            last.0,
+            first.0,
+            last.1 / first.1
+        );
+    }
+}
