@@ -10,6 +10,13 @@ use serde_json::Value;
 use weir_test_support::assert_exactly_once;
 use weir_test_support::readers::{iceberg, json_ids, python, read};
 
+/// A lake directory, if the independent readers are installed (outside CI
+/// they may be missing).
+fn lake_with_readers() -> Option<tempfile::TempDir> {
+    python()?;
+    Some(tempfile::tempdir().unwrap())
+}
+
 fn weir(lake: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
     c.arg("--lake")
@@ -51,11 +58,8 @@ fn last_committed(lake: &Path, chk: &str) -> Option<u64> {
 
 #[test]
 fn stream_stops_at_max_batches_resumes_and_is_described() {
-    if python().is_none() {
-        return;
-    }
-    let lake = tempfile::tempdir().unwrap();
-    let lake = lake.path();
+    let Some(dir) = lake_with_readers() else { return };
+    let lake = dir.path();
     let stream = |max: &str| {
         ok(
             lake,
@@ -142,11 +146,8 @@ fn stream_stops_at_max_batches_resumes_and_is_described() {
 
 #[test]
 fn iceberg_tables_take_a_format_and_partitioning() {
-    if python().is_none() {
-        return;
-    }
-    let lake = tempfile::tempdir().unwrap();
-    let lake = lake.path();
+    let Some(dir) = lake_with_readers() else { return };
+    let lake = dir.path();
     ok(
         lake,
         &[
@@ -182,11 +183,8 @@ fn iceberg_tables_take_a_format_and_partitioning() {
 
 #[test]
 fn the_files_source_reads_each_new_file_once() {
-    if python().is_none() {
-        return;
-    }
-    let lake = tempfile::tempdir().unwrap();
-    let lake = lake.path();
+    let Some(dir) = lake_with_readers() else { return };
+    let lake = dir.path();
     let input = lake.join("input");
     std::fs::create_dir_all(&input).unwrap();
     let write = |name: &str, ids: std::ops::Range<i64>| {
@@ -227,11 +225,8 @@ fn the_files_source_reads_each_new_file_once() {
 
 #[test]
 fn killed_and_restarted_runs_end_with_exactly_max_batches() {
-    if python().is_none() {
-        return;
-    }
-    let lake = tempfile::tempdir().unwrap();
-    let lake = lake.path();
+    let Some(dir) = lake_with_readers() else { return };
+    let lake = dir.path();
     let args = [
         "stream",
         "--from",
@@ -271,11 +266,8 @@ fn killed_and_restarted_runs_end_with_exactly_max_batches() {
 
 #[test]
 fn ctrl_c_stops_after_the_running_batch() {
-    if python().is_none() {
-        return;
-    }
-    let lake = tempfile::tempdir().unwrap();
-    let lake = lake.path();
+    let Some(dir) = lake_with_readers() else { return };
+    let lake = dir.path();
     let mut child = weir(lake)
         .args([
             "stream",
