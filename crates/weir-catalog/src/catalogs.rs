@@ -2,7 +2,6 @@
 //! (through their sink), listed and dropped.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use iceberg::{NamespaceIdent, TableIdent};
@@ -58,7 +57,7 @@ enum Opened {
         rest: Arc<RestCatalog>,
     },
     Path {
-        root: PathBuf,
+        warehouse: path::Warehouse,
         storage: HashMap<String, String>,
     },
 }
@@ -73,9 +72,9 @@ impl std::fmt::Debug for Opened {
                 .field("storage", &storage.keys().collect::<Vec<_>>())
                 .finish(),
             Opened::Rest { rest } => f.debug_struct("Rest").field("catalog", rest).finish(),
-            Opened::Path { root, storage } => f
+            Opened::Path { warehouse, storage } => f
                 .debug_struct("Path")
-                .field("root", root)
+                .field("warehouse", warehouse)
                 .field("storage", &storage.keys().collect::<Vec<_>>())
                 .finish(),
         }
@@ -200,7 +199,7 @@ impl Catalogs {
                 Opened::Rest { rest: Arc::new(rest) }
             }
             CatalogKind::Path => Opened::Path {
-                root: path::root(catalog, &warehouse)?,
+                warehouse: path::Warehouse::open(catalog, &warehouse, &storage)?,
                 storage,
             },
         };
@@ -265,10 +264,10 @@ impl Catalogs {
                 let table = rest.load(&ident(name)).await?;
                 Ok(table.and_then(|t| entry(TableFormat::Iceberg, t.metadata.location().to_string())))
             }
-            Opened::Path { root, .. } => {
-                let dir = root.join(name.relative_path());
-                let format = path::detect(&name.catalog, &dir)?;
-                Ok(format.and_then(|f| entry(f, dir.display().to_string())))
+            Opened::Path { warehouse, .. } => {
+                let parts = name.parts();
+                let format = warehouse.detect(&parts).await?;
+                Ok(format.and_then(|f| entry(f, warehouse.location(&parts))))
             }
         }
     }
@@ -340,7 +339,7 @@ impl Catalogs {
                 }
             }
             (Opened::Rest { rest }, None) => rest.default_location(&ident(&name)),
-            (Opened::Path { root, .. }, None) => root.join(name.relative_path()).display().to_string(),
+            (Opened::Path { warehouse, .. }, None) => warehouse.location(&name.parts()),
         };
         let sink: Arc<dyn Sink> = match (&*opened, format) {
             (Opened::Sql { sql, .. }, TableFormat::Iceberg) => Arc::new(iceberg_sink(sql.clone(), &name, options)?),
@@ -364,7 +363,7 @@ impl Catalogs {
     /// Refuses a new table whose folder would hold, or sit inside, another
     /// table's (`a.b` and `a.b.c` share the folder `a/b`).
     async fn check_nesting(&self, name: &TableName, opened: &Opened) -> Result<(), CatalogError> {
-        let new: Vec<String> = name.namespace.iter().cloned().chain([name.table.clone()]).collect();
+        let new = name.parts();
         for other in table_names(opened).await? {
             let relation = if other.len() < new.len() && new.starts_with(&other) {
                 "sit inside"
@@ -427,9 +426,9 @@ impl Catalogs {
                 }
             }
             Opened::Rest { rest } => out.extend(iceberg_entries(rest.as_ref(), namespace.as_deref(), &entry).await?),
-            Opened::Path { root, .. } => {
-                for (ns, table, format) in path::list(root, namespace.as_deref()) {
-                    let location = root.join(ns.join("/")).join(&table).display().to_string();
+            Opened::Path { warehouse, .. } => {
+                for (ns, table, format) in warehouse.list(namespace.as_deref()).await? {
+                    let location = warehouse.location(&ns.iter().cloned().chain([table.clone()]).collect::<Vec<_>>());
                     out.push(entry(ns, table, format, location));
                 }
             }
@@ -540,7 +539,9 @@ async fn table_names(opened: &Opened) -> Result<Vec<Vec<String>>, CatalogError> 
             names
         }
         Opened::Rest { rest } => rest.list(None).await?.into_iter().map(joined).collect(),
-        Opened::Path { root, .. } => path::list(root, None)
+        Opened::Path { warehouse, .. } => warehouse
+            .list(None)
+            .await?
             .into_iter()
             .map(|(ns, table, _)| ns.into_iter().chain([table]).collect())
             .collect(),

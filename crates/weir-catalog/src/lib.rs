@@ -13,10 +13,11 @@
 //!   in weir's own `weir_tables` (name, format, location, properties,
 //!   creation time) in the same database;
 //! - `rest`: an Iceberg REST catalog, for Iceberg tables;
-//! - `path`: a local warehouse directory of `namespace/table` folders, the
-//!   format told by `_delta_log/` or `metadata/`. weir writes Delta tables
-//!   there; Iceberg tables in one are listed but not written, as a folder
-//!   cannot swap metadata atomically.
+//! - `path`: a warehouse (a local directory or an `s3://` prefix) of
+//!   `namespace/table` folders, the format told by the files under
+//!   `_delta_log/` or `metadata/`. weir writes Delta tables there; Iceberg
+//!   tables in one are listed but not written, as a folder cannot swap
+//!   metadata atomically.
 //!
 //! # Guarantees
 //!
@@ -25,8 +26,9 @@
 //!   nor change a SQL statement. A name of three or more parts starts with
 //!   its catalog: a misspelt catalog is an error, never a new namespace.
 //! - One name is one table: an existing table keeps its format (asking for
-//!   another is an error), and two writers registering the same new name
-//!   end up with the same table.
+//!   another is an error), two writers registering the same new name end
+//!   up with the same table, a SQL catalog reserves a new Iceberg name until
+//!   its table exists, and no table's folder holds or sits inside another's.
 //! - Dropping removes the catalog entry only, unless `purge` is asked, and
 //!   purge deletes files only below the catalog's warehouse.
 //! - Passwords, secrets and tokens in the configuration never appear in

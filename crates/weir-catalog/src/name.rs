@@ -19,6 +19,11 @@ impl TableName {
         format!("{}.{}", self.namespace.join("."), self.table)
     }
 
+    /// The namespace levels and the table, in order.
+    pub fn parts(&self) -> Vec<String> {
+        self.namespace.iter().cloned().chain([self.table.clone()]).collect()
+    }
+
     /// The table's folder below a warehouse: `namespace/.../table`.
     pub fn relative_path(&self) -> String {
         format!("{}/{}", self.namespace.join("/"), self.table)

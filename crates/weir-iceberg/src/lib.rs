@@ -74,5 +74,5 @@ mod writer;
 pub use catalog::{check_ident, parse_ident, Catalog, LoadedTable, RestCatalog, SqlCatalog, Swap};
 pub use error::IcebergSinkError;
 pub use sink::IcebergSink;
-pub use storage::{file_io, is_secret_setting, ObjectStorage, ObjectStoreFactory};
+pub use storage::{file_io, is_secret_setting, object_store_at, ObjectStorage, ObjectStoreFactory};
 pub use table::DEFAULT_TARGET_FILE_SIZE;

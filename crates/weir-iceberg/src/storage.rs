@@ -48,6 +48,16 @@ pub fn file_io(location: &str, settings: HashMap<String, String>) -> FileIO {
     }
 }
 
+/// The object store holding `location` (an absolute local path, `file://`
+/// or `s3://`) with `settings` (as [`file_io`] takes them), and the
+/// location's path in it.
+pub fn object_store_at(
+    location: &str,
+    settings: HashMap<String, String>,
+) -> iceberg::Result<(Arc<dyn ObjectStore>, Path)> {
+    ObjectStorage::new(settings).resolve(location)
+}
+
 /// A `FileIO` on `object_store` whatever the location: local paths and
 /// `s3://`, and a clear error for anything else.
 pub fn object_file_io(settings: HashMap<String, String>) -> FileIO {

@@ -85,3 +85,53 @@ async fn a_path_catalog_writes_delta_and_lists_both_formats() {
     assert!(!root.join("bronze/payments").exists());
     assert!(root.join("bronze/notes/readme.txt").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_catalog_on_s3_writes_lists_and_purges_delta_tables() {
+    let (Some(endpoint), Some(bucket)) = (
+        crate::service("WEIR_TEST_S3_ENDPOINT"),
+        crate::service("WEIR_TEST_S3_BUCKET"),
+    ) else {
+        return;
+    };
+    if !readers() {
+        return;
+    }
+    let env = |k: &str| std::env::var(k).unwrap();
+    let prefix = uuid::Uuid::new_v4().simple().to_string();
+    let warehouse = format!("s3://{bucket}/path-catalog-{prefix}/lake");
+    let config = Config::empty().with_catalog(
+        "files",
+        CatalogConfig::path(&warehouse)
+            .with_storage("s3.endpoint", endpoint)
+            .with_storage("s3.access-key-id", env("AWS_ACCESS_KEY_ID"))
+            .with_storage("s3.secret-access-key", env("AWS_SECRET_ACCESS_KEY"))
+            .with_storage(
+                "s3.region",
+                std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
+            ),
+    );
+    let catalogs = Catalogs::new(config);
+    let chk = tempfile::tempdir().unwrap();
+
+    let payments = catalogs
+        .sink("files.bronze.payments", &TableOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(payments.table.location, format!("{warehouse}/bronze/payments"));
+    stream_into(&payments, chk.path(), 30, 1).await;
+    assert_exactly_once(&delta_ids(&payments.table.location), 0..60);
+
+    let listed = catalogs.list(None, None).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (listed[0].name.to_string().as_str(), listed[0].format),
+        ("files.bronze.payments", TableFormat::Delta)
+    );
+    let d = catalogs.describe("files.bronze.payments").await.unwrap();
+    assert_eq!((d.files, d.queries[0].batch_id), (2, 1));
+
+    assert!(catalogs.drop_table("files.bronze.payments", true).await.unwrap());
+    assert!(catalogs.find("files.bronze.payments").await.unwrap().is_none());
+    assert!(catalogs.list(None, None).await.unwrap().is_empty());
+}
