@@ -183,6 +183,36 @@ impl Catalogs {
         }
     }
 
+    /// Expires old snapshots of an Iceberg table (see
+    /// [`weir_iceberg::ExpireSnapshots`]): older than `older_than` (any age
+    /// if `None`), keeping the newest `retain_last` of each branch.
+    pub async fn expire_snapshots(
+        &self,
+        name: &str,
+        older_than: Option<std::time::Duration>,
+        retain_last: usize,
+        dry_run: bool,
+    ) -> Result<weir_iceberg::ExpireReport, CatalogError> {
+        let table = self.table(name).await?;
+        if table.format != TableFormat::Iceberg {
+            return Err(CatalogError::Unsupported {
+                catalog: table.name.catalog.clone(),
+                reason: format!(
+                    "{}: snapshot expiry is for Iceberg tables; a Delta table's old files go with vacuum",
+                    table.name
+                ),
+            });
+        }
+        let catalog = self.iceberg_catalog(&table.name.catalog).await?;
+        let mut expire = weir_iceberg::ExpireSnapshots::new(catalog, &table.name.in_catalog())?
+            .retain_last(retain_last)
+            .dry_run(dry_run);
+        if let Some(age) = older_than {
+            expire = expire.older_than(age);
+        }
+        Ok(expire.run().await?)
+    }
+
     async fn load_iceberg(&self, table: &TableEntry) -> Result<Option<weir_iceberg::LoadedTable>, CatalogError> {
         let catalog = self.iceberg_catalog(&table.name.catalog).await?;
         let ident = iceberg::TableIdent::new(

@@ -58,6 +58,24 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Expires an Iceberg table's old snapshots and deletes the files only
+    /// they referenced; streaming markers stay.
+    Expire {
+        /// The table.
+        name: String,
+        /// Only snapshots older than this, e.g. `7d`, `12h` (default: any age).
+        #[arg(long, value_name = "AGE")]
+        older_than: Option<String>,
+        /// The newest N snapshots of each branch stay.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        retain_last: usize,
+        /// Print the plan; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// As one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Inspects a checkpoint.
     Checkpoint {
         #[command(subcommand)]

@@ -50,6 +50,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         } => show::tables(&catalogs(&cli)?, namespace.as_deref(), catalog.as_deref(), *json).await,
         Command::Describe { name, json } => show::describe(&catalogs(&cli)?, name, *json).await,
         Command::History { name, limit, json } => show::history(&catalogs(&cli)?, name, *limit, *json).await,
+        Command::Expire {
+            name,
+            older_than,
+            retain_last,
+            dry_run,
+            json,
+        } => {
+            let age = older_than
+                .as_deref()
+                .map(|t| stream::parse_duration("--older-than", t))
+                .transpose()?;
+            show::expire(&catalogs(&cli)?, name, age, *retain_last, *dry_run, *json).await
+        }
         Command::Checkpoint {
             command: CheckpointCommand::Show { dir, json },
         } => show::checkpoint(dir, *json).await,

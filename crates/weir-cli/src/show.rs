@@ -140,3 +140,42 @@ pub async fn checkpoint(dir: &Path, json: bool) -> Result<(), Failure> {
     }
     Ok(())
 }
+
+pub async fn expire(
+    catalogs: &Catalogs,
+    name: &str,
+    older_than: Option<std::time::Duration>,
+    retain_last: usize,
+    dry_run: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    let started = std::time::Instant::now();
+    let report = catalogs
+        .expire_snapshots(name, older_than, retain_last, dry_run)
+        .await?;
+    if json {
+        return json_line(&report);
+    }
+    let verb = if dry_run { "would expire" } else { "expired" };
+    let deleted = if dry_run { "to delete" } else { "deleted" };
+    println!(
+        "{verb} {} snapshots of {name} ({} kept)",
+        report.expired.len(),
+        report.retained
+    );
+    println!(
+        "files {deleted}: {} manifest lists, {} manifests, {} data files ({} bytes)",
+        report.manifest_lists.len(),
+        report.manifests.len(),
+        report.data_files.len(),
+        report.data_bytes
+    );
+    if !report.failed.is_empty() {
+        println!(
+            "could not delete {} files (now orphans; see the log)",
+            report.failed.len()
+        );
+    }
+    println!("took {:.0} ms", started.elapsed().as_secs_f64() * 1000.0);
+    Ok(())
+}

@@ -47,7 +47,10 @@ pub async fn run(catalogs: &Catalogs, args: &StreamArgs) -> Result<(), Failure> 
         writer = writer.take_over_output(true);
     }
     if let Some(interval) = &args.trigger_interval {
-        writer = writer.trigger(Trigger::processing_time(parse_duration(interval)?));
+        writer = writer.trigger(Trigger::processing_time(parse_duration(
+            "--trigger-interval",
+            interval,
+        )?));
     }
     if let Some(n) = args.max_batches {
         if args.take_over_output {
@@ -109,9 +112,9 @@ pub async fn run(catalogs: &Catalogs, args: &StreamArgs) -> Result<(), Failure> 
     Ok(())
 }
 
-/// `500ms`, `10s`, `2m`, `1h`.
-fn parse_duration(text: &str) -> Result<Duration, Failure> {
-    let bad = || format!("--trigger-interval {text:?}: use a number with ms, s, m or h, e.g. 500ms or 10s");
+/// `500ms`, `10s`, `2m`, `1h`, `7d`; `flag` names the option in errors.
+pub(crate) fn parse_duration(flag: &str, text: &str) -> Result<Duration, Failure> {
+    let bad = || format!("{flag} {text:?}: use a number with ms, s, m, h or d, e.g. 500ms, 10s or 7d");
     let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
     let (number, unit) = text.split_at(split);
     let n: u64 = number.parse().map_err(|_| bad())?;
@@ -120,6 +123,7 @@ fn parse_duration(text: &str) -> Result<Duration, Failure> {
         "s" => Duration::from_secs(n),
         "m" => Duration::from_secs(n * 60),
         "h" => Duration::from_secs(n * 3600),
+        "d" => Duration::from_secs(n * 86_400),
         _ => return Err(bad().into()),
     })
 }
@@ -165,11 +169,13 @@ mod tests {
 
     #[test]
     fn durations_parse_with_units() {
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        for bad in ["10", "s", "1.5s", "10 s", "-1s"] {
-            assert!(parse_duration(bad).unwrap_err().to_string().contains("500ms"), "{bad}");
+        let parse = |t: &str| parse_duration("--x", t);
+        assert_eq!(parse("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse("7d").unwrap(), Duration::from_secs(7 * 86_400));
+        for bad in ["10", "s", "1.5s", "10 s", "-1s", "3w"] {
+            assert!(parse(bad).unwrap_err().to_string().contains("--x"), "{bad}");
         }
     }
 }

@@ -124,6 +124,9 @@ fn stream_stops_at_max_batches_resumes_and_is_described() {
     assert_eq!(batches, [4, 3, 2, 1, 0]);
     assert_eq!(last_committed(lake, "chk"), Some(4));
 
+    let e = failure(lake, &["expire", "bronze.payments"]);
+    assert!(e.contains("snapshot expiry is for Iceberg tables"), "{e}");
+
     // A new checkpoint for the same query name is a lost checkpoint.
     let e = failure(
         lake,
@@ -179,6 +182,17 @@ fn iceberg_tables_take_a_format_and_partitioning() {
     assert_eq!(d["rows"], 160);
     assert_eq!(d["partition_by"], serde_json::json!(["day(ts)"]));
     assert_eq!(d["queries"][0]["batch_id"], 1);
+
+    // Expiry: a dry run plans, the real one leaves one snapshot and every row.
+    let plan = json_lines(&ok(lake, &["expire", "silver.events", "--dry-run", "--json"])).remove(0);
+    assert_eq!(plan["expired"].as_array().unwrap().len(), 1);
+    assert_eq!(json_lines(&ok(lake, &["history", "silver.events", "--json"])).len(), 2);
+    let done = ok(lake, &["expire", "silver.events", "--older-than", "0s"]);
+    assert!(done.contains("expired 1 snapshots of silver.events (1 kept)"), "{done}");
+    assert_eq!(json_lines(&ok(lake, &["history", "silver.events", "--json"])).len(), 1);
+    let ids =
+        json_ids(&iceberg(&["ids", "pyiceberg", db.to_str().unwrap(), "silver.events"]).expect("readers present"));
+    assert_exactly_once(&ids, 0..160);
 }
 
 #[test]
@@ -232,13 +246,13 @@ fn killed_and_restarted_runs_end_with_exactly_max_batches() {
         "--from",
         "rate",
         "--rows-per-batch",
-        "50",
+        "10",
         "--to",
         "bronze.kill",
         "--checkpoint",
         "chk",
         "--max-batches",
-        "150",
+        "600",
         "--progress",
         "none",
     ];
@@ -251,7 +265,7 @@ fn killed_and_restarted_runs_end_with_exactly_max_batches() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(60 + (i * 37) % 250));
+        std::thread::sleep(Duration::from_millis(30 + (i * 23) % 120));
         if child.try_wait().unwrap().is_none() {
             child.kill().unwrap();
             killed += 1;
@@ -260,8 +274,8 @@ fn killed_and_restarted_runs_end_with_exactly_max_batches() {
     }
     assert!(killed >= 6, "only {killed} runs were killed mid-way");
     ok(lake, &args);
-    assert_exactly_once(&delta_ids(&lake.join("weir-lake/warehouse/bronze/kill")), 0..7500);
-    assert_eq!(last_committed(lake, "chk"), Some(149));
+    assert_exactly_once(&delta_ids(&lake.join("weir-lake/warehouse/bronze/kill")), 0..6000);
+    assert_eq!(last_committed(lake, "chk"), Some(599));
 }
 
 #[test]
@@ -344,6 +358,8 @@ fn bad_input_fails_with_a_message_that_names_it() {
     }
     let e = failure(lake, &["stream", "--from", "rate", "--checkpoint", "c"]);
     assert!(e.contains("--to"), "{e}");
+    let e = failure(lake, &["expire", "a.b", "--older-than", "a week"]);
+    assert!(e.contains("--older-than"), "{e}");
     let e = failure(
         lake,
         &[

@@ -53,6 +53,14 @@ pub enum IcebergSinkError {
         attempts: usize,
     },
 
+    /// A maintenance job kept losing the metadata swap to other writers.
+    #[error("Iceberg table {table}: {operation} lost {attempts} metadata swaps in a row to other writers; nothing was changed, run it again")]
+    Busy {
+        table: String,
+        operation: String,
+        attempts: usize,
+    },
+
     /// The table was dropped and created again (a new table uuid).
     #[error("Iceberg table {table} was replaced while the query ran (table uuid {expected} is now {found}); nothing of the batch was committed. Restart the query: its start-up guards decide whether the new table may be written")]
     TableReplaced {
@@ -83,7 +91,7 @@ impl IcebergSinkError {
     /// Whether trying again may succeed.
     pub fn retryable(&self) -> bool {
         match self {
-            IcebergSinkError::TooManyConflicts { .. } => true,
+            IcebergSinkError::TooManyConflicts { .. } | IcebergSinkError::Busy { .. } => true,
             IcebergSinkError::Catalog { source, .. } => matches!(
                 source,
                 sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed

@@ -65,6 +65,7 @@
 mod catalog;
 mod commit;
 mod error;
+mod expire;
 mod marker;
 mod sink;
 mod storage;
@@ -73,6 +74,7 @@ mod writer;
 
 pub use catalog::{check_ident, parse_ident, Catalog, LoadedTable, RestCatalog, SqlCatalog, Swap};
 pub use error::IcebergSinkError;
+pub use expire::{ExpireReport, ExpireSnapshots};
 pub use sink::IcebergSink;
 pub use storage::{file_io, is_secret_setting, object_store_at, ObjectStorage, ObjectStoreFactory};
 pub use table::DEFAULT_TARGET_FILE_SIZE;

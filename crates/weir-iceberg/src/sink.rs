@@ -5,7 +5,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use iceberg::spec::ManifestFile;
 use iceberg::writer::file_writer::location_generator::DefaultLocationGenerator;
 use iceberg::TableIdent;
@@ -211,48 +210,6 @@ impl IcebergSink {
             }
         }
     }
-
-    /// Best-effort work after a swap: `version-hint.text` for readers that
-    /// open the table directory, and metadata files past
-    /// `write.metadata.previous-versions-max` when the table asks for their
-    /// deletion.
-    async fn after_commit(&self, table: &LoadedTable, expired: Vec<String>) {
-        if !self.catalog.writes_metadata() {
-            // The catalog's server owns the metadata files.
-            return;
-        }
-        let io = self.catalog.file_io();
-        let location = table.metadata.location().trim_end_matches('/');
-        // The current file's stem (`NNNNN-<uuid>`): readers that open the
-        // directory read `<hint>.metadata.json`.
-        if let Some(stem) = table
-            .metadata_location
-            .rsplit('/')
-            .next()
-            .and_then(|f| f.strip_suffix(".metadata.json"))
-        {
-            let hint = format!("{location}/metadata/version-hint.text");
-            let written = match io.new_output(&hint) {
-                Ok(out) => out.write(Bytes::from(stem.to_string())).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = written {
-                tracing::warn!(error = %e, "could not write version-hint.text");
-            }
-        }
-        let delete = table
-            .metadata
-            .properties()
-            .get("write.metadata.delete-after-commit.enabled")
-            .is_some_and(|v| v == "true");
-        if delete {
-            for file in expired {
-                if let Err(e) = io.delete(&file).await {
-                    tracing::warn!(file, error = %e, "could not delete an expired metadata file");
-                }
-            }
-        }
-    }
 }
 
 #[async_trait]
@@ -412,7 +369,7 @@ impl Sink for IcebergSink {
                     if produced.manifests.is_some() {
                         *self.state.manifests.lock().unwrap_or_else(|e| e.into_inner()) = produced.manifests;
                     }
-                    self.after_commit(&table, produced.expired).await;
+                    crate::catalog::after_swap(self.catalog.as_ref(), &table, produced.expired).await;
                     *slot = Some(*table);
                     return Ok(CommitOutcome::Committed { version });
                 }

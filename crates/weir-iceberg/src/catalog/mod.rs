@@ -4,7 +4,7 @@
 //! itself and asks the catalog for one compare-and-swap from the version it
 //! built on. A catalog never merges or retries anything on its own.
 
-mod metadata_file;
+pub(crate) mod metadata_file;
 mod rest;
 mod sql;
 
@@ -127,6 +127,48 @@ pub fn parse_ident(name: &str) -> Result<TableIdent, IcebergSinkError> {
     );
     check_ident(&ident)?;
     Ok(ident)
+}
+
+/// Best-effort work after a swap: `version-hint.text` for readers that
+/// open the table directory, and the metadata files the new version
+/// dropped from its log (`expired`), deleted when the table asks for it
+/// (`write.metadata.delete-after-commit.enabled`). Nothing for a catalog
+/// whose server owns the metadata files.
+pub(crate) async fn after_swap(catalog: &dyn Catalog, table: &LoadedTable, expired: Vec<String>) {
+    if !catalog.writes_metadata() {
+        return;
+    }
+    let io = catalog.file_io();
+    let location = table.metadata.location().trim_end_matches('/');
+    // The current file's stem (`NNNNN-<uuid>`): readers that open the
+    // directory read `<hint>.metadata.json`.
+    if let Some(stem) = table
+        .metadata_location
+        .rsplit('/')
+        .next()
+        .and_then(|f| f.strip_suffix(".metadata.json"))
+    {
+        let hint = format!("{location}/metadata/version-hint.text");
+        let written = match io.new_output(&hint) {
+            Ok(out) => out.write(bytes::Bytes::from(stem.to_string())).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "could not write version-hint.text");
+        }
+    }
+    let delete = table
+        .metadata
+        .properties()
+        .get("write.metadata.delete-after-commit.enabled")
+        .is_some_and(|v| v == "true");
+    if delete {
+        for file in expired {
+            if let Err(e) = io.delete(&file).await {
+                tracing::warn!(file, error = %e, "could not delete an expired metadata file");
+            }
+        }
+    }
 }
 
 /// The location of the metadata version after `base` (`None`: the first).

@@ -1,5 +1,6 @@
 //! Integration tests of weir-iceberg.
 
 mod conformance;
+mod expire;
 mod rest;
 mod table;

@@ -1,0 +1,332 @@
+//! Snapshot expiry: old snapshots leave the table's metadata in one
+//! compare-and-swap, then the files no remaining snapshot references are
+//! deleted.
+//!
+//! Every Iceberg metadata file lists every snapshot, so a streaming table's
+//! commits grow slower with its history; expiry keeps that history bounded.
+//! The exactly-once markers live in table properties, which expiry leaves
+//! alone: a batch replayed after expiry is still recognised.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use iceberg::spec::{ManifestFile, ManifestList, ManifestStatus, SnapshotReference, SnapshotRetention, TableMetadata};
+use iceberg::TableIdent;
+use serde::Serialize;
+
+use crate::catalog::metadata_file::read_refs;
+use crate::catalog::{after_swap, parse_ident, Catalog, LoadedTable, Swap};
+use crate::error::IcebergSinkError;
+
+/// How many times a lost swap is planned again before giving up.
+const MAX_ATTEMPTS: usize = 10;
+
+/// Expires a table's old snapshots.
+///
+/// ```no_run
+/// # async fn f(catalog: std::sync::Arc<dyn weir_iceberg::Catalog>) -> Result<(), weir_iceberg::IcebergSinkError> {
+/// use std::time::Duration;
+/// use weir_iceberg::ExpireSnapshots;
+/// let report = ExpireSnapshots::new(catalog, "bronze.payments")?
+///     .older_than(Duration::from_secs(7 * 24 * 3600))
+///     .retain_last(10)
+///     .run()
+///     .await?;
+/// println!("expired {} snapshots, deleted {} files", report.expired.len(), report.deleted_files());
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct ExpireSnapshots {
+    catalog: Arc<dyn Catalog>,
+    ident: TableIdent,
+    older_than: Option<Duration>,
+    retain_last: usize,
+    dry_run: bool,
+}
+
+/// What an expiry did (or, in a dry run, would do).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ExpireReport {
+    /// The snapshots removed from the metadata.
+    pub expired: Vec<i64>,
+    /// The snapshots kept.
+    pub retained: usize,
+    /// Manifest lists deleted (or to delete).
+    pub manifest_lists: Vec<String>,
+    /// Manifests deleted (or to delete).
+    pub manifests: Vec<String>,
+    /// Data files deleted (or to delete).
+    pub data_files: Vec<String>,
+    /// The bytes of those data files.
+    pub data_bytes: u64,
+    /// Files that could not be deleted (orphans now; the error is logged).
+    pub failed: Vec<String>,
+    /// The new metadata file, unless nothing expired or this was a dry run.
+    pub metadata_location: Option<String>,
+    /// Whether this was a dry run.
+    pub dry_run: bool,
+}
+
+impl ExpireReport {
+    /// Every file deleted (or to delete).
+    pub fn deleted_files(&self) -> usize {
+        self.manifest_lists.len() + self.manifests.len() + self.data_files.len()
+    }
+}
+
+impl ExpireSnapshots {
+    /// Expiry of table `name` (`namespace.table`) of `catalog`, by default
+    /// of every snapshot but the current one.
+    pub fn new(catalog: Arc<dyn Catalog>, name: &str) -> Result<Self, IcebergSinkError> {
+        Ok(ExpireSnapshots {
+            catalog,
+            ident: parse_ident(name)?,
+            older_than: None,
+            retain_last: 1,
+            dry_run: false,
+        })
+    }
+
+    /// Only snapshots older than `age` expire (default: any age).
+    pub fn older_than(mut self, age: Duration) -> Self {
+        self.older_than = Some(age);
+        self
+    }
+
+    /// The newest `n` snapshots of each branch stay, whatever their age
+    /// (default 1, at least 1).
+    pub fn retain_last(mut self, n: usize) -> Self {
+        self.retain_last = n.max(1);
+        self
+    }
+
+    /// Plans and reports without changing anything.
+    pub fn dry_run(mut self, yes: bool) -> Self {
+        self.dry_run = yes;
+        self
+    }
+
+    fn shown(&self) -> String {
+        format!("{}.{}", self.ident.namespace.join("."), self.ident.name)
+    }
+
+    /// Expires the snapshots, then deletes the files only they referenced.
+    pub async fn run(&self) -> Result<ExpireReport, IcebergSinkError> {
+        for _ in 0..MAX_ATTEMPTS {
+            let base = self
+                .catalog
+                .load(&self.ident)
+                .await?
+                .ok_or_else(|| IcebergSinkError::NoSuchTable {
+                    catalog: self.catalog.name().to_string(),
+                    table: self.shown(),
+                })?;
+            let refs = self.refs(&base).await?;
+            let expired = self.expired(&base.metadata, &refs);
+            let mut report = ExpireReport {
+                retained: base.metadata.snapshots().len() - expired.len(),
+                expired: expired.iter().copied().collect(),
+                dry_run: self.dry_run,
+                ..ExpireReport::default()
+            };
+            if expired.is_empty() {
+                return Ok(report);
+            }
+            self.plan_deletes(&base.metadata, &expired, &mut report).await?;
+            if self.dry_run {
+                return Ok(report);
+            }
+            let built = base
+                .metadata
+                .clone()
+                .into_builder(Some(base.metadata_location.clone()))
+                .remove_snapshots(&report.expired)
+                .build()
+                .map_err(self.err("build the new metadata"))?;
+            match self
+                .catalog
+                .swap(&self.ident, &base, built.metadata, &built.changes)
+                .await?
+            {
+                Swap::Swapped(table) => {
+                    let expired_logs = built
+                        .expired_metadata_logs
+                        .into_iter()
+                        .map(|l| l.metadata_file)
+                        .collect();
+                    after_swap(self.catalog.as_ref(), &table, expired_logs).await;
+                    report.metadata_location = Some(table.metadata_location.clone());
+                    tracing::info!(table = %self.shown(), expired = report.expired.len(), "expired snapshots");
+                    self.delete(&mut report).await;
+                    return Ok(report);
+                }
+                // Another writer committed first: plan again on its version.
+                Swap::Conflict => tracing::debug!(table = %self.shown(), "lost the expiry swap; planning again"),
+            }
+        }
+        Err(IcebergSinkError::Busy {
+            table: self.shown(),
+            operation: "snapshot expiry".into(),
+            attempts: MAX_ATTEMPTS,
+        })
+    }
+
+    fn err(&self, context: &str) -> impl Fn(iceberg::Error) -> IcebergSinkError + '_ {
+        let context = context.to_string();
+        move |source| IcebergSinkError::Iceberg {
+            table: self.shown(),
+            context: context.clone(),
+            source: Box::new(source),
+        }
+    }
+
+    /// The table's refs, read from its metadata file (iceberg 0.10 does
+    /// not expose them).
+    async fn refs(&self, table: &LoadedTable) -> Result<HashMap<String, SnapshotReference>, IcebergSinkError> {
+        let err = self.err("read the refs of the metadata file");
+        let bytes = self
+            .catalog
+            .file_io()
+            .new_input(&table.metadata_location)
+            .map_err(&err)?
+            .read()
+            .await
+            .map_err(&err)?;
+        read_refs(&bytes).ok_or_else(|| IcebergSinkError::Unsupported {
+            table: self.shown(),
+            feature: "a metadata file whose refs cannot be read (compressed?)".into(),
+        })
+    }
+
+    /// The snapshots to expire: older than the cutoff, and neither a ref's
+    /// head nor among the newest `retain_last` of a branch.
+    fn expired(&self, metadata: &TableMetadata, refs: &HashMap<String, SnapshotReference>) -> BTreeSet<i64> {
+        let mut kept = HashSet::new();
+        for r in refs.values() {
+            kept.insert(r.snapshot_id);
+            if let SnapshotRetention::Branch { .. } = r.retention {
+                let mut next = Some(r.snapshot_id);
+                for _ in 0..self.retain_last {
+                    let Some(s) = next.and_then(|id| metadata.snapshot_by_id(id)) else {
+                        break;
+                    };
+                    kept.insert(s.snapshot_id());
+                    next = s.parent_snapshot_id();
+                }
+            }
+        }
+        if let Some(current) = metadata.current_snapshot_id() {
+            kept.insert(current);
+        }
+        let cutoff = self
+            .older_than
+            .map(|age| chrono::Utc::now().timestamp_millis() - age.as_millis() as i64);
+        metadata
+            .snapshots()
+            .filter(|s| !kept.contains(&s.snapshot_id()))
+            .filter(|s| cutoff.is_none_or(|c| s.timestamp_ms() < c))
+            .map(|s| s.snapshot_id())
+            .collect()
+    }
+
+    async fn manifests_of(
+        &self,
+        metadata: &TableMetadata,
+        snapshot: i64,
+    ) -> Result<(String, Vec<ManifestFile>), IcebergSinkError> {
+        let err = self.err("read a manifest list");
+        let list = metadata
+            .snapshot_by_id(snapshot)
+            .map(|s| s.manifest_list().to_string())
+            .unwrap_or_default();
+        let bytes = self
+            .catalog
+            .file_io()
+            .new_input(&list)
+            .map_err(&err)?
+            .read()
+            .await
+            .map_err(&err)?;
+        let entries = ManifestList::parse_with_version(&bytes, metadata.format_version())
+            .map_err(&err)?
+            .entries()
+            .to_vec();
+        Ok((list, entries))
+    }
+
+    /// Fills in the files only expired snapshots reference: their manifest
+    /// lists, the manifests no kept snapshot lists, and the data files no
+    /// kept snapshot holds live.
+    async fn plan_deletes(
+        &self,
+        metadata: &TableMetadata,
+        expired: &BTreeSet<i64>,
+        report: &mut ExpireReport,
+    ) -> Result<(), IcebergSinkError> {
+        let err = self.err("read a manifest");
+        let (mut live_manifests, mut gone_manifests) = (HashMap::new(), HashMap::new());
+        let mut live_lists = HashSet::new();
+        for snapshot in metadata.snapshots() {
+            let (list, manifests) = self.manifests_of(metadata, snapshot.snapshot_id()).await?;
+            let target = if expired.contains(&snapshot.snapshot_id()) {
+                report.manifest_lists.push(list);
+                &mut gone_manifests
+            } else {
+                live_lists.insert(list);
+                &mut live_manifests
+            };
+            for m in manifests {
+                target.insert(m.manifest_path.clone(), m);
+            }
+        }
+        // A manifest list shared with a kept snapshot (never written so by
+        // weir) stays.
+        report.manifest_lists.retain(|l| !live_lists.contains(l));
+        gone_manifests.retain(|path, _| !live_manifests.contains_key(path));
+        if gone_manifests.is_empty() {
+            return Ok(());
+        }
+        let mut live_files = HashSet::new();
+        for m in live_manifests.values() {
+            let manifest = m.load_manifest(self.catalog.file_io()).await.map_err(&err)?;
+            for e in manifest.entries() {
+                if e.status() != ManifestStatus::Deleted {
+                    live_files.insert(e.file_path().to_string());
+                }
+            }
+        }
+        let mut gone_files = BTreeSet::new();
+        for (path, m) in gone_manifests {
+            let manifest = m.load_manifest(self.catalog.file_io()).await.map_err(&err)?;
+            for e in manifest.entries() {
+                if !live_files.contains(e.file_path()) && gone_files.insert(e.file_path().to_string()) {
+                    report.data_bytes += e.file_size_in_bytes();
+                }
+            }
+            report.manifests.push(path);
+        }
+        report.manifests.sort();
+        report.data_files = gone_files.into_iter().collect();
+        Ok(())
+    }
+
+    /// Deletes the planned files; a file that cannot be deleted is logged
+    /// and listed, and stays an orphan.
+    async fn delete(&self, report: &mut ExpireReport) {
+        let io = self.catalog.file_io();
+        let files: Vec<String> = report
+            .data_files
+            .iter()
+            .chain(&report.manifests)
+            .chain(&report.manifest_lists)
+            .cloned()
+            .collect();
+        for file in files {
+            if let Err(e) = io.delete(&file).await {
+                tracing::warn!(file, error = %e, "could not delete a file of an expired snapshot");
+                report.failed.push(file);
+            }
+        }
+    }
+}

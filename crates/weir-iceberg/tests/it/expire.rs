@@ -1,0 +1,147 @@
+//! Snapshot expiry: rows and markers stay, files only expired snapshots
+//! referenced go, and a batch replayed after expiry is still a no-op.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use weir_core::crash::{CrashPoint, CrashPoints};
+use weir_core::prelude::*;
+use weir_core::source::RateSource;
+use weir_iceberg::{Catalog, ExpireSnapshots};
+use weir_test_support::assert_exactly_once;
+use weir_test_support::readers::{iceberg, python};
+
+use crate::conformance::{event_ids, sqlite_harness, SqlHarness};
+
+const TABLE: &str = "bronze.payments";
+
+async fn stream(h: &SqlHarness, chk: &Path, mode: OutputMode, last: u64, crash: Option<CrashPoints>) -> Result<()> {
+    let mut writer = read_stream(RateSource::rows_per_batch(100))
+        .write_stream()
+        .query_name("payments-bronze")
+        .checkpoint_location(chk)
+        .output_mode(mode)
+        .stop_after_batch(BatchId(last));
+    if let Some(points) = crash {
+        writer = writer.crash_points(points);
+    }
+    writer.start(h.sink_on(TABLE).await).await?.await_termination().await
+}
+
+fn local(file: &str) -> &Path {
+    Path::new(file.strip_prefix("file://").unwrap_or(file))
+}
+
+fn snapshots(h: &SqlHarness) -> usize {
+    let d = iceberg(&["describe", &h.reader, TABLE]).expect("readers present");
+    d["snapshots"].as_array().unwrap().len()
+}
+
+async fn expire(h: &SqlHarness) -> ExpireSnapshots {
+    let catalog: Arc<dyn Catalog> = h.catalog().await;
+    ExpireSnapshots::new(catalog, TABLE).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_keeps_rows_and_markers_and_a_replay_after_it_is_a_no_op() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    stream(&h, chk.path(), OutputMode::Append, 5, None).await.unwrap();
+    assert_eq!(snapshots(&h), 6);
+
+    // A dry run plans and changes nothing.
+    let plan = expire(&h).await.retain_last(2).dry_run(true).run().await.unwrap();
+    assert_eq!((plan.expired.len(), plan.retained), (4, 2));
+    assert_eq!(plan.manifest_lists.len(), 4);
+    assert!(plan.metadata_location.is_none());
+    assert_eq!(snapshots(&h), 6);
+    assert!(plan.manifest_lists.iter().all(|l| local(l).exists()));
+
+    // Appends share their manifests with later snapshots: only the
+    // expired snapshots' manifest lists go.
+    let done = expire(&h).await.retain_last(2).run().await.unwrap();
+    assert_eq!(done.expired, plan.expired);
+    assert!(done.data_files.is_empty() && done.manifests.is_empty(), "{done:?}");
+    assert!(done.manifest_lists.iter().all(|l| !local(l).exists()));
+    assert!(done.failed.is_empty());
+    assert_eq!(snapshots(&h), 2);
+    assert_exactly_once(&event_ids(&h, TABLE), 0..600);
+
+    // Batch 6 reaches the table but not the checkpoint; every snapshot but
+    // the current one expires; the restart replays batch 6 as a no-op.
+    let crash = CrashPoints::new().fail_at(CrashPoint::AfterSinkCommit, Some(BatchId(6)));
+    assert!(stream(&h, chk.path(), OutputMode::Append, 6, Some(crash))
+        .await
+        .is_err());
+    let done = expire(&h).await.run().await.unwrap();
+    assert_eq!((done.expired.len(), done.retained), (2, 1));
+    stream(&h, chk.path(), OutputMode::Append, 6, None).await.unwrap();
+    assert_exactly_once(&event_ids(&h, TABLE), 0..700);
+    assert_eq!(snapshots(&h), 1, "the replayed batch made no snapshot");
+    let d = iceberg(&["describe", &h.reader, TABLE]).expect("readers present");
+    assert_eq!(d["properties"]["weir.query.payments-bronze.batch-id"], "6");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_after_complete_mode_deletes_the_replaced_data_files() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    stream(&h, chk.path(), OutputMode::Complete, 2, None).await.unwrap();
+
+    // Nothing is old enough yet.
+    let young = expire(&h)
+        .await
+        .older_than(std::time::Duration::from_secs(3600))
+        .run()
+        .await
+        .unwrap();
+    assert!(young.expired.is_empty() && young.deleted_files() == 0);
+
+    let done = expire(&h).await.run().await.unwrap();
+    assert_eq!(done.expired.len(), 2);
+    // Batches 0 and 1 were replaced by batch 2: their data files go.
+    assert!(!done.data_files.is_empty() && done.data_bytes > 0, "{done:?}");
+    assert!(done.data_files.iter().all(|f| !local(f).exists()));
+    assert!(done.manifests.iter().all(|f| !local(f).exists()));
+    // pyiceberg reads every file the table still lists.
+    assert_exactly_once(&event_ids(&h, TABLE), 200..300);
+    assert_eq!(snapshots(&h), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_beside_a_running_stream_loses_no_row() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    let sink = h.sink_on(TABLE).await;
+    let query = read_stream(RateSource::rows_per_batch(50))
+        .write_stream()
+        .query_name("payments-bronze")
+        .checkpoint_location(chk.path())
+        .stop_after_batch(BatchId(39))
+        .start(sink)
+        .await
+        .unwrap();
+    // Expire over and over while batches land; each run either commits on
+    // the newest version or plans again.
+    let mut runs = 0;
+    while query.is_active() {
+        let report = expire(&h).await.retain_last(3).run().await.unwrap();
+        assert!(report.failed.is_empty());
+        runs += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    query.await_termination().await.unwrap();
+    assert!(runs >= 2, "only {runs} expiries ran beside the stream");
+    assert_exactly_once(&event_ids(&h, TABLE), 0..2000);
+    expire(&h).await.run().await.unwrap();
+    assert_exactly_once(&event_ids(&h, TABLE), 0..2000);
+}
