@@ -213,6 +213,32 @@ impl Catalogs {
         Ok(expire.run().await?)
     }
 
+    /// Deletes an Iceberg table's files that nothing references and that
+    /// are older than `older_than` (see [`weir_iceberg::RemoveOrphanFiles`]).
+    pub async fn remove_orphan_files(
+        &self,
+        name: &str,
+        older_than: Option<std::time::Duration>,
+        dry_run: bool,
+    ) -> Result<weir_iceberg::OrphanReport, CatalogError> {
+        let table = self.table(name).await?;
+        if table.format != TableFormat::Iceberg {
+            return Err(CatalogError::Unsupported {
+                catalog: table.name.catalog.clone(),
+                reason: format!(
+                    "{}: orphan removal is for Iceberg tables; a Delta table's go with vacuum",
+                    table.name
+                ),
+            });
+        }
+        let catalog = self.iceberg_catalog(&table.name.catalog).await?;
+        let mut job = weir_iceberg::RemoveOrphanFiles::new(catalog, &table.name.in_catalog())?.dry_run(dry_run);
+        if let Some(age) = older_than {
+            job = job.older_than(age);
+        }
+        Ok(job.run().await?)
+    }
+
     async fn load_iceberg(&self, table: &TableEntry) -> Result<Option<weir_iceberg::LoadedTable>, CatalogError> {
         let catalog = self.iceberg_catalog(&table.name.catalog).await?;
         let ident = iceberg::TableIdent::new(

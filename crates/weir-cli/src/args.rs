@@ -76,6 +76,22 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Deletes an Iceberg table's files that nothing references (left by
+    /// failed writes), if older than a threshold.
+    RemoveOrphans {
+        /// The table.
+        name: String,
+        /// Only files older than this (at least 1h; default 3d), so that no
+        /// file of a commit in flight is taken for an orphan.
+        #[arg(long, value_name = "AGE")]
+        older_than: Option<String>,
+        /// List the orphans; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// As one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Inspects a checkpoint.
     Checkpoint {
         #[command(subcommand)]

@@ -63,6 +63,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 .transpose()?;
             show::expire(&catalogs(&cli)?, name, age, *retain_last, *dry_run, *json).await
         }
+        Command::RemoveOrphans {
+            name,
+            older_than,
+            dry_run,
+            json,
+        } => {
+            let age = older_than
+                .as_deref()
+                .map(|t| stream::parse_duration("--older-than", t))
+                .transpose()?;
+            show::remove_orphans(&catalogs(&cli)?, name, age, *dry_run, *json).await
+        }
         Command::Checkpoint {
             command: CheckpointCommand::Show { dir, json },
         } => show::checkpoint(dir, *json).await,

@@ -179,3 +179,32 @@ pub async fn expire(
     println!("took {:.0} ms", started.elapsed().as_secs_f64() * 1000.0);
     Ok(())
 }
+
+pub async fn remove_orphans(
+    catalogs: &Catalogs,
+    name: &str,
+    older_than: Option<std::time::Duration>,
+    dry_run: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    let started = std::time::Instant::now();
+    let report = catalogs.remove_orphan_files(name, older_than, dry_run).await?;
+    if json {
+        return json_line(&report);
+    }
+    let verb = if dry_run { "would delete" } else { "deleted" };
+    println!(
+        "{name}: {} files listed; {verb} {} orphans ({} bytes)",
+        report.listed,
+        report.orphans.len(),
+        report.bytes
+    );
+    for file in &report.orphans {
+        println!("  {file}");
+    }
+    if !report.failed.is_empty() {
+        println!("could not delete {} files (see the log)", report.failed.len());
+    }
+    println!("took {:.0} ms", started.elapsed().as_secs_f64() * 1000.0);
+    Ok(())
+}

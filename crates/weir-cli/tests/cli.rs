@@ -193,6 +193,18 @@ fn iceberg_tables_take_a_format_and_partitioning() {
     let ids =
         json_ids(&iceberg(&["ids", "pyiceberg", db.to_str().unwrap(), "silver.events"]).expect("readers present"));
     assert_exactly_once(&ids, 0..160);
+
+    // Nothing is an orphan; a threshold short enough to take a commit in
+    // flight is refused.
+    let report = json_lines(&ok(
+        lake,
+        &["remove-orphans", "silver.events", "--older-than", "1h", "--json"],
+    ))
+    .remove(0);
+    assert_eq!(report["orphans"], serde_json::json!([]));
+    assert!(report["listed"].as_u64().unwrap() > 0);
+    let e = failure(lake, &["remove-orphans", "silver.events", "--older-than", "5m"]);
+    assert!(e.contains("commit in flight"), "{e}");
 }
 
 #[test]

@@ -11,13 +11,14 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use iceberg::spec::{ManifestFile, ManifestList, ManifestStatus, SnapshotReference, SnapshotRetention, TableMetadata};
+use iceberg::spec::{ManifestStatus, SnapshotReference, SnapshotRetention, TableMetadata};
 use iceberg::TableIdent;
 use serde::Serialize;
 
 use crate::catalog::metadata_file::read_refs;
 use crate::catalog::{after_swap, parse_ident, Catalog, LoadedTable, Swap};
 use crate::error::IcebergSinkError;
+use crate::reachable::manifests_of;
 
 /// How many times a lost swap is planned again before giving up.
 const MAX_ATTEMPTS: usize = 10;
@@ -230,31 +231,6 @@ impl ExpireSnapshots {
             .collect()
     }
 
-    async fn manifests_of(
-        &self,
-        metadata: &TableMetadata,
-        snapshot: i64,
-    ) -> Result<(String, Vec<ManifestFile>), IcebergSinkError> {
-        let err = self.err("read a manifest list");
-        let list = metadata
-            .snapshot_by_id(snapshot)
-            .map(|s| s.manifest_list().to_string())
-            .unwrap_or_default();
-        let bytes = self
-            .catalog
-            .file_io()
-            .new_input(&list)
-            .map_err(&err)?
-            .read()
-            .await
-            .map_err(&err)?;
-        let entries = ManifestList::parse_with_version(&bytes, metadata.format_version())
-            .map_err(&err)?
-            .entries()
-            .to_vec();
-        Ok((list, entries))
-    }
-
     /// Fills in the files only expired snapshots reference: their manifest
     /// lists, the manifests no kept snapshot lists, and the data files no
     /// kept snapshot holds live.
@@ -268,7 +244,9 @@ impl ExpireSnapshots {
         let (mut live_manifests, mut gone_manifests) = (HashMap::new(), HashMap::new());
         let mut live_lists = HashSet::new();
         for snapshot in metadata.snapshots() {
-            let (list, manifests) = self.manifests_of(metadata, snapshot.snapshot_id()).await?;
+            let (list, manifests) = manifests_of(self.catalog.file_io(), metadata, snapshot.snapshot_id())
+                .await
+                .map_err(self.err("read a manifest list"))?;
             let target = if expired.contains(&snapshot.snapshot_id()) {
                 report.manifest_lists.push(list);
                 &mut gone_manifests

@@ -50,6 +50,12 @@ pub trait Catalog: Debug + Send + Sync {
     /// Where a new table of this name goes: `<warehouse>/<namespace>/<table>`.
     fn default_location(&self, ident: &TableIdent) -> String;
 
+    /// The object storage settings the catalog's files are read with, for
+    /// jobs that list a table's files (they hold secrets: never print them).
+    fn storage_settings(&self) -> std::collections::HashMap<String, String> {
+        std::collections::HashMap::new()
+    }
+
     /// Whether weir writes the metadata files (a SQL catalog), rather than
     /// the catalog's server (REST).
     fn writes_metadata(&self) -> bool {

@@ -28,6 +28,8 @@ pub struct RestCatalog {
     token: tokio::sync::Mutex<Option<(String, Instant)>>,
     http: reqwest::Client,
     file_io: FileIO,
+    /// The storage settings, the server's included (secrets: never shown).
+    storage: HashMap<String, String>,
 }
 
 impl std::fmt::Debug for RestCatalog {
@@ -65,6 +67,7 @@ impl RestCatalog {
                 .build()
                 .map_err(|e| catalog_err(name, "build the HTTP client", e.to_string()))?,
             file_io: FileIO::new_with_fs(),
+            storage: HashMap::new(),
         };
         let config = catalog
             .call(
@@ -94,7 +97,8 @@ impl RestCatalog {
         }
         // A REST warehouse is often a name, not a location: the tables'
         // locations decide, so the file IO handles local paths and s3://.
-        catalog.file_io = crate::storage::object_file_io(storage);
+        catalog.file_io = crate::storage::object_file_io(storage.clone());
+        catalog.storage = storage;
         Ok(catalog)
     }
 
@@ -260,6 +264,10 @@ impl Catalog for RestCatalog {
 
     fn file_io(&self) -> &FileIO {
         &self.file_io
+    }
+
+    fn storage_settings(&self) -> HashMap<String, String> {
+        self.storage.clone()
     }
 
     fn default_location(&self, ident: &TableIdent) -> String {

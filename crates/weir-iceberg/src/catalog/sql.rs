@@ -48,6 +48,8 @@ pub struct SqlCatalog {
     typed: bool,
     /// What is kept between commits to write metadata files quickly.
     files: Arc<MetadataFiles>,
+    /// The storage settings (secrets: never shown).
+    storage: HashMap<String, String>,
 }
 
 impl std::fmt::Debug for SqlCatalog {
@@ -134,7 +136,8 @@ impl SqlCatalog {
             name: name.to_string(),
             pool,
             dialect,
-            file_io: crate::storage::file_io(&warehouse, storage),
+            file_io: crate::storage::file_io(&warehouse, storage.clone()),
+            storage,
             warehouse,
             typed: true,
             files: Arc::default(),
@@ -344,6 +347,10 @@ impl Catalog for SqlCatalog {
 
     fn file_io(&self) -> &FileIO {
         &self.file_io
+    }
+
+    fn storage_settings(&self) -> HashMap<String, String> {
+        self.storage.clone()
     }
 
     fn default_location(&self, ident: &TableIdent) -> String {

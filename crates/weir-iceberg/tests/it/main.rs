@@ -2,5 +2,6 @@
 
 mod conformance;
 mod expire;
+mod orphans;
 mod rest;
 mod table;
