@@ -239,6 +239,38 @@ impl Catalogs {
         Ok(job.run().await?)
     }
 
+    /// Vacuums a Delta table (see [`weir_delta::Vacuum`]): files no version
+    /// within `retention` (default 7 days) needs, and files of failed
+    /// writes older than it.
+    pub async fn vacuum(
+        &self,
+        name: &str,
+        retention: Option<std::time::Duration>,
+        force: bool,
+        dry_run: bool,
+    ) -> Result<weir_delta::VacuumReport, CatalogError> {
+        let table = self.table(name).await?;
+        if table.format != TableFormat::Delta {
+            return Err(CatalogError::Unsupported {
+                catalog: table.name.catalog.clone(),
+                reason: format!(
+                    "{}: vacuum is for Delta tables; an Iceberg table's old files go with snapshot expiry and \
+                     orphan removal",
+                    table.name
+                ),
+            });
+        }
+        let storage = self.delta_storage(&table.name.catalog).await?;
+        let mut vacuum = weir_delta::Vacuum::new(&table.location)?
+            .with_storage_options(storage)
+            .force(force)
+            .dry_run(dry_run);
+        if let Some(retention) = retention {
+            vacuum = vacuum.retention(retention);
+        }
+        Ok(vacuum.run().await?)
+    }
+
     async fn load_iceberg(&self, table: &TableEntry) -> Result<Option<weir_iceberg::LoadedTable>, CatalogError> {
         let catalog = self.iceberg_catalog(&table.name.catalog).await?;
         let ident = iceberg::TableIdent::new(

@@ -92,6 +92,25 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Deletes a Delta table's files that no version within the retention
+    /// needs, and files of failed writes older than it.
+    Vacuum {
+        /// The table.
+        name: String,
+        /// Keep what versions younger than this need (default 7d).
+        #[arg(long, value_name = "AGE")]
+        retain: Option<String>,
+        /// Accept a retention shorter than the table's
+        /// `delta.deletedFileRetentionDuration`.
+        #[arg(long)]
+        force: bool,
+        /// List the files; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// As one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Inspects a checkpoint.
     Checkpoint {
         #[command(subcommand)]

@@ -75,6 +75,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 .transpose()?;
             show::remove_orphans(&catalogs(&cli)?, name, age, *dry_run, *json).await
         }
+        Command::Vacuum {
+            name,
+            retain,
+            force,
+            dry_run,
+            json,
+        } => {
+            let retention = retain
+                .as_deref()
+                .map(|t| stream::parse_duration("--retain", t))
+                .transpose()?;
+            show::vacuum(&catalogs(&cli)?, name, retention, *force, *dry_run, *json).await
+        }
         Command::Checkpoint {
             command: CheckpointCommand::Show { dir, json },
         } => show::checkpoint(dir, *json).await,

@@ -208,3 +208,25 @@ pub async fn remove_orphans(
     println!("took {:.0} ms", started.elapsed().as_secs_f64() * 1000.0);
     Ok(())
 }
+
+pub async fn vacuum(
+    catalogs: &Catalogs,
+    name: &str,
+    retention: Option<std::time::Duration>,
+    force: bool,
+    dry_run: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    let started = std::time::Instant::now();
+    let report = catalogs.vacuum(name, retention, force, dry_run).await?;
+    if json {
+        return json_line(&report);
+    }
+    let verb = if dry_run { "would delete" } else { "deleted" };
+    println!("{name}: {verb} {} files", report.files.len());
+    for file in &report.files {
+        println!("  {file}");
+    }
+    println!("took {:.0} ms", started.elapsed().as_secs_f64() * 1000.0);
+    Ok(())
+}

@@ -126,6 +126,14 @@ fn stream_stops_at_max_batches_resumes_and_is_described() {
 
     let e = failure(lake, &["expire", "bronze.payments"]);
     assert!(e.contains("snapshot expiry is for Iceberg tables"), "{e}");
+    // Vacuum: nothing to delete within the default retention; a short one
+    // is refused unless forced.
+    let v = json_lines(&ok(lake, &["vacuum", "bronze.payments", "--dry-run", "--json"])).remove(0);
+    assert_eq!(v["files"], serde_json::json!([]));
+    let e = failure(lake, &["vacuum", "bronze.payments", "--retain", "1h"]);
+    assert!(e.contains("shorter than the table's"), "{e}");
+    let v = ok(lake, &["vacuum", "bronze.payments", "--retain", "0s", "--force"]);
+    assert!(v.contains("deleted 0 files"), "{v}");
 
     // A new checkpoint for the same query name is a lost checkpoint.
     let e = failure(

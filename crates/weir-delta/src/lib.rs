@@ -59,6 +59,7 @@
 mod describe;
 mod entry;
 mod error;
+mod maintenance;
 mod marker;
 mod options;
 mod partition;
@@ -69,5 +70,6 @@ mod writer;
 
 pub use describe::{describe, history, DeltaCommit, DeltaQueryMarker, DeltaTableSummary};
 pub use error::DeltaSinkError;
+pub use maintenance::{checkpoint_log, LogReport, Vacuum, VacuumReport, DEFAULT_VACUUM_RETENTION};
 pub use options::{Compression, DeltaSinkOptions};
 pub use sink::DeltaSink;

@@ -1,6 +1,7 @@
 //! Integration tests of weir-delta.
 
 mod conformance;
+mod maintenance;
 mod readers;
 mod s3;
 mod table;

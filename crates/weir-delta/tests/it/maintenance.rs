@@ -1,0 +1,127 @@
+//! Vacuum and log upkeep: files of failed writes and of old versions go
+//! once past the retention, and every live row stays readable by Python
+//! deltalake.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use weir_core::prelude::*;
+use weir_core::source::RateSource;
+use weir_delta::{checkpoint_log, DeltaSink, Vacuum};
+use weir_test_support::assert_exactly_once;
+use weir_test_support::readers::{json_ids, python, read};
+
+async fn stream(table: &Path, chk: &Path, mode: OutputMode, last: u64) {
+    let q = read_stream(RateSource::rows_per_batch(100))
+        .write_stream()
+        .checkpoint_location(chk)
+        .output_mode(mode)
+        .stop_after_batch(BatchId(last))
+        .start(DeltaSink::try_new(table.to_str().unwrap()).unwrap())
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+}
+
+fn ids(table: &Path) -> Vec<i64> {
+    json_ids(&read(&["ids", "deltalake", table.to_str().unwrap()]).expect("readers present"))
+}
+
+fn parquet_files(table: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(table).unwrap().flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "parquet") {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// A file no commit added, as a failed write leaves, `age` old.
+fn stray(table: &Path, age: Duration) -> PathBuf {
+    let path = table.join(format!("part-stray-{}.parquet", age.as_secs()));
+    std::fs::write(&path, b"not a committed file").unwrap();
+    let file = std::fs::File::options().write(true).open(&path).unwrap();
+    file.set_modified(SystemTime::now() - age).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vacuum_deletes_old_strays_and_keeps_every_live_file() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    stream(&table, &dir.path().join("chk"), OutputMode::Append, 3).await;
+    let old = stray(&table, Duration::from_secs(10 * 86_400));
+    let young = stray(&table, Duration::from_secs(60));
+
+    let plan = Vacuum::new(table.to_str().unwrap())
+        .unwrap()
+        .dry_run(true)
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(plan.files.len(), 1, "{plan:?}");
+    assert!(plan.files[0].ends_with("part-stray-864000.parquet"), "{plan:?}");
+    assert!(old.exists());
+
+    let done = Vacuum::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
+    assert_eq!(done.files, plan.files);
+    assert!(!old.exists());
+    assert!(young.exists(), "a young file may be a write in flight");
+    assert_exactly_once(&ids(&table), 0..400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_retention_is_refused_unless_forced() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    // Complete mode: each batch removes the files of the one before.
+    stream(&table, &dir.path().join("chk"), OutputMode::Complete, 2).await;
+    assert_eq!(parquet_files(&table).len(), 3);
+
+    let location = table.to_str().unwrap();
+    let e = Vacuum::new(location)
+        .unwrap()
+        .retention(Duration::from_secs(3600))
+        .run()
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("shorter than the table's"), "{e}");
+    // Within the default retention the removed files stay for time travel.
+    assert!(Vacuum::new(location).unwrap().run().await.unwrap().files.is_empty());
+
+    let done = Vacuum::new(location)
+        .unwrap()
+        .retention(Duration::ZERO)
+        .force(true)
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(done.files.len(), 2, "{done:?}");
+    assert_eq!(parquet_files(&table).len(), 1);
+    assert_exactly_once(&ids(&table), 200..300);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_checkpoint_is_written_on_demand() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    stream(&table, &dir.path().join("chk"), OutputMode::Append, 4).await;
+    let report = checkpoint_log(table.to_str().unwrap(), &Default::default())
+        .await
+        .unwrap();
+    let name = format!("{:020}.checkpoint.parquet", report.checkpoint_version);
+    assert!(table.join("_delta_log").join(&name).exists(), "{name}");
+    assert_eq!(report.entries_deleted, 0, "every entry is within the log retention");
+    assert_exactly_once(&ids(&table), 0..500);
+}
