@@ -100,7 +100,11 @@ async fn main() {
             async move { stream(&table, &chk, name, rows, last).await }
         })
         .await;
-        print_latencies(&latencies, "commits");
+        print_latencies(
+            "2. 1,000-row batches by table history (median of 19 batches):",
+            &latencies,
+            "commits",
+        );
     }
 
     if part(3) {

@@ -10,6 +10,8 @@
 //! 3. 1,000-row micro-batches, exactly once, against pyiceberg loading the
 //!    table and reading the last batch id before each `append` (left out
 //!    with a notice if the readers' Python environment is missing).
+//! 4. Part 2 again with an `ExpiryPolicy` on the sink (every 100 commits,
+//!    the last 100 snapshots kept): the history a streaming table keeps.
 //!
 //! `cargo bench -p weir-benches --bench iceberg`; `WEIR_BENCH_PARTS=2` runs
 //! part 2 alone.
@@ -30,7 +32,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use weir_benches::{latency_by_history, mean, median, part, print_latencies, python_per_batch};
 use weir_core::prelude::*;
-use weir_iceberg::{Catalog, IcebergSink, SqlCatalog};
+use weir_iceberg::{Catalog, ExpiryPolicy, IcebergSink, SqlCatalog};
 
 const TABLE: &str = "bench.t";
 
@@ -46,7 +48,21 @@ async fn catalog(lake: &Path) -> Arc<SqlCatalog> {
 /// Runs the rate source into the table until batch `last`, returning the
 /// progress of this run's batches.
 async fn stream(lake: &Path, chk: &Path, name: &str, rows: u64, last: u64) -> Vec<QueryProgress> {
-    let sink = IcebergSink::try_new(catalog(lake).await, TABLE).unwrap();
+    stream_with(lake, chk, name, rows, last, None).await
+}
+
+async fn stream_with(
+    lake: &Path,
+    chk: &Path,
+    name: &str,
+    rows: u64,
+    last: u64,
+    expiry: Option<ExpiryPolicy>,
+) -> Vec<QueryProgress> {
+    let mut sink = IcebergSink::try_new(catalog(lake).await, TABLE).unwrap();
+    if let Some(policy) = expiry {
+        sink = sink.with_snapshot_expiry(policy);
+    }
     let q = read_stream(RateSource::rows_per_batch(rows))
         .write_stream()
         .query_name(name)
@@ -162,7 +178,11 @@ async fn main() {
             async move { stream(&lake, &chk, name, rows, last).await }
         })
         .await;
-        print_latencies(&latencies, "snapshots");
+        print_latencies(
+            "2. 1,000-row batches by table history (median of 19 batches):",
+            &latencies,
+            "snapshots",
+        );
         // Every commit writes (and syncs) a metadata file listing every
         // snapshot: its size at the top level is the floor under the ratio.
         println!(
@@ -199,5 +219,42 @@ async fn main() {
                 py_last / weir_last
             );
         }
+    }
+
+    if part(4) {
+        // The answer to a growing history: the sink expires snapshots in the
+        // background, so the metadata file stays small.
+        let policy = ExpiryPolicy {
+            every_commits: 100,
+            retain_last: 100,
+            older_than: None,
+        };
+        let levels: Vec<u64> = [10, 10_000].into_iter().filter(|l| *l <= top.max(10)).collect();
+        let history = tempfile::tempdir().unwrap();
+        let lake = history.path().to_path_buf();
+        let latencies = latency_by_history(&levels, 20, |name, chk, rows, last| {
+            let lake = lake.clone();
+            async move { stream_with(&lake, &chk, name, rows, last, Some(policy)).await }
+        })
+        .await;
+        print_latencies(
+            "4. the same with ExpiryPolicy { every 100 commits, the last 100 snapshots kept }:",
+            &latencies,
+            "commits",
+        );
+        let table = catalog(&lake)
+            .await
+            .load(&weir_iceberg::parse_ident(TABLE).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let size = std::fs::metadata(table.metadata_location.trim_start_matches("file://"))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        println!(
+            "   at the end: {} snapshots, metadata file {:.2} MB",
+            table.metadata.snapshots().len(),
+            size as f64 / 1e6
+        );
     }
 }

@@ -165,11 +165,11 @@ pub fn part(n: u32) -> bool {
     }
 }
 
-/// Prints part 2 of a table benchmark: the latencies of
+/// Prints a latency part of a table benchmark under `title`: the latencies of
 /// [`latency_by_history`] at each level (`unit` names a level: `commits`,
 /// `snapshots`) and the ratio of the top level to the first.
-pub fn print_latencies(latencies: &[(u64, f64, f64)], unit: &str) {
-    println!("2. 1,000-row batches by table history (median of 19 batches):");
+pub fn print_latencies(title: &str, latencies: &[(u64, f64, f64)], unit: &str) {
+    println!("{title}");
     for (level, total, commit) in latencies {
         println!("   {level:>6} {unit}: {total:>7.2} ms per batch, {commit:>7.2} ms in the commit");
     }

@@ -345,6 +345,15 @@ impl Catalogs {
             (Opened::Sql { sql, .. }, TableFormat::Iceberg) => Arc::new(iceberg_sink(sql.clone(), &name, options)?),
             (Opened::Rest { rest }, TableFormat::Iceberg) => Arc::new(iceberg_sink(rest.clone(), &name, options)?),
             (Opened::Sql { storage, .. } | Opened::Path { storage, .. }, TableFormat::Delta) => {
+                if options.snapshot_expiry.is_some() {
+                    return Err(CatalogError::Unsupported {
+                        catalog: name.catalog.clone(),
+                        reason: format!(
+                            "{name} is a Delta table: a snapshot expiry policy is for Iceberg tables (a Delta \
+                             table's old files go with vacuum). Nothing was written"
+                        ),
+                    });
+                }
                 Arc::new(delta_sink(&location, options, storage)?)
             }
             (opened, format) => {
@@ -582,6 +591,9 @@ fn iceberg_sink(
     }
     if let Some(bytes) = options.target_file_size {
         sink = sink.with_target_file_size(bytes);
+    }
+    if let Some(policy) = options.snapshot_expiry {
+        sink = sink.with_snapshot_expiry(policy);
     }
     Ok(sink)
 }

@@ -21,6 +21,8 @@ pub struct TableOptions {
     pub merge_schema: bool,
     /// The size at which data files are closed.
     pub target_file_size: Option<u64>,
+    /// Snapshot expiry the sink runs in the background (Iceberg only).
+    pub snapshot_expiry: Option<weir_iceberg::ExpiryPolicy>,
 }
 
 impl TableOptions {
@@ -56,6 +58,13 @@ impl TableOptions {
     /// The size at which data files are closed.
     pub fn target_file_size(mut self, bytes: u64) -> Self {
         self.target_file_size = Some(bytes);
+        self
+    }
+
+    /// Snapshot expiry as the query commits (an Iceberg table's sink only;
+    /// see [`weir_iceberg::ExpiryPolicy`]).
+    pub fn snapshot_expiry(mut self, policy: weir_iceberg::ExpiryPolicy) -> Self {
+        self.snapshot_expiry = Some(policy);
         self
     }
 }

@@ -196,6 +196,12 @@ pub struct StreamArgs {
     /// are read from where this checkpoint stands.
     #[arg(long)]
     pub take_over_output: bool,
+    /// Iceberg: expire old snapshots in the background every N commits.
+    #[arg(long, value_name = "N")]
+    pub expire_every: Option<u64>,
+    /// Iceberg, with --expire-every: the snapshots kept.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub expire_retain: usize,
     /// Per-batch progress on standard output.
     #[arg(long, value_enum, default_value_t = Progress::Text)]
     pub progress: Progress,

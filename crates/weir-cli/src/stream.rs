@@ -98,6 +98,13 @@ pub async fn run(catalogs: &Catalogs, args: &StreamArgs) -> Result<(), Failure> 
             FormatArg::Iceberg => TableFormat::Iceberg,
         });
     }
+    if let Some(every) = args.expire_every {
+        options = options.snapshot_expiry(weir::iceberg::ExpiryPolicy {
+            every_commits: every.max(1),
+            retain_last: args.expire_retain.max(1),
+            older_than: None,
+        });
+    }
     let query = Arc::new(writer.to_table_in(catalogs, &args.to, options).await?);
     // Ctrl-C: the running batch finishes (or, if the process is killed,
     // is replayed exactly once on the next start); no new one starts.

@@ -390,6 +390,21 @@ fn bad_input_fails_with_a_message_that_names_it() {
             "a.b",
             "--checkpoint",
             "c",
+            "--expire-every",
+            "10",
+        ],
+    );
+    assert!(e.contains("snapshot expiry policy is for Iceberg tables"), "{e}");
+    let e = failure(
+        lake,
+        &[
+            "stream",
+            "--from",
+            "rate",
+            "--to",
+            "a.b",
+            "--checkpoint",
+            "c",
             "--max-batches",
             "3",
             "--take-over-output",

@@ -21,7 +21,7 @@ use crate::error::IcebergSinkError;
 use crate::reachable::manifests_of;
 
 /// How many times a lost swap is planned again before giving up.
-const MAX_ATTEMPTS: usize = 10;
+const MAX_ATTEMPTS: usize = 50;
 
 /// Expires a table's old snapshots.
 ///
@@ -114,7 +114,7 @@ impl ExpireSnapshots {
 
     /// Expires the snapshots, then deletes the files only they referenced.
     pub async fn run(&self) -> Result<ExpireReport, IcebergSinkError> {
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
             let base = self
                 .catalog
                 .load(&self.ident)
@@ -134,8 +134,8 @@ impl ExpireSnapshots {
             if expired.is_empty() {
                 return Ok(report);
             }
-            self.plan_deletes(&base.metadata, &expired, &mut report).await?;
             if self.dry_run {
+                self.plan_deletes(&base.metadata, &expired, &mut report).await?;
                 return Ok(report);
             }
             let built = base
@@ -159,11 +159,23 @@ impl ExpireSnapshots {
                     after_swap(self.catalog.as_ref(), &table, expired_logs).await;
                     report.metadata_location = Some(table.metadata_location.clone());
                     tracing::info!(table = %self.shown(), expired = report.expired.len(), "expired snapshots");
+                    // The files to delete are planned on the version the
+                    // swap replaced: what its kept snapshots reach stays.
+                    // Later commits build on the new version, so they reach
+                    // nothing only expired snapshots reached.
+                    self.plan_deletes(&base.metadata, &expired, &mut report).await?;
                     self.delete(&mut report).await;
                     return Ok(report);
                 }
-                // Another writer committed first: plan again on its version.
-                Swap::Conflict => tracing::debug!(table = %self.shown(), "lost the expiry swap; planning again"),
+                // Another writer committed first: choose again on its
+                // version (choosing reads only the metadata), after a
+                // moment that breaks step with a writer committing back to
+                // back.
+                Swap::Conflict => {
+                    tracing::debug!(table = %self.shown(), attempt, "lost the expiry swap; choosing again");
+                    let jitter = u64::from(uuid::Uuid::new_v4().as_u128() as u8 % 8);
+                    tokio::time::sleep(Duration::from_millis(jitter + attempt as u64)).await;
+                }
             }
         }
         Err(IcebergSinkError::Busy {

@@ -78,6 +78,6 @@ pub use catalog::{check_ident, parse_ident, Catalog, LoadedTable, RestCatalog, S
 pub use error::IcebergSinkError;
 pub use expire::{ExpireReport, ExpireSnapshots};
 pub use orphans::{OrphanReport, RemoveOrphanFiles, DEFAULT_ORPHAN_AGE};
-pub use sink::IcebergSink;
+pub use sink::{ExpiryPolicy, IcebergSink};
 pub use storage::{file_io, is_secret_setting, object_store_at, ObjectStorage, ObjectStoreFactory};
 pub use table::DEFAULT_TARGET_FILE_SIZE;

@@ -1,6 +1,7 @@
 //! The Iceberg sink: the [`Sink`] of weir-core on an Iceberg table.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -51,7 +52,23 @@ pub struct IcebergSink {
     table_properties: HashMap<String, String>,
     target_file_size: Option<u64>,
     merge_schema: bool,
+    expiry: Option<ExpiryPolicy>,
     state: Arc<State>,
+}
+
+/// Snapshot expiry a sink runs by itself, off the commit path: after every
+/// `every_commits` commits it expires, in the background, the snapshots
+/// older than `older_than` beyond the newest `retain_last` (see
+/// [`crate::ExpireSnapshots`]). Keeps a streaming table's metadata, and so
+/// its commit time, bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpiryPolicy {
+    /// Commits between two expiries (at least 1).
+    pub every_commits: u64,
+    /// Snapshots kept whatever their age (at least 1).
+    pub retain_last: usize,
+    /// Only snapshots older than this expire (`None`: any age).
+    pub older_than: Option<Duration>,
 }
 
 #[derive(Debug, Default)]
@@ -62,6 +79,10 @@ struct State {
     manifests: std::sync::Mutex<Option<(i64, Vec<ManifestFile>)>>,
     /// Fixed by `prepare`.
     prepared: RwLock<Option<Prepared>>,
+    /// Commits so far, for the expiry policy.
+    commits: AtomicU64,
+    /// Whether a background expiry runs.
+    expiring: AtomicBool,
 }
 
 #[derive(Debug, Clone)]
@@ -82,6 +103,7 @@ impl IcebergSink {
             table_properties: HashMap::new(),
             target_file_size: None,
             merge_schema: false,
+            expiry: None,
             state: Arc::default(),
         })
     }
@@ -105,6 +127,45 @@ impl IcebergSink {
     pub fn with_target_file_size(mut self, bytes: u64) -> Self {
         self.target_file_size = Some(bytes);
         self
+    }
+
+    /// Expires old snapshots in the background as the query commits.
+    pub fn with_snapshot_expiry(mut self, policy: ExpiryPolicy) -> Self {
+        self.expiry = Some(policy);
+        self
+    }
+
+    /// After a commit: every `every_commits` commits, an expiry in the
+    /// background, one at a time; its failure is logged, never the batch's.
+    fn maybe_expire(&self) {
+        let Some(policy) = self.expiry else { return };
+        let commits = self.state.commits.fetch_add(1, Ordering::Relaxed) + 1;
+        if !commits.is_multiple_of(policy.every_commits.max(1)) || self.state.expiring.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (catalog, name, state) = (self.catalog.clone(), self.shown_in_catalog(), self.state.clone());
+        tokio::spawn(async move {
+            let mut job = match crate::ExpireSnapshots::new(catalog, &name) {
+                Ok(job) => job.retain_last(policy.retain_last),
+                Err(e) => {
+                    tracing::warn!(table = name, error = %e, "snapshot expiry could not start");
+                    state.expiring.store(false, Ordering::Release);
+                    return;
+                }
+            };
+            if let Some(age) = policy.older_than {
+                job = job.older_than(age);
+            }
+            match job.run().await {
+                Ok(report) => tracing::info!(table = name, expired = report.expired.len(), "expired snapshots"),
+                Err(e) => tracing::warn!(table = name, error = %e, "snapshot expiry failed; the next one retries"),
+            }
+            state.expiring.store(false, Ordering::Release);
+        });
+    }
+
+    fn shown_in_catalog(&self) -> String {
+        format!("{}.{}", self.ident.namespace.join("."), self.ident.name)
     }
 
     /// Add the stream's new nullable columns to the table (as optional
@@ -371,6 +432,7 @@ impl Sink for IcebergSink {
                     }
                     crate::catalog::after_swap(self.catalog.as_ref(), &table, produced.expired).await;
                     *slot = Some(*table);
+                    self.maybe_expire();
                     return Ok(CommitOutcome::Committed { version });
                 }
                 Ok(Swap::Conflict) => {

@@ -145,3 +145,41 @@ async fn expiry_beside_a_running_stream_loses_no_row() {
     expire(&h).await.run().await.unwrap();
     assert_exactly_once(&event_ids(&h, TABLE), 0..2000);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_with_an_expiry_policy_keeps_its_history_bounded() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    let sink = h.sink_on(TABLE).await.with_snapshot_expiry(weir_iceberg::ExpiryPolicy {
+        every_commits: 10,
+        retain_last: 3,
+        older_than: None,
+    });
+    let q = read_stream(RateSource::rows_per_batch(20))
+        .write_stream()
+        .query_name("payments-bronze")
+        .checkpoint_location(chk.path())
+        .stop_after_batch(BatchId(39))
+        .start(sink)
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    assert_exactly_once(&event_ids(&h, TABLE), 0..800);
+    // The last expiry (after commit 40) may still run: wait for the history
+    // to come down to at most the retained snapshots plus one period.
+    let mut left = snapshots(&h);
+    for _ in 0..100 {
+        if left <= 13 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        left = snapshots(&h);
+    }
+    assert!((3..=13).contains(&left), "{left} snapshots of 40 commits are left");
+    assert_exactly_once(&event_ids(&h, TABLE), 0..800);
+    let d = iceberg(&["describe", &h.reader, TABLE]).expect("readers present");
+    assert_eq!(d["properties"]["weir.query.payments-bronze.batch-id"], "39");
+}
