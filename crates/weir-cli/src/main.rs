@@ -40,6 +40,11 @@ fn catalogs(cli: &Cli) -> Result<Catalogs, Failure> {
     Ok(Catalogs::new(config))
 }
 
+/// An optional duration option (`7d`, `12h`, ...).
+fn duration(flag: &str, value: &Option<String>) -> Result<Option<std::time::Duration>, Failure> {
+    value.as_deref().map(|t| stream::parse_duration(flag, t)).transpose()
+}
+
 async fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
         Command::Stream(args) => stream::run(&catalogs(&cli)?, args).await,
@@ -57,10 +62,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             dry_run,
             json,
         } => {
-            let age = older_than
-                .as_deref()
-                .map(|t| stream::parse_duration("--older-than", t))
-                .transpose()?;
+            let age = duration("--older-than", older_than)?;
             show::expire(&catalogs(&cli)?, name, age, *retain_last, *dry_run, *json).await
         }
         Command::RemoveOrphans {
@@ -69,10 +71,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             dry_run,
             json,
         } => {
-            let age = older_than
-                .as_deref()
-                .map(|t| stream::parse_duration("--older-than", t))
-                .transpose()?;
+            let age = duration("--older-than", older_than)?;
             show::remove_orphans(&catalogs(&cli)?, name, age, *dry_run, *json).await
         }
         Command::Vacuum {
@@ -82,10 +81,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             dry_run,
             json,
         } => {
-            let retention = retain
-                .as_deref()
-                .map(|t| stream::parse_duration("--retain", t))
-                .transpose()?;
+            let retention = duration("--retain", retain)?;
             show::vacuum(&catalogs(&cli)?, name, retention, *force, *dry_run, *json).await
         }
         Command::Checkpoint {

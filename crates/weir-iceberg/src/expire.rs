@@ -109,20 +109,13 @@ impl ExpireSnapshots {
     }
 
     fn shown(&self) -> String {
-        format!("{}.{}", self.ident.namespace.join("."), self.ident.name)
+        crate::reachable::shown(&self.ident)
     }
 
     /// Expires the snapshots, then deletes the files only they referenced.
     pub async fn run(&self) -> Result<ExpireReport, IcebergSinkError> {
         for attempt in 0..MAX_ATTEMPTS {
-            let base = self
-                .catalog
-                .load(&self.ident)
-                .await?
-                .ok_or_else(|| IcebergSinkError::NoSuchTable {
-                    catalog: self.catalog.name().to_string(),
-                    table: self.shown(),
-                })?;
+            let base = crate::reachable::load_existing(self.catalog.as_ref(), &self.ident).await?;
             let refs = self.refs(&base).await?;
             let expired = self.expired(&base.metadata, &refs);
             let mut report = ExpireReport {

@@ -88,7 +88,7 @@ impl RemoveOrphanFiles {
     }
 
     fn shown(&self) -> String {
-        format!("{}.{}", self.ident.namespace.join("."), self.ident.name)
+        crate::reachable::shown(&self.ident)
     }
 
     /// Finds the orphans and deletes them.
@@ -103,14 +103,7 @@ impl RemoveOrphanFiles {
                 ),
             });
         }
-        let table = self
-            .catalog
-            .load(&self.ident)
-            .await?
-            .ok_or_else(|| IcebergSinkError::NoSuchTable {
-                catalog: self.catalog.name().to_string(),
-                table: self.shown(),
-            })?;
+        let table = crate::reachable::load_existing(self.catalog.as_ref(), &self.ident).await?;
         let m = &table.metadata;
         let err = |context: &str| {
             let context = context.to_string();

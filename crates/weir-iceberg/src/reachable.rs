@@ -2,6 +2,23 @@
 
 use iceberg::io::FileIO;
 use iceberg::spec::{ManifestFile, ManifestList, TableMetadata};
+use iceberg::TableIdent;
+
+use crate::catalog::{Catalog, LoadedTable};
+use crate::error::IcebergSinkError;
+
+/// `namespace.table`.
+pub(crate) fn shown(ident: &TableIdent) -> String {
+    format!("{}.{}", ident.namespace.join("."), ident.name)
+}
+
+/// The table, or [`IcebergSinkError::NoSuchTable`].
+pub(crate) async fn load_existing(catalog: &dyn Catalog, ident: &TableIdent) -> Result<LoadedTable, IcebergSinkError> {
+    catalog.load(ident).await?.ok_or_else(|| IcebergSinkError::NoSuchTable {
+        catalog: catalog.name().to_string(),
+        table: shown(ident),
+    })
+}
 
 /// The manifest list of `snapshot` and the manifests it lists.
 pub(crate) async fn manifests_of(
