@@ -184,8 +184,9 @@ impl Catalogs {
     }
 
     /// Expires old snapshots of an Iceberg table (see
-    /// [`weir_iceberg::ExpireSnapshots`]): older than `older_than` (any age
-    /// if `None`), keeping the newest `retain_last` of each branch.
+    /// [`weir_iceberg::ExpireSnapshots`]): older than `older_than` (the
+    /// table's default if `None`), keeping the newest `retain_last` of each
+    /// branch.
     pub async fn expire_snapshots(
         &self,
         name: &str,

@@ -63,7 +63,8 @@ pub enum Command {
     Expire {
         /// The table.
         name: String,
-        /// Only snapshots older than this, e.g. `7d`, `12h` (default: any age).
+        /// Only snapshots older than this, e.g. `7d`, `12h`, `0s` for any age
+        /// (default: the table's `history.expire.max-snapshot-age-ms`, else 5d).
         #[arg(long, value_name = "AGE")]
         older_than: Option<String>,
         /// The newest N snapshots of each branch stay.

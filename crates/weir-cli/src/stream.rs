@@ -125,12 +125,13 @@ pub(crate) fn parse_duration(flag: &str, text: &str) -> Result<Duration, Failure
     let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
     let (number, unit) = text.split_at(split);
     let n: u64 = number.parse().map_err(|_| bad())?;
+    let seconds = |per: u64| n.checked_mul(per).map(Duration::from_secs).ok_or_else(bad);
     Ok(match unit {
         "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
-        "d" => Duration::from_secs(n * 86_400),
+        "s" => seconds(1)?,
+        "m" => seconds(60)?,
+        "h" => seconds(3600)?,
+        "d" => seconds(86_400)?,
         _ => return Err(bad().into()),
     })
 }

@@ -192,7 +192,11 @@ fn iceberg_tables_take_a_format_and_partitioning() {
     assert_eq!(d["queries"][0]["batch_id"], 1);
 
     // Expiry: a dry run plans, the real one leaves one snapshot and every row.
-    let plan = json_lines(&ok(lake, &["expire", "silver.events", "--dry-run", "--json"])).remove(0);
+    let plan = json_lines(&ok(
+        lake,
+        &["expire", "silver.events", "--older-than", "0s", "--dry-run", "--json"],
+    ))
+    .remove(0);
     assert_eq!(plan["expired"].as_array().unwrap().len(), 1);
     assert_eq!(json_lines(&ok(lake, &["history", "silver.events", "--json"])).len(), 2);
     let done = ok(lake, &["expire", "silver.events", "--older-than", "0s"]);

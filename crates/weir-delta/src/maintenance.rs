@@ -104,6 +104,25 @@ impl Vacuum {
             table: url.to_string(),
             source,
         };
+        // A live file whose path holds characters that partition folders
+        // escape (`:` as `%3A`, ...) is matched against the listing decoded
+        // on one side only, and could be taken for an untracked file.
+        let escaped = t
+            .snapshot()
+            .map_err(err)?
+            .log_data()
+            .iter()
+            .map(|f| f.path().to_string())
+            .find(|p| !p.chars().all(|c| c.is_ascii_alphanumeric() || "._-=/".contains(c)));
+        if let Some(escaped) = escaped {
+            return Err(DeltaSinkError::Location {
+                location: self.location.clone(),
+                reason: format!(
+                    "the table has files whose paths hold characters partition folders escape ({escaped}), which \
+                     this vacuum cannot match safely against the listing; nothing was deleted"
+                ),
+            });
+        }
         let minimum = t
             .snapshot()
             .map_err(err)?

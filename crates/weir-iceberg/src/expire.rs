@@ -20,6 +20,10 @@ use crate::catalog::{after_swap, parse_ident, Catalog, LoadedTable, Swap};
 use crate::error::IcebergSinkError;
 use crate::reachable::manifests_of;
 
+/// The age past which snapshots expire unless the table or the caller says
+/// otherwise (Java's `history.expire.max-snapshot-age-ms` default).
+const DEFAULT_MAX_AGE_MS: i64 = 5 * 86_400 * 1000;
+
 /// How many times a lost swap is planned again before giving up.
 const MAX_ATTEMPTS: usize = 50;
 
@@ -67,6 +71,9 @@ pub struct ExpireReport {
     pub metadata_location: Option<String>,
     /// Whether this was a dry run.
     pub dry_run: bool,
+    /// Why the files of the expired snapshots were not deleted, if they
+    /// were not (they are orphans then, for orphan removal).
+    pub deletes_skipped: Option<String>,
 }
 
 impl ExpireReport {
@@ -77,8 +84,10 @@ impl ExpireReport {
 }
 
 impl ExpireSnapshots {
-    /// Expiry of table `name` (`namespace.table`) of `catalog`, by default
-    /// of every snapshot but the current one.
+    /// Expiry of table `name` (`namespace.table`) of `catalog`: by default
+    /// of the snapshots older than the table's
+    /// `history.expire.max-snapshot-age-ms` (else 5 days), keeping the
+    /// current one.
     pub fn new(catalog: Arc<dyn Catalog>, name: &str) -> Result<Self, IcebergSinkError> {
         Ok(ExpireSnapshots {
             catalog,
@@ -89,7 +98,7 @@ impl ExpireSnapshots {
         })
     }
 
-    /// Only snapshots older than `age` expire (default: any age).
+    /// Only snapshots older than `age` expire (`Duration::ZERO`: any age).
     pub fn older_than(mut self, age: Duration) -> Self {
         self.older_than = Some(age);
         self
@@ -116,6 +125,7 @@ impl ExpireSnapshots {
     pub async fn run(&self) -> Result<ExpireReport, IcebergSinkError> {
         for attempt in 0..MAX_ATTEMPTS {
             let base = crate::reachable::load_existing(self.catalog.as_ref(), &self.ident).await?;
+            crate::reachable::refuse_without_gc(&base, &self.shown())?;
             let refs = self.refs(&base).await?;
             let expired = self.expired(&base.metadata, &refs);
             let mut report = ExpireReport {
@@ -156,8 +166,24 @@ impl ExpireSnapshots {
                     // swap replaced: what its kept snapshots reach stays.
                     // Later commits build on the new version, so they reach
                     // nothing only expired snapshots reached.
-                    self.plan_deletes(&base.metadata, &expired, &mut report).await?;
-                    self.delete(&mut report).await;
+                    // Deletes only if the new version holds the refs the
+                    // choice was made on (a REST server checks only main).
+                    let now = self.refs(&table).await.ok();
+                    if now.as_ref() != Some(&refs) {
+                        report.deletes_skipped =
+                            Some("the table's refs changed meanwhile; the files stay (remove orphans later)".into());
+                    } else if let Err(e) = self.plan_deletes(&base.metadata, &expired, &mut report).await {
+                        report.deletes_skipped = Some(format!("the files could not be planned: {e}"));
+                    }
+                    if let Some(why) = &report.deletes_skipped {
+                        tracing::warn!(table = %self.shown(), why, "expired snapshots; their files were not deleted");
+                        report.manifest_lists.clear();
+                        report.manifests.clear();
+                        report.data_files.clear();
+                        report.data_bytes = 0;
+                    } else {
+                        self.delete(&mut report).await;
+                    }
                     return Ok(report);
                 }
                 // Another writer committed first: choose again on its
@@ -225,13 +251,21 @@ impl ExpireSnapshots {
         if let Some(current) = metadata.current_snapshot_id() {
             kept.insert(current);
         }
-        let cutoff = self
-            .older_than
-            .map(|age| chrono::Utc::now().timestamp_millis() - age.as_millis() as i64);
+        let age = self.older_than.map_or_else(
+            || {
+                metadata
+                    .properties()
+                    .get("history.expire.max-snapshot-age-ms")
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .unwrap_or(DEFAULT_MAX_AGE_MS)
+            },
+            |age| i64::try_from(age.as_millis()).unwrap_or(i64::MAX),
+        );
+        let cutoff = chrono::Utc::now().timestamp_millis().saturating_sub(age);
         metadata
             .snapshots()
             .filter(|s| !kept.contains(&s.snapshot_id()))
-            .filter(|s| cutoff.is_none_or(|c| s.timestamp_ms() < c))
+            .filter(|s| s.timestamp_ms() < cutoff || age == 0)
             .map(|s| s.snapshot_id())
             .collect()
     }

@@ -91,6 +91,13 @@ impl RemoveOrphanFiles {
         crate::reachable::shown(&self.ident)
     }
 
+    fn refuse(&self, why: String) -> IcebergSinkError {
+        IcebergSinkError::Unsupported {
+            table: self.shown(),
+            feature: format!("orphan removal here: {why}; nothing was deleted"),
+        }
+    }
+
     /// Finds the orphans and deletes them.
     pub async fn run(&self) -> Result<OrphanReport, IcebergSinkError> {
         if self.older_than < MIN_ORPHAN_AGE && !self.allow_recent {
@@ -104,6 +111,7 @@ impl RemoveOrphanFiles {
             });
         }
         let table = crate::reachable::load_existing(self.catalog.as_ref(), &self.ident).await?;
+        crate::reachable::refuse_without_gc(&table, &self.shown())?;
         let m = &table.metadata;
         let err = |context: &str| {
             let context = context.to_string();
@@ -132,21 +140,30 @@ impl RemoveOrphanFiles {
         for s in m.partition_statistics_iter() {
             add(&s.statistics_path);
         }
+        // What must exist: if the listing lacks any of it, locations are
+        // not being compared right and nothing may be deleted.
+        let mut present: HashSet<String> = HashSet::new();
+        present.insert(key(&table.metadata_location));
         let mut manifests = HashSet::new();
         for snapshot in m.snapshots() {
             let (list, files) = manifests_of(self.catalog.file_io(), m, snapshot.snapshot_id())
                 .await
                 .map_err(err("read a manifest list"))?;
             add(&list);
+            present.insert(key(&list));
             for f in files {
                 if manifests.insert(f.manifest_path.clone()) {
                     add(&f.manifest_path);
+                    present.insert(key(&f.manifest_path));
                     let manifest = f
                         .load_manifest(self.catalog.file_io())
                         .await
                         .map_err(err("read a manifest"))?;
                     for e in manifest.entries() {
                         add(e.file_path());
+                        if e.status() != iceberg::spec::ManifestStatus::Deleted {
+                            present.insert(key(e.file_path()));
+                        }
                     }
                 }
             }
@@ -159,15 +176,47 @@ impl RemoveOrphanFiles {
         let listed: Vec<_> = store.list(Some(&prefix)).try_collect().await.map_err(|e| {
             err("list the table's files")(iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()))
         })?;
-        let cutoff = chrono::Utc::now() - chrono::Duration::from_std(self.older_than).unwrap_or(chrono::TimeDelta::MAX);
+        if prefix.as_ref().is_empty() {
+            return Err(self.refuse(format!("the table is at the root of its storage ({location})")));
+        }
+        let listed_keys: HashSet<String> = listed
+            .iter()
+            .map(|o| key(&full_location(&location, o.location.as_ref())))
+            .collect();
+        let root = format!("{}/", key(&location));
+        if let Some(missing) = present
+            .iter()
+            .find(|k| k.starts_with(&root) && !listed_keys.contains(*k))
+        {
+            return Err(self.refuse(format!(
+                "{missing} is referenced but not found by listing the table's location: locations do not compare \
+                 as expected"
+            )));
+        }
+        let cutoff = chrono::Duration::from_std(self.older_than)
+            .ok()
+            .and_then(|age| chrono::Utc::now().checked_sub_signed(age));
         let mut report = OrphanReport {
             listed: listed.len(),
             dry_run: self.dry_run,
             ..OrphanReport::default()
         };
+        let table_prefix = format!("{}/", prefix.as_ref());
         for object in listed {
+            let relative = object.location.as_ref().strip_prefix(&table_prefix).unwrap_or_default();
+            // Another table inside this one's folder: its files are not
+            // this table's to judge.
+            let nested_metadata = relative.contains("/metadata/") && relative.ends_with(".metadata.json");
+            if relative.split('/').any(|part| part == "_delta_log") || nested_metadata {
+                return Err(self.refuse(format!("{} holds another table ({relative})", location)));
+            }
+            // Only the table's own folders are searched.
+            if !(relative.starts_with("data/") || relative.starts_with("metadata/")) {
+                continue;
+            }
             let full = full_location(&location, object.location.as_ref());
-            if !referenced.contains(&key(&full)) && object.last_modified < cutoff {
+            let old = cutoff.is_some_and(|c| object.last_modified < c);
+            if old && !referenced.contains(&key(&full)) {
                 report.bytes += object.size;
                 report.orphans.push(full);
             }
@@ -187,9 +236,15 @@ impl RemoveOrphanFiles {
 }
 
 /// A location without its scheme or leading slashes, so that `s3://b/k`,
-/// `s3a://b/k`, `file:///p` and `/p` compare by bucket and key or path.
+/// `s3a://b/k`, `file:///p`, `file:/p`, `file://localhost/p` and `/p`
+/// compare by bucket and key or path.
 fn key(location: &str) -> String {
-    let rest = location.split_once("://").map_or(location, |(_, rest)| rest);
+    let rest = if let Some(local) = location.strip_prefix("file:") {
+        let local = local.strip_prefix("//localhost").unwrap_or(local);
+        local.trim_start_matches('/')
+    } else {
+        location.split_once("://").map_or(location, |(_, rest)| rest)
+    };
     rest.trim_start_matches('/').to_string()
 }
 
@@ -213,6 +268,8 @@ mod tests {
     fn locations_compare_by_bucket_and_key() {
         assert_eq!(key("s3://b/w/t/data/x.parquet"), key("s3a://b/w/t/data/x.parquet"));
         assert_eq!(key("file:///tmp/w/t/x"), key("/tmp/w/t/x"));
+        assert_eq!(key("file:/tmp/w/t/x"), key("/tmp/w/t/x"));
+        assert_eq!(key("file://localhost/tmp/w/t/x"), key("/tmp/w/t/x"));
         assert_eq!(full_location("s3://b/w/t", "w/t/data/x"), "s3://b/w/t/data/x");
         assert_eq!(full_location("file:///tmp/w/t", "tmp/w/t/x"), "file:///tmp/w/t/x");
         assert_eq!(full_location("/tmp/w/t", "tmp/w/t/x"), "file:///tmp/w/t/x");

@@ -36,3 +36,21 @@ pub(crate) async fn manifests_of(
         .to_vec();
     Ok((list, entries))
 }
+
+/// Refuses a table whose files may belong to others (`gc.enabled=false`,
+/// as Spark's `snapshot`, `migrate` and `add_files` leave it): nothing of
+/// it may be deleted.
+pub(crate) fn refuse_without_gc(table: &LoadedTable, shown: &str) -> Result<(), IcebergSinkError> {
+    if table
+        .metadata
+        .properties()
+        .get("gc.enabled")
+        .is_some_and(|v| v.eq_ignore_ascii_case("false"))
+    {
+        return Err(IcebergSinkError::Unsupported {
+            table: shown.to_string(),
+            feature: "gc.enabled=false (its files may belong to other tables); nothing was deleted".into(),
+        });
+    }
+    Ok(())
+}

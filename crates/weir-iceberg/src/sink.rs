@@ -145,22 +145,26 @@ impl IcebergSink {
         }
         let (catalog, name, state) = (self.catalog.clone(), self.shown_in_catalog(), self.state.clone());
         tokio::spawn(async move {
+            // Cleared however the task ends, a panic included.
+            struct Done(Arc<State>);
+            impl Drop for Done {
+                fn drop(&mut self) {
+                    self.0.expiring.store(false, Ordering::Release);
+                }
+            }
+            let _done = Done(state);
             let mut job = match crate::ExpireSnapshots::new(catalog, &name) {
                 Ok(job) => job.retain_last(policy.retain_last),
                 Err(e) => {
                     tracing::warn!(table = name, error = %e, "snapshot expiry could not start");
-                    state.expiring.store(false, Ordering::Release);
                     return;
                 }
             };
-            if let Some(age) = policy.older_than {
-                job = job.older_than(age);
-            }
+            job = job.older_than(policy.older_than.unwrap_or(Duration::ZERO));
             match job.run().await {
                 Ok(report) => tracing::info!(table = name, expired = report.expired.len(), "expired snapshots"),
                 Err(e) => tracing::warn!(table = name, error = %e, "snapshot expiry failed; the next one retries"),
             }
-            state.expiring.store(false, Ordering::Release);
         });
     }
 

@@ -125,3 +125,45 @@ async fn a_log_checkpoint_is_written_on_demand() {
     assert_eq!(report.entries_deleted, 0, "every entry is within the log retention");
     assert_exactly_once(&ids(&table), 0..500);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vacuum_refuses_a_table_whose_paths_it_cannot_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    // Partition values with ':' and ' ' make escaped folder names.
+    let with_zone = |b: arrow_array::RecordBatch| -> std::result::Result<arrow_array::RecordBatch, BoxError> {
+        let zone = std::sync::Arc::new(arrow_array::StringArray::from(vec!["10:00 utc"; b.num_rows()]));
+        let mut fields = b.schema().fields().to_vec();
+        fields.push(std::sync::Arc::new(arrow_schema::Field::new(
+            "zone",
+            arrow_schema::DataType::Utf8,
+            false,
+        )));
+        let mut columns = b.columns().to_vec();
+        columns.push(zone);
+        Ok(arrow_array::RecordBatch::try_new(
+            std::sync::Arc::new(arrow_schema::Schema::new(fields)),
+            columns,
+        )?)
+    };
+    let q = read_stream(RateSource::rows_per_batch(3))
+        .map_batches(with_zone)
+        .write_stream()
+        .checkpoint_location(dir.path().join("chk"))
+        .stop_after_batch(BatchId(0))
+        .start(
+            DeltaSink::try_new(table.to_str().unwrap())
+                .unwrap()
+                .with_partition_by(["zone"]),
+        )
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    let e = Vacuum::new(table.to_str().unwrap())
+        .unwrap()
+        .dry_run(true)
+        .run()
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("cannot match safely"), "{e}");
+}

@@ -39,7 +39,9 @@ fn snapshots(h: &SqlHarness) -> usize {
 
 async fn expire(h: &SqlHarness) -> ExpireSnapshots {
     let catalog: Arc<dyn Catalog> = h.catalog().await;
-    ExpireSnapshots::new(catalog, TABLE).unwrap()
+    ExpireSnapshots::new(catalog, TABLE)
+        .unwrap()
+        .older_than(std::time::Duration::ZERO)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

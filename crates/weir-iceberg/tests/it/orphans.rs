@@ -102,3 +102,67 @@ async fn old_unreferenced_files_go_and_nothing_else() {
     assert_eq!(done.listed, files_under(&table).len() + 2);
     assert_exactly_once(&event_ids(&h, TABLE), 0..300);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_that_may_share_files_is_never_cleaned() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    let sink = h.sink_on(TABLE).await.with_table_property("gc.enabled", "false");
+    let q = read_stream(RateSource::rows_per_batch(10))
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .stop_after_batch(BatchId(1))
+        .start(sink)
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    let catalog: Arc<dyn Catalog> = h.catalog().await;
+    let e = RemoveOrphanFiles::new(catalog.clone(), TABLE)
+        .unwrap()
+        .run()
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("gc.enabled=false"), "{e}");
+    let e = weir_iceberg::ExpireSnapshots::new(catalog, TABLE)
+        .unwrap()
+        .older_than(Duration::ZERO)
+        .run()
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("gc.enabled=false"), "{e}");
+    assert_exactly_once(&event_ids(&h, TABLE), 0..20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_holding_another_table_is_never_cleaned() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    let q = read_stream(RateSource::rows_per_batch(10))
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .stop_after_batch(BatchId(0))
+        .start(h.sink_on(TABLE).await)
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    // Another table's metadata inside this table's folder.
+    let nested = h.warehouse.join("bronze/payments/data/inner/metadata");
+    std::fs::create_dir_all(&nested).unwrap();
+    std::fs::write(nested.join("00000-x.metadata.json"), b"{}").unwrap();
+    let catalog: Arc<dyn Catalog> = h.catalog().await;
+    let e = RemoveOrphanFiles::new(catalog, TABLE)
+        .unwrap()
+        .older_than(Duration::ZERO)
+        .allow_recent(true)
+        .run()
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("holds another table"), "{e}");
+    assert!(nested.join("00000-x.metadata.json").exists());
+}
