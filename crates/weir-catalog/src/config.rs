@@ -449,11 +449,14 @@ mod tests {
 
     #[test]
     fn the_embedded_default_is_sqlite_under_the_lake_dir() {
-        let config = Config::embedded(Path::new("/tmp/l"));
+        let root = tempfile::tempdir().unwrap();
+        let config = Config::embedded(root.path());
         let lake = config.catalog(DEFAULT_CATALOG).unwrap();
         assert_eq!(lake.kind, CatalogKind::Sql);
-        assert_eq!(lake.uri.as_deref(), Some("sqlite:///tmp/l/catalog.db"));
-        assert_eq!(lake.warehouse.as_deref(), Some("/tmp/l/warehouse"));
+        let db = root.path().join("catalog.db");
+        assert_eq!(lake.uri.clone().unwrap(), format!("sqlite://{}", db.display()));
+        let warehouse = root.path().join("warehouse");
+        assert_eq!(lake.warehouse.clone().unwrap(), warehouse.display().to_string());
         assert_eq!(lake.default_format(), TableFormat::Delta);
         assert_eq!(config.default_catalog(), Some(DEFAULT_CATALOG));
     }

@@ -267,11 +267,11 @@ mod tests {
     #[test]
     fn locations_compare_by_bucket_and_key() {
         assert_eq!(key("s3://b/w/t/data/x.parquet"), key("s3a://b/w/t/data/x.parquet"));
-        assert_eq!(key("file:///tmp/w/t/x"), key("/tmp/w/t/x"));
-        assert_eq!(key("file:/tmp/w/t/x"), key("/tmp/w/t/x"));
-        assert_eq!(key("file://localhost/tmp/w/t/x"), key("/tmp/w/t/x"));
+        assert_eq!(key("file:///lake/w/t/x"), key("/lake/w/t/x"));
+        assert_eq!(key("file:/lake/w/t/x"), key("/lake/w/t/x"));
+        assert_eq!(key("file://localhost/lake/w/t/x"), key("/lake/w/t/x"));
         assert_eq!(full_location("s3://b/w/t", "w/t/data/x"), "s3://b/w/t/data/x");
-        assert_eq!(full_location("file:///tmp/w/t", "tmp/w/t/x"), "file:///tmp/w/t/x");
-        assert_eq!(full_location("/tmp/w/t", "tmp/w/t/x"), "file:///tmp/w/t/x");
+        assert_eq!(full_location("file:///lake/w/t", "tmp/w/t/x"), "file:///lake/w/t/x");
+        assert_eq!(full_location("/lake/w/t", "tmp/w/t/x"), "file:///lake/w/t/x");
     }
 }
