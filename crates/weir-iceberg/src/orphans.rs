@@ -271,7 +271,7 @@ mod tests {
         assert_eq!(key("file:/lake/w/t/x"), key("/lake/w/t/x"));
         assert_eq!(key("file://localhost/lake/w/t/x"), key("/lake/w/t/x"));
         assert_eq!(full_location("s3://b/w/t", "w/t/data/x"), "s3://b/w/t/data/x");
-        assert_eq!(full_location("file:///lake/w/t", "tmp/w/t/x"), "file:///lake/w/t/x");
-        assert_eq!(full_location("/lake/w/t", "tmp/w/t/x"), "file:///lake/w/t/x");
+        assert_eq!(full_location("file:///lake/w/t", "lake/w/t/x"), "file:///lake/w/t/x");
+        assert_eq!(full_location("/lake/w/t", "lake/w/t/x"), "file:///lake/w/t/x");
     }
 }
