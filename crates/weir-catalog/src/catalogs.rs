@@ -519,7 +519,8 @@ fn refusal(name: &TableName, opened: &Opened, format: TableFormat) -> Option<Cat
     })
 }
 
-fn ident(name: &TableName) -> TableIdent {
+/// The Iceberg identifier of a resolved name.
+pub(crate) fn ident(name: &TableName) -> TableIdent {
     TableIdent::new(
         NamespaceIdent::from_vec(name.namespace.clone()).expect("resolved names have a namespace"),
         name.table.clone(),

@@ -274,11 +274,7 @@ impl Catalogs {
 
     async fn load_iceberg(&self, table: &TableEntry) -> Result<Option<weir_iceberg::LoadedTable>, CatalogError> {
         let catalog = self.iceberg_catalog(&table.name.catalog).await?;
-        let ident = iceberg::TableIdent::new(
-            iceberg::NamespaceIdent::from_vec(table.name.namespace.clone()).expect("resolved names have a namespace"),
-            table.name.table.clone(),
-        );
-        Ok(catalog.load(&ident).await?)
+        Ok(catalog.load(&crate::catalogs::ident(&table.name)).await?)
     }
 }
 

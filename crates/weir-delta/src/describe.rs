@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use crate::error::DeltaSinkError;
-use crate::options::DeltaSinkOptions;
 use crate::table::{self, Files};
 
 /// How many recent commits are searched for the queries writing a table.
@@ -53,20 +52,12 @@ pub struct DeltaCommit {
     pub details: BTreeMap<String, serde_json::Value>,
 }
 
-fn options(storage: &HashMap<String, String>) -> DeltaSinkOptions {
-    DeltaSinkOptions {
-        storage_options: storage.clone(),
-        ..DeltaSinkOptions::default()
-    }
-}
-
 /// The table at `location`, or `None` if there is none yet.
 pub async fn describe(
     location: &str,
     storage: &HashMap<String, String>,
 ) -> Result<Option<DeltaTableSummary>, DeltaSinkError> {
-    let url = table::table_url(location)?;
-    let Some(t) = table::load(&url, &options(storage), Files::Tracked).await? else {
+    let (url, Some(t)) = table::load_at(location, storage, Files::Tracked).await? else {
         return Ok(None);
     };
     let err = |source| DeltaSinkError::Delta {
@@ -126,8 +117,7 @@ pub async fn history(
     storage: &HashMap<String, String>,
     limit: usize,
 ) -> Result<Vec<DeltaCommit>, DeltaSinkError> {
-    let url = table::table_url(location)?;
-    let Some(t) = table::load(&url, &options(storage), Files::Untracked).await? else {
+    let (url, Some(t)) = table::load_at(location, storage, Files::Untracked).await? else {
         return Ok(Vec::new());
     };
     let infos = t.history(Some(limit)).await.map_err(|source| DeltaSinkError::Delta {

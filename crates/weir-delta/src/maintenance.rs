@@ -10,7 +10,6 @@ use deltalake::table::config::TablePropertiesExt as _;
 use serde::Serialize;
 
 use crate::error::DeltaSinkError;
-use crate::options::DeltaSinkOptions;
 use crate::table::{self, Files};
 
 /// The default retention of vacuum, and the shortest accepted without
@@ -89,17 +88,7 @@ impl Vacuum {
 
     /// Runs the vacuum.
     pub async fn run(&self) -> Result<VacuumReport, DeltaSinkError> {
-        let url = table::table_url(&self.location)?;
-        let options = DeltaSinkOptions {
-            storage_options: self.storage.clone(),
-            ..DeltaSinkOptions::default()
-        };
-        let t = table::load(&url, &options, Files::Tracked)
-            .await?
-            .ok_or_else(|| DeltaSinkError::Location {
-                location: self.location.clone(),
-                reason: "there is no Delta table there".into(),
-            })?;
+        let (url, t) = table::load_existing(&self.location, &self.storage, Files::Tracked).await?;
         let err = |source| DeltaSinkError::Delta {
             table: url.to_string(),
             source,
@@ -172,17 +161,7 @@ pub struct LogReport {
 /// deletes the log entries past the log retention that the checkpoint
 /// makes unneeded.
 pub async fn checkpoint_log(location: &str, storage: &HashMap<String, String>) -> Result<LogReport, DeltaSinkError> {
-    let url = table::table_url(location)?;
-    let options = DeltaSinkOptions {
-        storage_options: storage.clone(),
-        ..DeltaSinkOptions::default()
-    };
-    let t = table::load(&url, &options, Files::Tracked)
-        .await?
-        .ok_or_else(|| DeltaSinkError::Location {
-            location: location.to_string(),
-            reason: "there is no Delta table there".into(),
-        })?;
+    let (url, t) = table::load_existing(location, storage, Files::Tracked).await?;
     let err = |source| DeltaSinkError::Delta {
         table: url.to_string(),
         source,

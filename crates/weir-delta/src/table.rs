@@ -64,6 +64,38 @@ fn delta_err(table: &Url) -> impl Fn(DeltaTableError) -> DeltaSinkError + '_ {
     }
 }
 
+/// The table at `location` (with object storage options), as the
+/// maintenance and inspection functions open it: its URL, and the table
+/// or `None` if there is none.
+pub(crate) async fn load_at(
+    location: &str,
+    storage: &std::collections::HashMap<String, String>,
+    files: Files,
+) -> Result<(Url, Option<DeltaTable>), DeltaSinkError> {
+    let url = table_url(location)?;
+    let options = DeltaSinkOptions {
+        storage_options: storage.clone(),
+        ..DeltaSinkOptions::default()
+    };
+    let table = load(&url, &options, files).await?;
+    Ok((url, table))
+}
+
+/// [`load_at`], where a missing table is an error.
+pub(crate) async fn load_existing(
+    location: &str,
+    storage: &std::collections::HashMap<String, String>,
+    files: Files,
+) -> Result<(Url, DeltaTable), DeltaSinkError> {
+    match load_at(location, storage, files).await? {
+        (url, Some(table)) => Ok((url, table)),
+        (_, None) => Err(DeltaSinkError::Location {
+            location: location.to_string(),
+            reason: "there is no Delta table there".into(),
+        }),
+    }
+}
+
 /// What of the table to load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Files {

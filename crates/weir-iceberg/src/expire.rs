@@ -118,7 +118,7 @@ impl ExpireSnapshots {
     }
 
     fn shown(&self) -> String {
-        crate::reachable::shown(&self.ident)
+        crate::catalog::shown(&self.ident)
     }
 
     /// Expires the snapshots, then deletes the files only they referenced.

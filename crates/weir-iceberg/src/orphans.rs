@@ -88,7 +88,7 @@ impl RemoveOrphanFiles {
     }
 
     fn shown(&self) -> String {
-        crate::reachable::shown(&self.ident)
+        crate::catalog::shown(&self.ident)
     }
 
     fn refuse(&self, why: String) -> IcebergSinkError {

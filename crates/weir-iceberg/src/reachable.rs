@@ -4,13 +4,8 @@ use iceberg::io::FileIO;
 use iceberg::spec::{ManifestFile, ManifestList, TableMetadata};
 use iceberg::TableIdent;
 
-use crate::catalog::{Catalog, LoadedTable};
+use crate::catalog::{shown, Catalog, LoadedTable};
 use crate::error::IcebergSinkError;
-
-/// `namespace.table`.
-pub(crate) fn shown(ident: &TableIdent) -> String {
-    format!("{}.{}", ident.namespace.join("."), ident.name)
-}
 
 /// The table, or [`IcebergSinkError::NoSuchTable`].
 pub(crate) async fn load_existing(catalog: &dyn Catalog, ident: &TableIdent) -> Result<LoadedTable, IcebergSinkError> {

@@ -143,7 +143,11 @@ impl IcebergSink {
         if !commits.is_multiple_of(policy.every_commits.max(1)) || self.state.expiring.swap(true, Ordering::AcqRel) {
             return;
         }
-        let (catalog, name, state) = (self.catalog.clone(), self.shown_in_catalog(), self.state.clone());
+        let (catalog, name, state) = (
+            self.catalog.clone(),
+            crate::catalog::shown(&self.ident),
+            self.state.clone(),
+        );
         tokio::spawn(async move {
             // Cleared however the task ends, a panic included.
             struct Done(Arc<State>);
@@ -166,10 +170,6 @@ impl IcebergSink {
                 Err(e) => tracing::warn!(table = name, error = %e, "snapshot expiry failed; the next one retries"),
             }
         });
-    }
-
-    fn shown_in_catalog(&self) -> String {
-        format!("{}.{}", self.ident.namespace.join("."), self.ident.name)
     }
 
     /// Add the stream's new nullable columns to the table (as optional

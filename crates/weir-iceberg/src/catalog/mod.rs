@@ -90,10 +90,15 @@ pub trait Catalog: Debug + Send + Sync {
     ) -> Result<Swap, IcebergSinkError>;
 }
 
+/// `namespace.table`, as errors and logs show a table.
+pub(crate) fn shown(ident: &TableIdent) -> String {
+    format!("{}.{}", ident.namespace.join("."), ident.name)
+}
+
 /// Checks a table name's parts: non-empty, no path separators, no dots in a
 /// part, no control characters, at most 255 bytes.
 pub fn check_ident(ident: &TableIdent) -> Result<(), IcebergSinkError> {
-    let shown = format!("{}.{}", ident.namespace.join("."), ident.name);
+    let shown = shown(ident);
     let err = |reason: String| IcebergSinkError::Name {
         name: shown.clone(),
         reason,

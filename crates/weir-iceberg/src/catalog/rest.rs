@@ -11,7 +11,7 @@ use iceberg::spec::{TableMetadata, MAIN_BRANCH};
 use iceberg::{TableIdent, TableRequirement, TableUpdate};
 use serde_json::{json, Value};
 
-use super::{check_ident, Catalog, LoadedTable, Swap};
+use super::{check_ident, shown, Catalog, LoadedTable, Swap};
 
 /// How deep nested namespaces are listed.
 const MAX_NAMESPACE_DEPTH: usize = 8;
@@ -250,10 +250,6 @@ fn encode(text: &str) -> String {
         }
     }
     out
-}
-
-fn shown(ident: &TableIdent) -> String {
-    format!("{}.{}", ident.namespace.join("."), ident.name)
 }
 
 #[async_trait]

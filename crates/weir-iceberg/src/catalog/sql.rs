@@ -17,7 +17,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
 use super::metadata_file::{read_refs, MetadataFiles, MetadataJson};
-use super::{check_ident, next_metadata_location, Catalog, LoadedTable, Swap};
+use super::{check_ident, next_metadata_location, shown, Catalog, LoadedTable, Swap};
 use crate::error::IcebergSinkError;
 
 static DRIVERS: Once = Once::new();
@@ -530,10 +530,6 @@ impl Catalog for SqlCatalog {
             Ok(Swap::Conflict)
         }
     }
-}
-
-fn shown(ident: &TableIdent) -> String {
-    format!("{}.{}", ident.namespace.join("."), ident.name)
 }
 
 /// A connection error without the connection string, which may hold a
