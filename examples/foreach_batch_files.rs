@@ -64,11 +64,7 @@ fn read_back(dir: &Path) -> std::result::Result<(usize, usize), BoxError> {
 
 #[tokio::main]
 async fn main() -> std::result::Result<(), BoxError> {
-    tracing_subscriber::fmt()
-        .with_env_filter("warn")
-        .with_writer(std::io::stderr)
-        .init();
-    let options = LakeOptions::parse("foreach-batch-files", 10, 10_000).map_err(|e| -> BoxError { e.into() })?;
+    let options = LakeOptions::init("foreach-batch-files", 10, 10_000)?;
     let checkpoint = options.lake.join("checkpoints/foreach-payments");
     let output = options.lake.join("foreach/payments");
 

@@ -23,6 +23,16 @@ pub struct LakeOptions {
 }
 
 impl LakeOptions {
+    /// Logs warnings to standard error, then parses the process's
+    /// arguments; `program` names it in the usage.
+    pub fn init(program: &str, batches: u64, rows_per_batch: u64) -> Result<Self, BoxError> {
+        tracing_subscriber::fmt()
+            .with_env_filter("warn")
+            .with_writer(std::io::stderr)
+            .init();
+        Self::parse(program, batches, rows_per_batch).map_err(Into::into)
+    }
+
     /// Parses the process's arguments; `program` names it in the usage.
     pub fn parse(program: &str, batches: u64, rows_per_batch: u64) -> Result<Self, String> {
         let lake = std::env::var_os("WEIR_LAKE").map_or_else(|| PathBuf::from("weir-lake"), PathBuf::from);

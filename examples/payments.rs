@@ -170,11 +170,7 @@ fn exactly(sink: &str, mut ids: Vec<i64>, expected: &[i64]) -> std::result::Resu
 
 #[tokio::main]
 async fn main() -> std::result::Result<(), BoxError> {
-    tracing_subscriber::fmt()
-        .with_env_filter("warn")
-        .with_writer(std::io::stderr)
-        .init();
-    let options = LakeOptions::parse("payments", 5, 10_000).map_err(|e| -> BoxError { e.into() })?;
+    let options = LakeOptions::init("payments", 5, 10_000)?;
     let catalogs = Catalogs::new(Config::embedded(&options.lake));
     let checkpoints = options.lake.join("checkpoints");
     let rows = options.rows_per_batch;

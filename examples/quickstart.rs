@@ -31,11 +31,7 @@ const TABLE: &str = "lake.bronze.payments";
 
 #[tokio::main]
 async fn main() -> std::result::Result<(), BoxError> {
-    tracing_subscriber::fmt()
-        .with_env_filter("warn")
-        .with_writer(std::io::stderr)
-        .init();
-    let options = LakeOptions::parse("quickstart", 10, 10_000).map_err(|e| -> BoxError { e.into() })?;
+    let options = LakeOptions::init("quickstart", 10, 10_000)?;
     let catalogs = Catalogs::new(Config::embedded(&options.lake));
     let checkpoint = options.lake.join("checkpoints/payments-bronze");
 
