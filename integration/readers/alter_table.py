@@ -5,6 +5,7 @@
     alter_table.py repartition TABLE COLUMN       rewrite partitioned by COLUMN
     alter_table.py append-copy TABLE              append its rows again, event_id + 1,000,000
     alter_table.py recreate TABLE                 delete the table, create a new one with its rows
+    alter_table.py delete TABLE PREDICATE         delete the rows matching PREDICATE (rewrites their files)
 
 Prints the table's new version as JSON.
 """
@@ -45,6 +46,8 @@ def main():
         rows = dt.to_pyarrow_table()
         shutil.rmtree(table)
         write_deltalake(table, rows)
+    elif cmd == "delete":
+        dt.delete(sys.argv[3])
     else:
         raise SystemExit(f"unknown command {cmd!r}")
     print(json.dumps({"version": DeltaTable(table).version()}))

@@ -3,6 +3,8 @@
 Usage:
     read_table.py ids deltalake|duckdb <table dir>
         -> {"ids": [...], "rows": n, "amount_cents": sum}
+    read_table.py ids-at <table dir> <version>
+        -> {"ids": [...], "rows": n, "amount_cents": sum}, by Python deltalake at that version
     read_table.py txn <table dir> <app id>...
         -> {"<app id>": version or null, ...}
     read_table.py describe <table dir>
@@ -64,6 +66,14 @@ def ids(reader, table):
     raise SystemExit(f"unknown reader {reader}")
 
 
+def ids_at(table, version):
+    from deltalake import DeltaTable
+
+    t = DeltaTable(table, version=version, storage_options=storage_options(table)).to_pyarrow_table()
+    cents = sum(int(a * 100) for a in t.column("amount").to_pylist() if a is not None)
+    return {"ids": t.column("event_id").to_pylist(), "rows": t.num_rows, "amount_cents": cents}
+
+
 def txn(table, app_ids):
     from deltalake import DeltaTable
 
@@ -104,6 +114,8 @@ def main():
     cmd = sys.argv[1]
     if cmd == "ids":
         out = ids(sys.argv[2], sys.argv[3])
+    elif cmd == "ids-at":
+        out = ids_at(sys.argv[2], int(sys.argv[3]))
     elif cmd == "txn":
         out = txn(sys.argv[2], sys.argv[3:])
     elif cmd == "describe":

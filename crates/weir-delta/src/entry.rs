@@ -33,14 +33,15 @@ pub(crate) fn commit_metadata(ctx: &BatchContext) -> Vec<(String, Value)> {
     ]
 }
 
-/// The `add` action of a written file.
-pub(crate) fn add(file: &AddFile) -> Action {
+/// The `add` action of a written file; `data_change` is false for a
+/// rewrite of rows already in the table.
+pub(crate) fn add(file: &AddFile, data_change: bool) -> Action {
     Action::Add(Add {
         path: file.path.clone(),
         partition_values: file.partition_values.clone().into_iter().collect(),
         size: file.size,
         modification_time: file.modification_time,
-        data_change: true,
+        data_change,
         stats: Some(file.stats.clone()),
         ..Default::default()
     })
@@ -67,8 +68,13 @@ pub(crate) fn append(
     );
     let actions = std::iter::once(Action::CommitInfo(info))
         .chain(transactions.iter().cloned().map(Action::Txn))
-        .chain(files.iter().map(add));
-    let mut entry = Vec::with_capacity(256 + files.len() * 512);
+        .chain(files.iter().map(|f| add(f, true)));
+    encode(actions)
+}
+
+/// A log entry: one JSON action per line.
+pub(crate) fn encode(actions: impl Iterator<Item = Action>) -> Result<Bytes, serde_json::Error> {
+    let mut entry = Vec::with_capacity(4096);
     for (i, action) in actions.enumerate() {
         if i > 0 {
             entry.push(b'\n');
@@ -76,4 +82,12 @@ pub(crate) fn append(
         serde_json::to_writer(&mut entry, &action)?;
     }
     Ok(Bytes::from(entry))
+}
+
+/// The actions of a log entry, each as JSON.
+pub(crate) fn actions(entry: &[u8]) -> impl Iterator<Item = Value> + '_ {
+    entry
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| serde_json::from_slice(l).ok())
 }

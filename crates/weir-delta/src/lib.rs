@@ -51,11 +51,24 @@
 //!   unsigned and nanosecond columns; a table replaced while the query runs
 //!   stops it.
 //!
+//! ## Maintenance
+//!
+//! - [`Compact`] rewrites small files into files of the target size, one
+//!   partition's group at a time, in commits of `remove`s and `add`s with
+//!   `dataChange=false` (so streaming readers skip them). Its commits are
+//!   log entries of its own, written with a put-if-absent and rebased over
+//!   whatever other writers committed meanwhile: appends never fail it, a
+//!   group whose input another writer removed is dropped, and nothing is
+//!   committed on a view that is no longer true.
+//! - [`Vacuum`] deletes files no version within the retention needs;
+//!   [`checkpoint_log`] writes a log checkpoint on demand.
+//!
 //! Output modes: Append, and Complete (one commit removes every current file
 //! and adds the batch's). Schema: the stream must match the table (names and
 //! types); with `merge_schema`, new nullable columns are added in the commit
 //! of the first batch that has them. Column mapping is not supported.
 
+mod compact;
 mod describe;
 mod entry;
 mod error;
@@ -68,6 +81,7 @@ mod stats;
 mod table;
 mod writer;
 
+pub use compact::{Compact, CompactGroup, CompactProgress, CompactReport};
 pub use describe::{describe, history, DeltaCommit, DeltaQueryMarker, DeltaTableSummary};
 pub use error::DeltaSinkError;
 pub use maintenance::{checkpoint_log, LogReport, Vacuum, VacuumReport, DEFAULT_VACUUM_RETENTION};

@@ -102,7 +102,7 @@ impl Vacuum {
             .log_data()
             .iter()
             .map(|f| f.path().to_string())
-            .find(|p| !p.chars().all(|c| c.is_ascii_alphanumeric() || "._-=/".contains(c)));
+            .find(|p| !table::plain_path(p));
         if let Some(escaped) = escaped {
             return Err(DeltaSinkError::Location {
                 location: self.location.clone(),

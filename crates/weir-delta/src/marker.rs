@@ -18,6 +18,8 @@ use deltalake::{DeltaTable, DeltaTableError};
 use weir_core::protocol::SinkMarker;
 use weir_core::{BatchId, QueryId, QueryName};
 
+use crate::entry::actions;
+
 /// How many commits back the owner of a foreign marker is searched for (only
 /// on the refusal path).
 const OWNER_SEARCH_COMMITS: usize = 1000;
@@ -176,14 +178,6 @@ impl TxnCache {
         self.versions.insert(app_id, v);
         Ok(v)
     }
-}
-
-/// The actions of a log entry, each as JSON.
-fn actions(entry: &[u8]) -> impl Iterator<Item = serde_json::Value> + '_ {
-    entry
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .filter_map(|l| serde_json::from_slice(l).ok())
 }
 
 /// Whether an entry in `from..=to` was committed by `attempt` (a commit that

@@ -228,7 +228,7 @@ impl DeltaSink {
                     .map(|f| Action::Remove(f.remove_action(true))),
             );
         }
-        actions.extend(files.iter().map(entry::add));
+        actions.extend(files.iter().map(|f| entry::add(f, true)));
         Ok(actions)
     }
 
@@ -275,34 +275,7 @@ impl DeltaSink {
     /// retention. Failures are logged: the batch is committed, and the next
     /// due commit tries again.
     async fn after_commit(&self, table: &DeltaTable, version: u64) {
-        let Ok(snapshot) = table.snapshot() else { return };
-        let config = snapshot.table_config();
-        if !(version + 1).is_multiple_of(config.checkpoint_interval().get()) {
-            return;
-        }
-        let cleanup = config.enable_expired_log_cleanup();
-        let retention = config.log_retention_duration();
-        let full = match table::load(&self.url, &self.options, Files::Tracked).await {
-            Ok(Some(full)) => full,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::warn!(version, error = %e, "could not load the table for a log checkpoint");
-                return;
-            }
-        };
-        if let Err(e) = deltalake::checkpoints::create_checkpoint(&full, None).await {
-            tracing::warn!(version, error = %e, "the batch is committed; the log checkpoint after it failed and is retried at the next interval");
-            return;
-        }
-        if cleanup {
-            let cutoff = chrono::Utc::now().timestamp_millis() - retention.as_millis() as i64;
-            let log_store = full.log_store();
-            if let Err(e) =
-                deltalake::checkpoints::cleanup_expired_logs_for(version, log_store.as_ref(), cutoff, None).await
-            {
-                tracing::warn!(version, error = %e, "expired-log cleanup failed; the next checkpoint retries it");
-            }
-        }
+        table::checkpoint_if_due(table, &self.url, &self.options, version).await;
     }
 
     /// Brings the marker cache to the log's latest version, reading only

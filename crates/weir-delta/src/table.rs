@@ -131,6 +131,40 @@ pub(crate) async fn load(
     }
 }
 
+/// After a commit at `version`: a log checkpoint every
+/// `delta.checkpointInterval` commits, then expired-log cleanup. A failure
+/// is logged, never reported: the commit has landed.
+pub(crate) async fn checkpoint_if_due(table: &DeltaTable, url: &Url, options: &DeltaSinkOptions, version: u64) {
+    let Ok(snapshot) = table.snapshot() else { return };
+    let config = snapshot.table_config();
+    if !(version + 1).is_multiple_of(config.checkpoint_interval().get()) {
+        return;
+    }
+    let cleanup = config.enable_expired_log_cleanup();
+    let retention = config.log_retention_duration();
+    let full = match load(url, options, Files::Tracked).await {
+        Ok(Some(full)) => full,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(version, error = %e, "could not load the table for a log checkpoint");
+            return;
+        }
+    };
+    if let Err(e) = deltalake::checkpoints::create_checkpoint(&full, None).await {
+        tracing::warn!(version, error = %e, "the commit landed; the log checkpoint after it failed and is retried at the next interval");
+        return;
+    }
+    if cleanup {
+        let cutoff = chrono::Utc::now().timestamp_millis() - retention.as_millis() as i64;
+        let log_store = full.log_store();
+        if let Err(e) =
+            deltalake::checkpoints::cleanup_expired_logs_for(version, log_store.as_ref(), cutoff, None).await
+        {
+            tracing::warn!(version, error = %e, "expired-log cleanup failed; the next checkpoint retries it");
+        }
+    }
+}
+
 /// Creates the table from the stream's schema; if another writer created it
 /// meanwhile, loads that one.
 pub(crate) async fn create(
@@ -333,7 +367,33 @@ pub(crate) fn layout(
         }
     }
     let table_config = snapshot.table_config();
-    // `delta.dataSkippingNumIndexedCols`: -1 for all columns, default 32.
+    let (num_indexed_cols, stats_columns) = stats_settings(config);
+    Ok(Layout {
+        table_id: metadata.id().to_string(),
+        stats_columns,
+        partition_indices: partition_columns.iter().filter_map(|c| index_of(c)).collect(),
+        partition_columns,
+        file_schema: Arc::new(Schema::new(file_fields)),
+        file_sources,
+        added_columns,
+        target_file_size: options
+            .target_file_size
+            .unwrap_or_else(|| table_config.target_file_size().get()),
+        num_indexed_cols,
+    })
+}
+
+/// Whether a data file's path holds only characters that need no escaping
+/// (`[A-Za-z0-9._-=/]`), so that the log's path, its decoded form and the
+/// object's key are one string.
+pub(crate) fn plain_path(path: &str) -> bool {
+    path.chars().all(|c| c.is_ascii_alphanumeric() || "._-=/".contains(c))
+}
+
+/// Which columns get statistics: `delta.dataSkippingNumIndexedCols` (-1 for
+/// all columns, default 32), unless `delta.dataSkippingStatsColumns` names
+/// them.
+pub(crate) fn stats_settings(config: &std::collections::HashMap<String, String>) -> (usize, Option<Vec<String>>) {
     let num_indexed_cols = match config
         .get("delta.dataSkippingNumIndexedCols")
         .and_then(|v| v.parse::<i64>().ok())
@@ -348,19 +408,7 @@ pub(crate) fn layout(
             .filter(|c| !c.is_empty())
             .collect()
     });
-    Ok(Layout {
-        table_id: metadata.id().to_string(),
-        stats_columns,
-        partition_indices: partition_columns.iter().filter_map(|c| index_of(c)).collect(),
-        partition_columns,
-        file_schema: Arc::new(Schema::new(file_fields)),
-        file_sources,
-        added_columns,
-        target_file_size: options
-            .target_file_size
-            .unwrap_or_else(|| table_config.target_file_size().get()),
-        num_indexed_cols,
-    })
+    (num_indexed_cols, stats_columns)
 }
 
 /// The table's metadata with `added` columns, if the table lacks any of them.

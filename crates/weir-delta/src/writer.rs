@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow_array::{new_null_array, RecordBatch};
+use arrow_schema::SchemaRef;
 use async_trait::async_trait;
 use deltalake::ObjectStore;
 use object_store::path::Path;
@@ -47,11 +48,104 @@ pub(crate) struct WriterContext {
     pub batch_id: BatchId,
 }
 
-struct OpenFile {
+/// One data file being written: its rows in memory until it is closed and
+/// put in one request.
+pub(crate) struct OpenFile {
     path: String,
     values: Vec<Option<String>>,
     writer: ArrowWriter<Vec<u8>>,
     stats: FileStats,
+}
+
+/// How data files are encoded and described.
+pub(crate) struct FileFormat<'a> {
+    pub schema: &'a SchemaRef,
+    pub compression: Compression,
+    pub num_indexed_cols: usize,
+    pub stats_columns: Option<&'a [String]>,
+}
+
+impl OpenFile {
+    /// A file at `path` (relative to the table root) in the partition with
+    /// `values`.
+    pub(crate) fn create(
+        table: &str,
+        path: String,
+        values: &[Option<String>],
+        format: &FileFormat<'_>,
+    ) -> Result<Self, DeltaSinkError> {
+        let compression = match format.compression {
+            Compression::Zstd(level) => ParquetCompression::ZSTD(ZstdLevel::try_new(level).unwrap_or_default()),
+            Compression::Snappy => ParquetCompression::SNAPPY,
+        };
+        let properties = WriterProperties::builder().set_compression(compression).build();
+        let writer = ArrowWriter::try_new(Vec::new(), format.schema.clone(), Some(properties)).map_err(|source| {
+            DeltaSinkError::Parquet {
+                table: table.to_string(),
+                path: path.clone(),
+                source,
+            }
+        })?;
+        Ok(OpenFile {
+            path,
+            values: values.to_vec(),
+            writer,
+            stats: FileStats::new(format.schema, format.num_indexed_cols, format.stats_columns),
+        })
+    }
+
+    /// Appends rows of the file's schema.
+    pub(crate) fn write(&mut self, table: &str, rows: &RecordBatch) -> Result<(), DeltaSinkError> {
+        self.writer.write(rows).map_err(|source| DeltaSinkError::Parquet {
+            table: table.to_string(),
+            path: self.path.clone(),
+            source,
+        })?;
+        self.stats.update(rows);
+        Ok(())
+    }
+
+    /// The encoded size so far, buffered row group included.
+    pub(crate) fn size(&self) -> u64 {
+        (self.writer.bytes_written() + self.writer.in_progress_size()) as u64
+    }
+
+    /// Closes the file and puts it in the store.
+    pub(crate) async fn finish(
+        self,
+        table: &str,
+        store: &Arc<dyn ObjectStore>,
+        partition_columns: &[String],
+    ) -> Result<AddFile, DeltaSinkError> {
+        let OpenFile {
+            path,
+            values,
+            writer,
+            stats,
+        } = self;
+        let bytes = writer.into_inner().map_err(|source| DeltaSinkError::Parquet {
+            table: table.to_string(),
+            path: path.clone(),
+            source,
+        })?;
+        let size = bytes.len() as i64;
+        let store_err = |source| DeltaSinkError::Store {
+            table: table.to_string(),
+            path: path.clone(),
+            source,
+        };
+        let location = Path::parse(&path).map_err(|e| store_err(e.into()))?;
+        store.put(&location, PutPayload::from(bytes)).await.map_err(store_err)?;
+        let partition_values = partition_columns.iter().cloned().zip(values).collect();
+        Ok(AddFile {
+            path,
+            size,
+            partition_values,
+            modification_time: chrono::Utc::now().timestamp_millis(),
+            stats: stats.to_json(),
+            rows: stats.num_records(),
+        })
+    }
 }
 
 /// Writes one partition of one batch, rolling files at the target size.
@@ -72,19 +166,6 @@ impl DeltaWriter {
             files: 0,
             written: Vec::new(),
         }
-    }
-
-    fn err_parquet(&self, path: &str) -> impl FnOnce(parquet::errors::ParquetError) -> DeltaSinkError {
-        let (table, path) = (self.ctx.table.clone(), path.to_string());
-        move |source| DeltaSinkError::Parquet { table, path, source }
-    }
-
-    fn properties(&self) -> WriterProperties {
-        let compression = match self.ctx.compression {
-            Compression::Zstd(level) => ParquetCompression::ZSTD(ZstdLevel::try_new(level).unwrap_or_default()),
-            Compression::Snappy => ParquetCompression::SNAPPY,
-        };
-        WriterProperties::builder().set_compression(compression).build()
     }
 
     /// The rows of `part` as a data file's columns.
@@ -116,52 +197,21 @@ impl DeltaWriter {
         self.files += 1;
         let dir = partition::directory(&self.ctx.layout.partition_columns, values);
         let path = if dir.is_empty() { name } else { format!("{dir}/{name}") };
-        let writer = ArrowWriter::try_new(Vec::new(), self.ctx.layout.file_schema.clone(), Some(self.properties()))
-            .map_err(self.err_parquet(&path))?;
-        Ok(OpenFile {
-            path,
-            values: values.to_vec(),
-            writer,
-            stats: FileStats::new(
-                &self.ctx.layout.file_schema,
-                self.ctx.layout.num_indexed_cols,
-                self.ctx.layout.stats_columns.as_deref(),
-            ),
-        })
+        let layout = &self.ctx.layout;
+        let format = FileFormat {
+            schema: &layout.file_schema,
+            compression: self.ctx.compression,
+            num_indexed_cols: layout.num_indexed_cols,
+            stats_columns: layout.stats_columns.as_deref(),
+        };
+        OpenFile::create(&self.ctx.table, path, values, &format)
     }
 
     async fn finish(&mut self, file: OpenFile) -> Result<(), DeltaSinkError> {
-        let OpenFile {
-            path,
-            values,
-            writer,
-            stats,
-        } = file;
-        let bytes = writer.into_inner().map_err(self.err_parquet(&path))?;
-        let size = bytes.len() as i64;
-        let location = Path::parse(&path).map_err(|e| DeltaSinkError::Store {
-            table: self.ctx.table.clone(),
-            path: path.clone(),
-            source: e.into(),
-        })?;
-        self.ctx
-            .store
-            .put(&location, PutPayload::from(bytes))
-            .await
-            .map_err(|source| DeltaSinkError::Store {
-                table: self.ctx.table.clone(),
-                path: path.clone(),
-                source,
-            })?;
-        let partition_values = self.ctx.layout.partition_columns.iter().cloned().zip(values).collect();
-        self.written.push(AddFile {
-            path,
-            size,
-            partition_values,
-            modification_time: chrono::Utc::now().timestamp_millis(),
-            stats: stats.to_json(),
-            rows: stats.num_records(),
-        });
+        let added = file
+            .finish(&self.ctx.table, &self.ctx.store, &self.ctx.layout.partition_columns)
+            .await?;
+        self.written.push(added);
         Ok(())
     }
 }
@@ -184,12 +234,8 @@ impl DataWriter for DeltaWriter {
                 Some(f) => f,
                 None => self.open_file(&values).map_err(|e| e.into_core(batch_id))?,
             };
-            file.writer
-                .write(&rows)
-                .map_err(|e| self.err_parquet(&file.path)(e).into_core(batch_id))?;
-            file.stats.update(&rows);
-            if (file.writer.bytes_written() + file.writer.in_progress_size()) as u64 >= self.ctx.layout.target_file_size
-            {
+            file.write(&self.ctx.table, &rows).map_err(|e| e.into_core(batch_id))?;
+            if file.size() >= self.ctx.layout.target_file_size {
                 self.finish(file).await.map_err(|e| e.into_core(batch_id))?;
             } else {
                 self.open.insert(values, file);

@@ -1,5 +1,6 @@
 //! Integration tests of weir-delta.
 
+mod compact;
 mod conformance;
 mod maintenance;
 mod readers;

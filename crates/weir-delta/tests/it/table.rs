@@ -34,7 +34,7 @@ fn with_string_column(rows_per_batch: u64, name: &'static str, value: fn(i64) ->
 }
 
 /// The rate source with a `bucket` column (`event_id % 3` as a string).
-fn bucketed(rows_per_batch: u64) -> ReadStream {
+pub(crate) fn bucketed(rows_per_batch: u64) -> ReadStream {
     with_string_column(rows_per_batch, "bucket", |v| format!("b{}", v % 3))
 }
 

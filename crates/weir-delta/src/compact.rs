@@ -1,0 +1,907 @@
+//! Compaction: a partition's small data files rewritten into files of the
+//! target size, committed as `remove`s and `add`s with `dataChange=false`
+//! in log entries of weir's own, each written with a put-if-absent and
+//! rebased over whatever other writers committed meanwhile.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::{new_null_array, RecordBatch};
+use arrow_schema::{Field, Schema, SchemaRef};
+use bytes::Bytes;
+use deltalake::kernel::engine::arrow_conversion::TryIntoArrow;
+use deltalake::kernel::transaction::{TransactionError, PROTOCOL};
+use deltalake::kernel::{Action, CommitInfo, Remove};
+use deltalake::logstore::{CommitOrBytes, LogStore};
+use deltalake::table::config::TablePropertiesExt as _;
+use deltalake::{DeltaTable, DeltaTableError, ObjectStore};
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use serde::Serialize;
+use serde_json::{json, Value};
+use url::Url;
+
+use crate::entry;
+use crate::error::DeltaSinkError;
+use crate::options::{Compression, DeltaSinkOptions};
+use crate::partition;
+use crate::table::{self, Files};
+use crate::writer::{delete_files, AddFile, FileFormat, OpenFile};
+
+/// How many times a commit is rebased over other writers' commits before
+/// the job gives up (each rebase reads only the new log entries).
+const MAX_COMMIT_ATTEMPTS: usize = 200;
+
+/// Rows per batch read from an input file.
+const READ_BATCH_ROWS: usize = 8192;
+
+/// What a compaction reports as it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CompactProgress {
+    /// The plan: groups, input files and bytes.
+    Planned { groups: usize, files: usize, bytes: u64 },
+    /// One group's files were rewritten (not yet committed).
+    Rewritten { group: usize, bytes: u64, files_out: usize },
+    /// A commit landed with this many groups.
+    Committed { version: u64, groups: usize },
+}
+
+type ProgressFn = Arc<dyn Fn(CompactProgress) + Send + Sync>;
+
+/// Rewrites the small data files of a Delta table into files of the target
+/// size, partition by partition, without changing its rows.
+///
+/// - Files smaller than three quarters of the target are packed, in the
+///   order they were written, into groups of at most the target's bytes;
+///   a group with fewer than [`min_input_files`](Compact::min_input_files)
+///   files is left alone.
+/// - Each commit removes a group's inputs and adds its outputs with
+///   `dataChange=false`, so streaming readers of the table skip it.
+/// - Commits by other writers meanwhile are read and the commit is rebased
+///   on them: appends never fail it; a group one of whose inputs another
+///   writer removed is dropped (its outputs deleted) and the rest commit; a
+///   change of the table's schema or protocol fails the job with nothing
+///   of the uncommitted groups in the table.
+/// - A job stopped at any point leaves the table as its last commit left
+///   it; files it wrote and did not commit are orphans for
+///   [`Vacuum`](crate::Vacuum). Running it again finishes the work.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), weir_delta::DeltaSinkError> {
+/// let report = weir_delta::Compact::new("lake/bronze/payments")?
+///     .target_file_size(128 << 20)
+///     .run()
+///     .await?;
+/// println!("{} files into {}", report.files_removed, report.files_added);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Compact {
+    location: String,
+    storage: std::collections::HashMap<String, String>,
+    target_file_size: Option<u64>,
+    min_input_files: usize,
+    max_concurrent_rewrites: usize,
+    groups_per_commit: Option<usize>,
+    partition_filter: BTreeMap<String, Option<String>>,
+    compression: Compression,
+    dry_run: bool,
+    progress: Option<ProgressFn>,
+}
+
+impl std::fmt::Debug for Compact {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compact")
+            .field("location", &self.location)
+            .field("target_file_size", &self.target_file_size)
+            .field("min_input_files", &self.min_input_files)
+            .field("max_concurrent_rewrites", &self.max_concurrent_rewrites)
+            .field("groups_per_commit", &self.groups_per_commit)
+            .field("partition_filter", &self.partition_filter)
+            .field("dry_run", &self.dry_run)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One group of the plan: small files of one partition, rewritten together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CompactGroup {
+    /// The partition's values (empty for an unpartitioned table).
+    pub partition: BTreeMap<String, Option<String>>,
+    /// The input files, as paths in the table.
+    pub files: Vec<String>,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// What a compaction did (or, in a dry run, would do).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CompactReport {
+    /// Whether this was a dry run (nothing written).
+    pub dry_run: bool,
+    /// The version the plan was made on.
+    pub read_version: u64,
+    /// The target file size used.
+    pub target_file_size: u64,
+    /// Live files and bytes at the planned version.
+    pub files_before: usize,
+    pub bytes_before: u64,
+    /// The planned groups.
+    pub groups: Vec<CompactGroup>,
+    /// Groups dropped because another writer removed one of their inputs.
+    pub groups_dropped: usize,
+    /// The versions this job committed.
+    pub commits: Vec<u64>,
+    /// Files and bytes removed and added by those commits.
+    pub files_removed: usize,
+    pub bytes_removed: u64,
+    pub files_added: usize,
+    pub bytes_added: u64,
+    /// Rows rewritten.
+    pub rows: i64,
+    /// How long the job took.
+    pub duration: Duration,
+}
+
+impl CompactReport {
+    /// Live files after the job, counting only the planned version's files
+    /// (files other writers added meanwhile are not included).
+    pub fn files_after(&self) -> usize {
+        self.files_before + self.files_added - self.files_removed
+    }
+
+    /// Live bytes after the job, counted as [`files_after`](Self::files_after).
+    pub fn bytes_after(&self) -> u64 {
+        self.bytes_before + self.bytes_added - self.bytes_removed
+    }
+}
+
+/// A live input file of the plan.
+#[derive(Debug, Clone)]
+struct Input {
+    remove: Remove,
+    modified: i64,
+}
+
+/// A group rewritten and not yet committed.
+#[derive(Debug)]
+struct Rewritten {
+    index: usize,
+    inputs: Vec<Remove>,
+    outputs: Vec<AddFile>,
+}
+
+impl Compact {
+    /// A compaction of the table at `location` with the table's target file
+    /// size (`delta.targetFileSize`, else 100 MiB), groups of at least two
+    /// files, and one commit for the whole job.
+    pub fn new(location: &str) -> Result<Self, DeltaSinkError> {
+        table::table_url(location)?;
+        Ok(Compact {
+            location: location.to_string(),
+            storage: Default::default(),
+            target_file_size: None,
+            min_input_files: 2,
+            max_concurrent_rewrites: std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
+            groups_per_commit: None,
+            partition_filter: BTreeMap::new(),
+            compression: Compression::default(),
+            dry_run: false,
+            progress: None,
+        })
+    }
+
+    /// Object storage options (as `DeltaSink::with_storage_option`).
+    pub fn with_storage_options(mut self, storage: std::collections::HashMap<String, String>) -> Self {
+        self.storage = storage;
+        self
+    }
+
+    /// The size of the files written; files under three quarters of it are
+    /// inputs.
+    pub fn target_file_size(mut self, bytes: u64) -> Self {
+        self.target_file_size = Some(bytes.max(1));
+        self
+    }
+
+    /// The fewest files a group must have to be rewritten (at least 2).
+    pub fn min_input_files(mut self, files: usize) -> Self {
+        self.min_input_files = files.max(2);
+        self
+    }
+
+    /// How many groups are rewritten at once. Peak memory is about this
+    /// many times the target file size, whatever the table's size.
+    pub fn max_concurrent_rewrites(mut self, groups: usize) -> Self {
+        self.max_concurrent_rewrites = groups.max(1);
+        self
+    }
+
+    /// Commit every `groups` groups (partial progress for large tables)
+    /// instead of once at the end.
+    pub fn groups_per_commit(mut self, groups: usize) -> Self {
+        self.groups_per_commit = Some(groups.max(1));
+        self
+    }
+
+    /// Only the partitions where `column` has `value` (`None`: null). Each
+    /// call adds a condition; all must hold.
+    pub fn partition(mut self, column: impl Into<String>, value: Option<String>) -> Self {
+        self.partition_filter.insert(column.into(), value);
+        self
+    }
+
+    /// The Parquet compression of the files written.
+    pub fn compression(mut self, compression: Compression) -> Self {
+        self.compression = compression;
+        self
+    }
+
+    /// Plans only: report the groups, write nothing.
+    pub fn dry_run(mut self, yes: bool) -> Self {
+        self.dry_run = yes;
+        self
+    }
+
+    /// Called as the job plans, rewrites and commits.
+    pub fn on_progress(mut self, f: impl Fn(CompactProgress) + Send + Sync + 'static) -> Self {
+        self.progress = Some(Arc::new(f));
+        self
+    }
+
+    fn report(&self, event: CompactProgress) {
+        if let Some(f) = &self.progress {
+            f(event);
+        }
+    }
+
+    /// Plans, rewrites and commits.
+    pub async fn run(&self) -> Result<CompactReport, DeltaSinkError> {
+        let started = Instant::now();
+        let (url, table) = table::load_existing(&self.location, &self.storage, Files::Tracked).await?;
+        let err = |source| DeltaSinkError::Delta {
+            table: url.to_string(),
+            source,
+        };
+        let snapshot = table.snapshot().map_err(err)?;
+        let read_version = snapshot.version();
+        let metadata = snapshot.metadata();
+        let config = metadata.configuration();
+        let unsupported = |feature: String| DeltaSinkError::Unsupported {
+            table: url.to_string(),
+            feature,
+        };
+        PROTOCOL
+            .can_write_to(snapshot)
+            .map_err(|e| unsupported(format!("its protocol ({e})")))?;
+        if config.get("delta.columnMapping.mode").is_some_and(|m| m != "none") {
+            return Err(unsupported("column mapping".into()));
+        }
+        if table.log_store().name() != "DefaultLogStore" {
+            return Err(unsupported(format!(
+                "a log store without put-if-absent ({}); compaction commits its own log entries",
+                table.log_store().name()
+            )));
+        }
+        let partition_columns: Vec<String> = metadata.partition_columns().to_vec();
+        if let Some(c) = self.partition_filter.keys().find(|c| !partition_columns.contains(c)) {
+            return Err(DeltaSinkError::Partition {
+                table: url.to_string(),
+                column: c.clone(),
+                reason: format!(
+                    "the filter names a column that is not a partition column (partition columns: {:?})",
+                    partition_columns
+                ),
+            });
+        }
+        let target = self
+            .target_file_size
+            .unwrap_or_else(|| snapshot.table_config().target_file_size().get());
+        let mut inputs = Vec::new();
+        let (mut files_before, mut bytes_before) = (0usize, 0u64);
+        for f in snapshot.log_data().iter() {
+            files_before += 1;
+            bytes_before += u64::try_from(f.size()).unwrap_or(0);
+            let remove = f.remove_action(false);
+            if !table::plain_path(&remove.path) {
+                return Err(DeltaSinkError::Location {
+                    location: self.location.clone(),
+                    reason: format!(
+                        "the table has files whose paths hold characters partition folders escape ({}), which \
+                         compaction cannot address safely; nothing was changed",
+                        remove.path
+                    ),
+                });
+            }
+            inputs.push(Input {
+                modified: f.modification_time(),
+                remove,
+            });
+        }
+        let groups = self.plan(inputs, &partition_columns, target);
+        let mut report = CompactReport {
+            dry_run: self.dry_run,
+            read_version,
+            target_file_size: target,
+            files_before,
+            bytes_before,
+            groups: groups.iter().map(|g| describe_group(g)).collect(),
+            ..CompactReport::default()
+        };
+        self.report(CompactProgress::Planned {
+            groups: groups.len(),
+            files: groups.iter().map(Vec::len).sum(),
+            bytes: report.groups.iter().map(|g| g.bytes).sum(),
+        });
+        if self.dry_run || groups.is_empty() {
+            report.duration = started.elapsed();
+            return Ok(report);
+        }
+
+        let (num_indexed_cols, stats_columns) = table::stats_settings(config);
+        let fields = snapshot
+            .schema()
+            .fields()
+            .filter(|f| !partition_columns.contains(f.name()))
+            .map(|f| f.try_into_arrow())
+            .collect::<Result<Vec<Field>, _>>()
+            .map_err(|e| DeltaSinkError::SchemaMismatch {
+                table: url.to_string(),
+                differences: format!("a column has no Arrow equivalent: {e}"),
+            })?;
+        let job = Arc::new(Job {
+            table: url.to_string(),
+            store: table.log_store().object_store(None),
+            schema: Arc::new(Schema::new(fields)),
+            compression: self.compression,
+            num_indexed_cols,
+            stats_columns,
+            partition_columns,
+            target,
+            prefix: format!("weir-compact-{}", uuid::Uuid::new_v4()),
+        });
+        let mut log = LogTail::start(table.log_store().as_ref(), read_version, &url).await?;
+        let per_commit = self.groups_per_commit.unwrap_or(groups.len());
+        let mut indexed: Vec<(usize, Vec<Input>)> = groups.into_iter().enumerate().collect();
+        while !indexed.is_empty() {
+            let rest = indexed.split_off(per_commit.min(indexed.len()));
+            let chunk = std::mem::replace(&mut indexed, rest);
+            let rewritten = self.rewrite(&job, chunk).await?;
+            let outcome = commit(&table, &job, &mut log, rewritten).await?;
+            report.groups_dropped += outcome.dropped;
+            if let Some(version) = outcome.version {
+                report.commits.push(version);
+                for g in &outcome.committed {
+                    report.files_removed += g.inputs.len();
+                    report.bytes_removed += g.inputs.iter().map(|r| r.size.unwrap_or(0) as u64).sum::<u64>();
+                    report.files_added += g.outputs.len();
+                    report.bytes_added += g.outputs.iter().map(|a| a.size as u64).sum::<u64>();
+                    report.rows += g.outputs.iter().map(|a| a.rows).sum::<i64>();
+                }
+                self.report(CompactProgress::Committed {
+                    version,
+                    groups: outcome.committed.len(),
+                });
+                let options = DeltaSinkOptions {
+                    storage_options: self.storage.clone(),
+                    ..DeltaSinkOptions::default()
+                };
+                table::checkpoint_if_due(&table, &url, &options, version).await;
+            }
+        }
+        report.duration = started.elapsed();
+        tracing::info!(
+            table = %url,
+            commits = ?report.commits,
+            files_removed = report.files_removed,
+            files_added = report.files_added,
+            groups_dropped = report.groups_dropped,
+            "compacted"
+        );
+        Ok(report)
+    }
+
+    /// Groups of small files per partition, in the order they were written.
+    fn plan(&self, inputs: Vec<Input>, partition_columns: &[String], target: u64) -> Vec<Vec<Input>> {
+        let small = target.saturating_mul(3) / 4;
+        let mut by_partition: BTreeMap<Vec<Option<String>>, Vec<Input>> = BTreeMap::new();
+        for input in inputs {
+            let values = input.remove.partition_values.clone().unwrap_or_default();
+            let selected = self
+                .partition_filter
+                .iter()
+                .all(|(c, v)| values.get(c).is_some_and(|x| x == v));
+            let size = input.remove.size.unwrap_or(i64::MAX) as u64;
+            if !selected || size >= small || input.remove.deletion_vector.is_some() {
+                continue;
+            }
+            let key = partition_columns
+                .iter()
+                .map(|c| values.get(c).cloned().flatten())
+                .collect();
+            by_partition.entry(key).or_default().push(input);
+        }
+        let mut groups = Vec::new();
+        for (_, mut files) in by_partition {
+            files.sort_by(|a, b| (a.modified, &a.remove.path).cmp(&(b.modified, &b.remove.path)));
+            let mut group: Vec<Input> = Vec::new();
+            let mut bytes = 0u64;
+            for f in files {
+                let size = f.remove.size.unwrap_or(0) as u64;
+                if !group.is_empty() && bytes + size > target {
+                    groups.push(std::mem::take(&mut group));
+                    bytes = 0;
+                }
+                bytes += size;
+                group.push(f);
+            }
+            groups.push(group);
+        }
+        groups.retain(|g| g.len() >= self.min_input_files);
+        groups
+    }
+
+    /// Rewrites a chunk of groups, `max_concurrent_rewrites` at a time. On
+    /// an error the outputs of the chunk are deleted: none was committed.
+    async fn rewrite(&self, job: &Arc<Job>, chunk: Vec<(usize, Vec<Input>)>) -> Result<Vec<Rewritten>, DeltaSinkError> {
+        let tasks = chunk.into_iter().map(|(index, group)| {
+            let job = job.clone();
+            Rewrite(tokio::spawn(async move { job.rewrite(index, group).await }))
+        });
+        let mut results = futures::stream::iter(tasks).buffer_unordered(self.max_concurrent_rewrites);
+        let mut done = Vec::new();
+        let mut failure = None;
+        while let Some(joined) = results.next().await {
+            match joined {
+                Ok(Ok(group)) => {
+                    self.report(CompactProgress::Rewritten {
+                        group: group.index,
+                        bytes: group.inputs.iter().map(|r| r.size.unwrap_or(0) as u64).sum(),
+                        files_out: group.outputs.len(),
+                    });
+                    done.push(group);
+                }
+                Ok(Err(e)) => failure = failure.or(Some(e)),
+                Err(e) => {
+                    failure = failure.or(Some(DeltaSinkError::Location {
+                        location: self.location.clone(),
+                        reason: format!("a rewrite task failed: {e}"),
+                    }))
+                }
+            }
+        }
+        if let Some(e) = failure {
+            for g in &done {
+                delete_files(&job.store, &g.outputs).await;
+            }
+            return Err(e);
+        }
+        done.sort_by_key(|g| g.index);
+        Ok(done)
+    }
+}
+
+/// A spawned rewrite, aborted when the job is dropped (a stopped job does
+/// not go on writing files).
+struct Rewrite(tokio::task::JoinHandle<Result<Rewritten, DeltaSinkError>>);
+
+impl Drop for Rewrite {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl std::future::Future for Rewrite {
+    type Output = Result<Result<Rewritten, DeltaSinkError>, tokio::task::JoinError>;
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+fn describe_group(group: &[Input]) -> CompactGroup {
+    let partition = group
+        .first()
+        .and_then(|f| f.remove.partition_values.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    CompactGroup {
+        partition,
+        files: group.iter().map(|f| f.remove.path.clone()).collect(),
+        bytes: group.iter().map(|f| f.remove.size.unwrap_or(0) as u64).sum(),
+    }
+}
+
+/// What every rewrite of a job shares.
+struct Job {
+    table: String,
+    store: Arc<dyn ObjectStore>,
+    schema: SchemaRef,
+    compression: Compression,
+    num_indexed_cols: usize,
+    stats_columns: Option<Vec<String>>,
+    partition_columns: Vec<String>,
+    target: u64,
+    prefix: String,
+}
+
+impl Job {
+    fn store_err(&self, path: &str) -> impl Fn(object_store::Error) -> DeltaSinkError + '_ {
+        let path = path.to_string();
+        move |source| DeltaSinkError::Store {
+            table: self.table.clone(),
+            path: path.clone(),
+            source,
+        }
+    }
+
+    fn parquet_err(&self, path: &str) -> impl Fn(parquet::errors::ParquetError) -> DeltaSinkError + '_ {
+        let path = path.to_string();
+        move |source| DeltaSinkError::Parquet {
+            table: self.table.clone(),
+            path: path.clone(),
+            source,
+        }
+    }
+
+    /// Reads a group's files one at a time into files rolled at the target
+    /// size: at most one input file and one output file are in memory.
+    async fn rewrite(&self, index: usize, group: Vec<Input>) -> Result<Rewritten, DeltaSinkError> {
+        let values: Vec<Option<String>> = {
+            let pv = group[0].remove.partition_values.clone().unwrap_or_default();
+            self.partition_columns
+                .iter()
+                .map(|c| pv.get(c).cloned().flatten())
+                .collect()
+        };
+        let dir = partition::directory(&self.partition_columns, &values);
+        let format = FileFormat {
+            schema: &self.schema,
+            compression: self.compression,
+            num_indexed_cols: self.num_indexed_cols,
+            stats_columns: self.stats_columns.as_deref(),
+        };
+        let mut outputs = Vec::new();
+        let result = async {
+            let mut open: Option<OpenFile> = None;
+            for input in &group {
+                let path = &input.remove.path;
+                let location = Path::parse(path).map_err(|e| self.store_err(path)(e.into()))?;
+                let bytes: Bytes = self
+                    .store
+                    .get(&location)
+                    .await
+                    .map_err(self.store_err(path))?
+                    .bytes()
+                    .await
+                    .map_err(self.store_err(path))?;
+                let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+                    .and_then(|b| b.with_batch_size(READ_BATCH_ROWS).build())
+                    .map_err(self.parquet_err(path))?;
+                for batch in reader {
+                    let batch = batch.map_err(|e| self.parquet_err(path)(e.into()))?;
+                    let rows = self.conform(&batch, path)?;
+                    let file = match open.as_mut() {
+                        Some(f) => f,
+                        None => {
+                            let name = format!(
+                                "{}-{:04}-{:03}.{}.parquet",
+                                self.prefix,
+                                index,
+                                outputs.len(),
+                                self.compression.extension()
+                            );
+                            let path = if dir.is_empty() { name } else { format!("{dir}/{name}") };
+                            open.insert(OpenFile::create(&self.table, path, &values, &format)?)
+                        }
+                    };
+                    file.write(&self.table, &rows)?;
+                    if file.size() >= self.target {
+                        let file = open.take().expect("open above");
+                        outputs.push(file.finish(&self.table, &self.store, &self.partition_columns).await?);
+                    }
+                }
+            }
+            if let Some(file) = open {
+                outputs.push(file.finish(&self.table, &self.store, &self.partition_columns).await?);
+            }
+            Ok::<_, DeltaSinkError>(())
+        }
+        .await;
+        if let Err(e) = result {
+            delete_files(&self.store, &outputs).await;
+            return Err(e);
+        }
+        let rows_in: i64 = outputs.iter().map(|a| a.rows).sum();
+        tracing::debug!(
+            group = index,
+            files_in = group.len(),
+            files_out = outputs.len(),
+            rows = rows_in,
+            "rewrote a group"
+        );
+        Ok(Rewritten {
+            index,
+            inputs: group.into_iter().map(|i| i.remove).collect(),
+            outputs,
+        })
+    }
+
+    /// An input file's rows in the table's current columns: a column the
+    /// file lacks (added later) is null, a type that differs is cast.
+    fn conform(&self, batch: &RecordBatch, path: &str) -> Result<RecordBatch, DeltaSinkError> {
+        let mismatch = |differences: String| DeltaSinkError::SchemaMismatch {
+            table: self.table.clone(),
+            differences: format!("data file {path}: {differences}"),
+        };
+        let columns = self
+            .schema
+            .fields()
+            .iter()
+            .map(|field| match batch.column_by_name(field.name()) {
+                Some(c) if c.data_type() == field.data_type() => Ok(c.clone()),
+                Some(c) => arrow_cast::cast(c, field.data_type()).map_err(|e| {
+                    mismatch(format!(
+                        "column {:?} cannot be read as {}: {e}",
+                        field.name(),
+                        field.data_type()
+                    ))
+                }),
+                None if field.is_nullable() => Ok(new_null_array(field.data_type(), batch.num_rows())),
+                None => Err(mismatch(format!("required column {:?} is missing", field.name()))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| mismatch(e.to_string()))
+    }
+}
+
+/// The log as far as the job has read it: the latest version, and a digest
+/// of its entry, so a table deleted and created again is not written as if
+/// it were the same table.
+struct LogTail {
+    version: u64,
+    digest: u64,
+}
+
+fn digest(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+impl LogTail {
+    async fn start(log_store: &dyn LogStore, version: u64, url: &Url) -> Result<Self, DeltaSinkError> {
+        let bytes = read_entry(log_store, version, url)
+            .await?
+            .ok_or_else(|| replaced(url, version))?;
+        Ok(LogTail {
+            version,
+            digest: digest(&bytes),
+        })
+    }
+}
+
+fn replaced(url: &Url, version: u64) -> DeltaSinkError {
+    DeltaSinkError::TableChanged {
+        table: url.to_string(),
+        change: format!("log entry {version}, which compaction read, is gone or different: the table was replaced"),
+    }
+}
+
+async fn read_entry(log_store: &dyn LogStore, version: u64, url: &Url) -> Result<Option<Bytes>, DeltaSinkError> {
+    log_store
+        .read_commit_entry(version)
+        .await
+        .map_err(|source| DeltaSinkError::Delta {
+            table: url.to_string(),
+            source,
+        })
+}
+
+/// What a commit of rewritten groups came to.
+struct Outcome {
+    version: Option<u64>,
+    committed: Vec<Rewritten>,
+    dropped: usize,
+}
+
+/// Commits `groups` on top of the latest version: reads every entry after
+/// the last one read, drops groups an entry removed an input of, and tries
+/// again, until the put-if-absent wins.
+async fn commit(
+    table: &DeltaTable,
+    job: &Job,
+    log: &mut LogTail,
+    mut groups: Vec<Rewritten>,
+) -> Result<Outcome, DeltaSinkError> {
+    let url = Url::parse(&job.table).map_err(|e| DeltaSinkError::Location {
+        location: job.table.clone(),
+        reason: e.to_string(),
+    })?;
+    let log_store = table.log_store();
+    let log_store = log_store.as_ref();
+    let attempt = uuid::Uuid::new_v4().to_string();
+    let mut dropped = 0;
+    // The entry compaction last read must still be there: otherwise the
+    // table was replaced under the job.
+    match read_entry(log_store, log.version, &url).await? {
+        Some(bytes) if digest(&bytes) == log.digest => {}
+        _ => {
+            drop_groups(job, &mut groups, |_| true).await;
+            return Err(replaced(&url, log.version));
+        }
+    }
+    for round in 1..=MAX_COMMIT_ATTEMPTS {
+        // Read what other writers committed since.
+        let mut removed: HashSet<String> = HashSet::new();
+        loop {
+            let next = log.version + 1;
+            let Some(bytes) = read_entry(log_store, next, &url).await? else {
+                break;
+            };
+            for action in entry::actions(&bytes) {
+                if action["commitInfo"]["weir.attemptId"].as_str() == Some(attempt.as_str()) {
+                    // A write that reported an error had landed.
+                    log.version = next;
+                    log.digest = digest(&bytes);
+                    return Ok(Outcome {
+                        version: Some(next),
+                        committed: groups,
+                        dropped,
+                    });
+                }
+                if let Some(path) = action["remove"]["path"].as_str() {
+                    removed.insert(decoded(path));
+                }
+                if action.get("metaData").is_some() || action.get("protocol").is_some() {
+                    drop_groups(job, &mut groups, |_| true).await;
+                    return Err(DeltaSinkError::TableChanged {
+                        table: job.table.clone(),
+                        change: format!(
+                            "version {next} changed the table's schema, partitioning or protocol; the compaction's \
+                             uncommitted groups were discarded (run it again)"
+                        ),
+                    });
+                }
+            }
+            log.version = next;
+            log.digest = digest(&bytes);
+        }
+        if !removed.is_empty() {
+            dropped += drop_groups(job, &mut groups, |g| g.inputs.iter().any(|r| removed.contains(&r.path))).await;
+        }
+        if groups.is_empty() {
+            return Ok(Outcome {
+                version: None,
+                committed: groups,
+                dropped,
+            });
+        }
+        let version = log.version + 1;
+        let bytes = optimize_entry(job, &groups, log.version, &attempt).map_err(|e| DeltaSinkError::Delta {
+            table: job.table.clone(),
+            source: DeltaTableError::Transaction {
+                source: TransactionError::SerializeLogJson { json_err: e },
+            },
+        })?;
+        match log_store
+            .write_commit_entry(version, CommitOrBytes::LogBytes(bytes.clone()), uuid::Uuid::new_v4())
+            .await
+        {
+            Ok(()) => {
+                log.version = version;
+                log.digest = digest(&bytes);
+                return Ok(Outcome {
+                    version: Some(version),
+                    committed: groups,
+                    dropped,
+                });
+            }
+            Err(TransactionError::VersionAlreadyExists(_)) => {
+                tracing::debug!(version, round, "compaction lost a commit race; rebasing");
+            }
+            Err(e) => {
+                // The outcome is unknown: the entry may have landed. The next
+                // round reads it and recognises the attempt id; the outputs
+                // are kept either way.
+                tracing::warn!(version, round, error = %e, "a compaction commit failed; reading the log to learn whether it landed");
+                tokio::time::sleep(Duration::from_millis(100 * round.min(20) as u64)).await;
+            }
+        }
+        if round > 3 {
+            let jitter = u64::from(attempt.as_bytes()[0] % 20);
+            tokio::time::sleep(Duration::from_millis((round as u64 * 5).min(200) + jitter)).await;
+        }
+    }
+    Err(DeltaSinkError::TooManyConflicts {
+        table: job.table.clone(),
+        batch_id: weir_core::BatchId(0),
+        attempts: MAX_COMMIT_ATTEMPTS,
+    })
+}
+
+/// Drops the groups `pred` selects, deleting their outputs (known not to be
+/// committed). Returns how many were dropped.
+async fn drop_groups(job: &Job, groups: &mut Vec<Rewritten>, pred: impl Fn(&Rewritten) -> bool) -> usize {
+    let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(groups).into_iter().partition(|g| pred(g));
+    *groups = kept;
+    for g in &gone {
+        tracing::info!(
+            group = g.index,
+            "another writer removed an input of this group; it is dropped"
+        );
+        delete_files(&job.store, &g.outputs).await;
+    }
+    gone.len()
+}
+
+/// A log path as the live files name it (URL-decoded).
+fn decoded(path: &str) -> String {
+    percent_encoding::percent_decode_str(path)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// The log entry of a compaction commit.
+fn optimize_entry(
+    job: &Job,
+    groups: &[Rewritten],
+    read_version: u64,
+    attempt: &str,
+) -> Result<Bytes, serde_json::Error> {
+    let removes: Vec<&Remove> = groups.iter().flat_map(|g| &g.inputs).collect();
+    let adds: Vec<&AddFile> = groups.iter().flat_map(|g| &g.outputs).collect();
+    let now = chrono::Utc::now().timestamp_millis();
+    let metrics = json!({
+        "numRemovedFiles": removes.len().to_string(),
+        "numAddedFiles": adds.len().to_string(),
+        "numRemovedBytes": removes.iter().map(|r| r.size.unwrap_or(0)).sum::<i64>().to_string(),
+        "numAddedBytes": adds.iter().map(|a| a.size).sum::<i64>().to_string(),
+    });
+    let mut info = CommitInfo {
+        timestamp: Some(now),
+        operation: Some("OPTIMIZE".into()),
+        operation_parameters: Some(
+            [
+                ("targetSize".to_string(), json!(job.target.to_string())),
+                ("predicate".to_string(), json!("[]")),
+                ("zOrderBy".to_string(), json!("[]")),
+            ]
+            .into_iter()
+            .collect(),
+        ),
+        read_version: Some(read_version),
+        is_blind_append: Some(false),
+        engine_info: Some(format!("weir-delta/{}", env!("CARGO_PKG_VERSION"))),
+        ..Default::default()
+    };
+    info.info.insert("operationMetrics".into(), metrics);
+    info.info.insert("weir.operation".into(), json!("compact"));
+    info.info.insert("weir.attemptId".into(), Value::from(attempt));
+    let actions = std::iter::once(Action::CommitInfo(info))
+        .chain(removes.into_iter().map(|r| {
+            Action::Remove(Remove {
+                deletion_timestamp: Some(now),
+                data_change: false,
+                ..r.clone()
+            })
+        }))
+        .chain(adds.into_iter().map(|a| entry::add(a, false)));
+    entry::encode(actions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_paths_are_decoded() {
+        assert_eq!(decoded("a=10%3A00/x.parquet"), "a=10:00/x.parquet");
+        assert_eq!(decoded("plain/x.parquet"), "plain/x.parquet");
+    }
+}

@@ -1,0 +1,277 @@
+//! Compaction: small files become few, the rows stay the same for every
+//! reader and every version, and a stream appending meanwhile never fails.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir_core::prelude::*;
+use weir_core::source::RateSource;
+use weir_delta::{Compact, CompactProgress, DeltaSink, Vacuum};
+use weir_test_support::assert_exactly_once;
+use weir_test_support::readers::{alter, event_ids_with, json_ids, python, read};
+
+use crate::table::bucketed;
+
+async fn stream(table: &Path, chk: &Path, last: u64) {
+    let q = read_stream(RateSource::rows_per_batch(100))
+        .write_stream()
+        .checkpoint_location(chk)
+        .stop_after_batch(BatchId(last))
+        .start(DeltaSink::try_new(table.to_str().unwrap()).unwrap())
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+}
+
+fn described(table: &Path) -> serde_json::Value {
+    read(&["describe", table.to_str().unwrap()]).expect("readers present")
+}
+
+fn live_files(table: &Path) -> usize {
+    described(table)["files"].as_array().unwrap().len()
+}
+
+fn ids_by_both_readers(table: &Path) -> Vec<i64> {
+    let t = table.to_str().unwrap();
+    let (a, _) = event_ids_with("deltalake", t).unwrap();
+    let (mut b, _) = event_ids_with("duckdb", t).unwrap();
+    let mut a2 = a.clone();
+    a2.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(a2, b, "Python deltalake and DuckDB disagree");
+    a
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_files_become_one_and_every_version_reads_the_same_rows() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    stream(&table, &dir.path().join("chk"), 11).await;
+    assert_eq!(live_files(&table), 12);
+    let before = described(&table)["version"].as_i64().unwrap();
+
+    let plan = Compact::new(table.to_str().unwrap())
+        .unwrap()
+        .dry_run(true)
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(plan.groups.len(), 1, "{plan:?}");
+    assert_eq!(plan.groups[0].files.len(), 12);
+    assert!(plan.commits.is_empty());
+    assert_eq!(
+        described(&table)["version"].as_i64().unwrap(),
+        before,
+        "a dry run commits nothing"
+    );
+
+    let done = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
+    assert_eq!(done.commits, vec![before as u64 + 1]);
+    assert_eq!((done.files_removed, done.files_added, done.rows), (12, 1, 1200));
+    assert_eq!(done.files_after(), 1);
+    assert_eq!(live_files(&table), 1);
+    let d = described(&table);
+    assert_eq!(d["last_commit"]["operation"], "OPTIMIZE", "{d}");
+    assert_eq!(d["files"][0]["num_records"], 1200, "the new file has statistics");
+    assert_exactly_once(&ids_by_both_readers(&table), 0..1200);
+    // Time travel to the version before compaction reads the same rows.
+    let old = read(&["ids-at", table.to_str().unwrap(), &before.to_string()]).unwrap();
+    assert_exactly_once(&json_ids(&old), 0..1200);
+
+    let again = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
+    assert!(again.groups.is_empty() && again.commits.is_empty(), "{again:?}");
+
+    // The stream goes on after compaction, exactly once.
+    stream(&table, &dir.path().join("chk"), 14).await;
+    assert_exactly_once(&ids_by_both_readers(&table), 0..1500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_are_compacted_apart_with_a_filter_and_partial_progress() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    let q = bucketed(60)
+        .write_stream()
+        .checkpoint_location(dir.path().join("chk"))
+        .stop_after_batch(BatchId(5))
+        .start(
+            DeltaSink::try_new(table.to_str().unwrap())
+                .unwrap()
+                .with_partition_by(["bucket"]),
+        )
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    assert_eq!(live_files(&table), 18);
+
+    let only_b1 = Compact::new(table.to_str().unwrap())
+        .unwrap()
+        .partition("bucket", Some("b1".into()))
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(only_b1.groups.len(), 1);
+    assert_eq!(only_b1.groups[0].partition["bucket"].as_deref(), Some("b1"));
+    assert_eq!(live_files(&table), 13);
+
+    let rest = Compact::new(table.to_str().unwrap())
+        .unwrap()
+        .groups_per_commit(1)
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(rest.groups.len(), 2);
+    assert_eq!(rest.commits.len(), 2, "one commit per group: {rest:?}");
+    let d = described(&table);
+    let mut buckets: Vec<&str> = d["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["partition_values"]["bucket"].as_str().unwrap())
+        .collect();
+    buckets.sort_unstable();
+    assert_eq!(buckets, ["b0", "b1", "b2"], "one file per partition");
+    assert_exactly_once(&ids_by_both_readers(&table), 0..360);
+
+    let e = Compact::new(table.to_str().unwrap())
+        .unwrap()
+        .partition("zone", None)
+        .run()
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("not a partition column"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_stopped_before_its_commit_changes_nothing_and_a_rerun_finishes() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    stream(&table, &dir.path().join("chk"), 7).await;
+    let before = described(&table)["version"].as_i64().unwrap();
+
+    // The job dies right after rewriting, before its commit, as a killed
+    // process would.
+    let job = Compact::new(table.to_str().unwrap()).unwrap().on_progress(|p| {
+        if matches!(p, CompactProgress::Rewritten { .. }) {
+            panic!("killed after the rewrite");
+        }
+    });
+    let died = tokio::spawn(async move { job.run().await }).await;
+    assert!(died.unwrap_err().is_panic());
+
+    assert_eq!(described(&table)["version"].as_i64().unwrap(), before);
+    assert_eq!(live_files(&table), 8);
+    assert_exactly_once(&ids_by_both_readers(&table), 0..800);
+    let on_disk = std::fs::read_dir(&table)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("weir-compact-"))
+        .count();
+    assert_eq!(on_disk, 1, "the uncommitted output is an orphan");
+
+    let done = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
+    assert_eq!(done.commits, vec![before as u64 + 1]);
+    assert_eq!(live_files(&table), 1);
+    assert_exactly_once(&ids_by_both_readers(&table), 0..800);
+
+    // Vacuum takes the orphan and the compacted inputs, never the live file.
+    let vacuumed = Vacuum::new(table.to_str().unwrap())
+        .unwrap()
+        .retention(Duration::ZERO)
+        .force(true)
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(vacuumed.files.len(), 9, "{vacuumed:?}");
+    assert_exactly_once(&ids_by_both_readers(&table), 0..800);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_whose_input_another_writer_removed_is_dropped() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    stream(&table, &dir.path().join("chk"), 3).await;
+    let t = table.to_str().unwrap().to_string();
+    let deleted = Arc::new(AtomicBool::new(false));
+    let flag = deleted.clone();
+    let report = Compact::new(&t)
+        .unwrap()
+        .on_progress(move |p| {
+            if matches!(p, CompactProgress::Rewritten { .. }) && !flag.swap(true, Ordering::SeqCst) {
+                // Another engine rewrites the files holding ids below 50
+                // while the group waits for its commit.
+                alter(&["delete", &t, "event_id < 50"]).unwrap();
+            }
+        })
+        .run()
+        .await
+        .unwrap();
+    assert!(deleted.load(Ordering::SeqCst));
+    assert_eq!(report.groups_dropped, 1, "{report:?}");
+    assert!(report.commits.is_empty());
+    assert_exactly_once(&ids_by_both_readers(&table), 50..400);
+    let left = std::fs::read_dir(&table)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("weir-compact-"))
+        .count();
+    assert_eq!(left, 0, "a dropped group's outputs are deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_runs_again_and_again_beside_a_stream_that_never_fails() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    stream(&table, &dir.path().join("chk"), 0).await;
+    let last = 60;
+    let q = read_stream(RateSource::rows_per_batch(50))
+        .write_stream()
+        .checkpoint_location(dir.path().join("chk"))
+        .trigger(Trigger::processing_time(Duration::from_millis(20)))
+        .stop_after_batch(BatchId(last))
+        .start(DeltaSink::try_new(table.to_str().unwrap()).unwrap())
+        .await
+        .unwrap();
+    let mut runs = 0;
+    let mut committed = 0;
+    while q.is_active() || runs < 3 {
+        let r = Compact::new(table.to_str().unwrap())
+            .unwrap()
+            .run()
+            .await
+            .expect("compaction beside a stream commits");
+        runs += 1;
+        committed += r.commits.len();
+        if runs % 5 == 0 {
+            // A reader sees whole batches, exactly once, between compactions.
+            let (ids, _) = event_ids_with("deltalake", table.to_str().unwrap()).unwrap();
+            let n = ids.len() as i64;
+            assert_exactly_once(&ids, 0..n);
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    q.await_termination().await.expect("the stream never fails");
+    assert!(committed >= 3, "compactions committed {committed} times in {runs} runs");
+    let total = 100 + last as i64 * 50;
+    assert_exactly_once(&ids_by_both_readers(&table), 0..total);
+    Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
+    assert_eq!(live_files(&table), 1);
+    assert_exactly_once(&ids_by_both_readers(&table), 0..total);
+}
