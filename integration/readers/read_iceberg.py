@@ -19,6 +19,8 @@ Usage:
     read_iceberg.py drop CATALOG NAMESPACE.TABLE     drops the table and deletes its files
     read_iceberg.py append CATALOG NAMESPACE.TABLE FIRST N
         appends N rows with event ids FIRST.. in the table's schema (pyiceberg as a writer)
+    read_iceberg.py delete CATALOG NAMESPACE.TABLE PREDICATE
+        deletes the rows matching PREDICATE (pyiceberg rewrites their files)
     read_iceberg.py create CATALOG WAREHOUSE NAMESPACE.TABLE
         creates a table of the rate source's schema, partitioned by day(ts)
     read_iceberg.py list CATALOG NAMESPACE
@@ -103,6 +105,12 @@ def ids_at(where, name, snapshot_id):
     table = catalog(where).load_table(name)
     t = table.scan(snapshot_id=int(snapshot_id)).to_arrow()
     return {"ids": t.column("event_id").to_pylist(), "rows": t.num_rows}
+
+
+def delete(where, name, predicate):
+    table = catalog(where).load_table(name)
+    table.delete(predicate)
+    return {"metadata_location": catalog(where).load_table(name).metadata_location}
 
 
 def describe(where, name):
@@ -215,6 +223,8 @@ def main():
         out = drop(sys.argv[2], sys.argv[3])
     elif cmd == "append":
         out = append(*sys.argv[2:6])
+    elif cmd == "delete":
+        out = delete(*sys.argv[2:5])
     elif cmd == "create":
         out = create(*sys.argv[2:5])
     elif cmd == "list":

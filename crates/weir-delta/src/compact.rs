@@ -467,8 +467,8 @@ impl Compact {
                 }
                 Ok(Err(e)) => failure = failure.or(Some(e)),
                 Err(e) => {
-                    failure = failure.or(Some(DeltaSinkError::Location {
-                        location: self.location.clone(),
+                    failure = failure.or(Some(DeltaSinkError::CompactionStopped {
+                        table: job.table.clone(),
                         reason: format!("a rewrite task failed: {e}"),
                     }))
                 }
@@ -687,9 +687,9 @@ impl LogTail {
 }
 
 fn replaced(url: &Url, version: u64) -> DeltaSinkError {
-    DeltaSinkError::TableChanged {
+    DeltaSinkError::CompactionStopped {
         table: url.to_string(),
-        change: format!("log entry {version}, which compaction read, is gone or different: the table was replaced"),
+        reason: format!("log entry {version}, which it read, is gone or different: the table was replaced"),
     }
 }
 
@@ -727,6 +727,8 @@ async fn commit(
     let log_store = log_store.as_ref();
     let attempt = uuid::Uuid::new_v4().to_string();
     let mut dropped = 0;
+    // Whether the last write's outcome is unknown (it may have landed).
+    let mut uncertain = false;
     // The entry compaction last read must still be there: otherwise the
     // table was replaced under the job.
     match read_entry(log_store, log.version, &url).await? {
@@ -760,12 +762,9 @@ async fn commit(
                 }
                 if action.get("metaData").is_some() || action.get("protocol").is_some() {
                     drop_groups(job, &mut groups, |_| true).await;
-                    return Err(DeltaSinkError::TableChanged {
+                    return Err(DeltaSinkError::CompactionStopped {
                         table: job.table.clone(),
-                        change: format!(
-                            "version {next} changed the table's schema, partitioning or protocol; the compaction's \
-                             uncommitted groups were discarded (run it again)"
-                        ),
+                        reason: format!("version {next} changed the table's schema, partitioning or protocol"),
                     });
                 }
             }
@@ -789,6 +788,7 @@ async fn commit(
                 source: TransactionError::SerializeLogJson { json_err: e },
             },
         })?;
+        uncertain = false;
         match log_store
             .write_commit_entry(version, CommitOrBytes::LogBytes(bytes.clone()), uuid::Uuid::new_v4())
             .await
@@ -810,6 +810,7 @@ async fn commit(
                 // round reads it and recognises the attempt id; the outputs
                 // are kept either way.
                 tracing::warn!(version, round, error = %e, "a compaction commit failed; reading the log to learn whether it landed");
+                uncertain = true;
                 tokio::time::sleep(Duration::from_millis(100 * round.min(20) as u64)).await;
             }
         }
@@ -818,9 +819,12 @@ async fn commit(
             tokio::time::sleep(Duration::from_millis((round as u64 * 5).min(200) + jitter)).await;
         }
     }
-    Err(DeltaSinkError::TooManyConflicts {
+    if !uncertain {
+        drop_groups(job, &mut groups, |_| true).await;
+    }
+    Err(DeltaSinkError::Busy {
         table: job.table.clone(),
-        batch_id: weir_core::BatchId(0),
+        operation: "compaction".into(),
         attempts: MAX_COMMIT_ATTEMPTS,
     })
 }

@@ -62,6 +62,18 @@ pub enum DeltaSinkError {
         attempts: usize,
     },
 
+    /// A maintenance job kept losing the commit race to other writers.
+    #[error("Delta table {table}: {operation} lost {attempts} commit races in a row to other writers; nothing more of it was committed, run it again")]
+    Busy {
+        table: String,
+        operation: String,
+        attempts: usize,
+    },
+
+    /// A compaction stopped before committing some of its groups.
+    #[error("Delta table {table}: compaction stopped: {reason}. Groups it committed before stay; nothing else of it is in the table; run it again")]
+    CompactionStopped { table: String, reason: String },
+
     /// The table was replaced (a new metadata id) while the query ran.
     #[error("Delta table {table} was replaced while the query ran (metadata id {expected} is now {found}); nothing of the batch was committed. Restart the query: its start-up guards decide whether the new table may be written")]
     TableReplaced {
@@ -89,7 +101,9 @@ impl DeltaSinkError {
     /// Whether trying again may succeed.
     pub fn retryable(&self) -> bool {
         match self {
-            DeltaSinkError::TooManyConflicts { .. } | DeltaSinkError::Unsettled { .. } => true,
+            DeltaSinkError::TooManyConflicts { .. }
+            | DeltaSinkError::Unsettled { .. }
+            | DeltaSinkError::Busy { .. } => true,
             DeltaSinkError::Store { source, .. } => transient(source),
             DeltaSinkError::Delta { source, .. } => match source {
                 DeltaTableError::ObjectStore { source } => transient(source),

@@ -7,7 +7,7 @@
 //! the snapshot id and sequence number, so a retry on a newer base writes
 //! only a new manifest list and metadata.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use iceberg::io::FileIO;
@@ -21,10 +21,10 @@ use crate::catalog::LoadedTable;
 use crate::error::IcebergSinkError;
 
 /// The totals a snapshot summary carries, counted from the parent's.
-const TOTALS: [(&str, &str); 3] = [
-    ("total-records", "added-records"),
-    ("total-data-files", "added-data-files"),
-    ("total-files-size", "added-files-size"),
+const TOTALS: [(&str, &str, &str); 3] = [
+    ("total-records", "added-records", "deleted-records"),
+    ("total-data-files", "added-data-files", "deleted-data-files"),
+    ("total-files-size", "added-files-size", "removed-files-size"),
 ];
 
 /// What the new snapshot does to the table's files.
@@ -34,7 +34,14 @@ pub(crate) enum Change {
     Append,
     /// Removes every live data file and adds the batch's (one `overwrite`).
     Overwrite,
+    /// Replaces some live data files with files of the same rows (one
+    /// `replace`, as compaction makes): [`Request::replaced`] names them.
+    Replace,
 }
+
+/// The live data files a `replace` removes, by the manifest that lists them
+/// in the base's current snapshot.
+pub(crate) type Replaced = HashMap<String, HashSet<String>>;
 
 /// A new metadata version, not yet swapped in.
 #[derive(Debug)]
@@ -69,6 +76,8 @@ pub(crate) struct Request<'a> {
     /// Make a snapshot even of nothing (a REST catalog's swap asserts the
     /// snapshot id, so the marker needs one).
     pub always_snapshot: bool,
+    /// For [`Change::Replace`]: the files it removes (all live in the base).
+    pub replaced: Option<&'a Replaced>,
 }
 
 /// Builds the snapshots of one batch's commit, attempt after attempt.
@@ -122,6 +131,7 @@ impl Producer {
             cached,
             added_columns,
             always_snapshot,
+            replaced,
         } = request;
         let metadata = &base.metadata;
         let table = self.table.clone();
@@ -189,6 +199,20 @@ impl Producer {
                         manifests.push(deleted);
                     }
                 }
+                Change::Replace => {
+                    let empty = Replaced::new();
+                    let replaced = replaced.unwrap_or(&empty);
+                    for manifest in existing {
+                        match replaced.get(&manifest.manifest_path) {
+                            Some(paths) => {
+                                let rewritten = self.replace_in(metadata, &manifest, paths, &mut collector).await?;
+                                attempt_files.push(rewritten.manifest_path.clone());
+                                manifests.push(rewritten);
+                            }
+                            None => manifests.push(manifest),
+                        }
+                    }
+                }
             }
             let (path, written) = self.write_manifest_list(metadata, manifests).await?;
             attempt_files.push(path.clone());
@@ -205,6 +229,7 @@ impl Producer {
                     operation: match change {
                         Change::Append => Operation::Append,
                         Change::Overwrite => Operation::Overwrite,
+                        Change::Replace => Operation::Replace,
                     },
                     additional_properties: properties_of_summary,
                 })
@@ -340,6 +365,51 @@ impl Producer {
             }
         }
         Ok(out)
+    }
+
+    /// `manifest` again, with the entries of `paths` marked deleted and the
+    /// other live entries kept as existing.
+    async fn replace_in(
+        &self,
+        metadata: &TableMetadata,
+        manifest: &ManifestFile,
+        paths: &HashSet<String>,
+        collector: &mut SnapshotSummaryCollector,
+    ) -> Result<ManifestFile, IcebergSinkError> {
+        let err = self.err("rewrite a manifest of replaced files");
+        let spec_id = manifest.partition_spec_id;
+        let spec = metadata
+            .partition_spec_by_id(spec_id)
+            .cloned()
+            .unwrap_or_else(|| metadata.default_partition_spec().clone());
+        let path = format!(
+            "{}/metadata/{}-replaced-{}-{}.avro",
+            metadata.location().trim_end_matches('/'),
+            self.commit_uuid,
+            self.attempt,
+            uuid::Uuid::new_v4()
+        );
+        let mut writer = self.manifest_writer(metadata, &path, spec_id, None)?;
+        let loaded = manifest.load_manifest(&self.file_io).await.map_err(&err)?;
+        for entry in loaded
+            .entries()
+            .iter()
+            .filter(|e| e.status() != ManifestStatus::Deleted)
+        {
+            let sequence = entry.sequence_number().unwrap_or(manifest.sequence_number);
+            let file_sequence = entry.file_sequence_number.or(Some(sequence));
+            let file = entry.data_file().clone();
+            if paths.contains(file.file_path()) {
+                collector.remove_file(&file, metadata.current_schema().clone(), spec.clone());
+                writer.add_delete_file(file, sequence, file_sequence).map_err(&err)?;
+            } else {
+                let added_by = entry.snapshot_id().unwrap_or(manifest.added_snapshot_id);
+                writer
+                    .add_existing_file(file, added_by, sequence, file_sequence)
+                    .map_err(&err)?;
+            }
+        }
+        writer.write_manifest_file().await.map_err(&err)
     }
 
     /// A writer of a manifest of files of partition spec `spec_id`.
@@ -521,24 +591,28 @@ fn new_snapshot_id() -> i64 {
 }
 
 /// `total-*` of the new snapshot from its parent's (an overwrite's totals
-/// are its own files).
+/// are its own files; a replace subtracts what it removed).
 fn add_totals(summary: &mut HashMap<String, String>, parent: Option<&Summary>, change: Change) {
-    for (total, added) in TOTALS {
+    let number = |map: &HashMap<String, String>, key: &str| map.get(key).and_then(|v| v.parse::<u64>().ok());
+    for (total, added, removed) in TOTALS {
         let before = match change {
-            Change::Append => parent
-                .and_then(|p| p.additional_properties.get(total))
-                .and_then(|v| v.parse::<u64>().ok())
+            Change::Append | Change::Replace => parent
+                .and_then(|p| number(&p.additional_properties, total))
                 .unwrap_or(0),
             Change::Overwrite => 0,
         };
-        let added = summary.get(added).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        summary.insert(total.to_string(), (before + added).to_string());
+        let added = number(summary, added).unwrap_or(0);
+        let removed = match change {
+            Change::Replace => number(summary, removed).unwrap_or(0),
+            _ => 0,
+        };
+        summary.insert(total.to_string(), (before + added).saturating_sub(removed).to_string());
     }
-    // An append keeps other engines' delete files; an overwrite's snapshot
-    // lists none.
+    // An append or a replace keeps other engines' delete files; an
+    // overwrite's snapshot lists none.
     for total in ["total-delete-files", "total-position-deletes", "total-equality-deletes"] {
         let before = match change {
-            Change::Append => parent.and_then(|p| p.additional_properties.get(total)).cloned(),
+            Change::Append | Change::Replace => parent.and_then(|p| p.additional_properties.get(total)).cloned(),
             Change::Overwrite => None,
         };
         summary.insert(total.to_string(), before.unwrap_or_else(|| "0".to_string()));

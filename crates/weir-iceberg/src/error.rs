@@ -61,6 +61,10 @@ pub enum IcebergSinkError {
         attempts: usize,
     },
 
+    /// A compaction stopped before committing some of its groups.
+    #[error("Iceberg table {table}: compaction stopped: {reason}. Groups it committed before stay; nothing else of it is in the table; run it again")]
+    CompactionStopped { table: String, reason: String },
+
     /// The table was dropped and created again (a new table uuid).
     #[error("Iceberg table {table} was replaced while the query ran (table uuid {expected} is now {found}); nothing of the batch was committed. Restart the query: its start-up guards decide whether the new table may be written")]
     TableReplaced {

@@ -45,6 +45,16 @@
 //!   what leaves it (both set, to 100 and true, on tables weir creates); `metadata/version-hint.text` names the current version
 //!   for readers that open the table directory.
 //!
+//! ## Maintenance
+//!
+//! - [`Compact`] rewrites small data files into files of the target size
+//!   and commits them as one `replace` snapshot per commit, built by the
+//!   same commit layer and validated on the table as it is at each swap:
+//!   appends made meanwhile stay, a group whose input is no longer live is
+//!   dropped, a stale view is never committed.
+//! - [`ExpireSnapshots`] and [`RemoveOrphanFiles`] delete what no kept
+//!   snapshot reaches; [`ExpiryPolicy`] runs expiry beside a stream.
+//!
 //! Schema: the stream must match the table (names and types; required
 //! columns present). With `with_merge_schema(true)`, the stream's new
 //! nullable columns join the table as optional columns with new field ids,
@@ -64,6 +74,7 @@
 
 mod catalog;
 mod commit;
+mod compact;
 mod error;
 mod expire;
 mod marker;
@@ -75,6 +86,7 @@ mod table;
 mod writer;
 
 pub use catalog::{check_ident, parse_ident, Catalog, LoadedTable, RestCatalog, SqlCatalog, Swap};
+pub use compact::{Compact, CompactGroup, CompactProgress, CompactReport};
 pub use error::IcebergSinkError;
 pub use expire::{ExpireReport, ExpireSnapshots};
 pub use orphans::{OrphanReport, RemoveOrphanFiles, DEFAULT_ORPHAN_AGE};

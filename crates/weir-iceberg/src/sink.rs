@@ -413,6 +413,7 @@ impl Sink for IcebergSink {
                         cached: cached.as_ref(),
                         added_columns: layout.evolution.as_ref().map_or(&[], |e| &e.fields),
                         always_snapshot: !self.catalog.writes_metadata(),
+                        replaced: None,
                     },
                 )
                 .await

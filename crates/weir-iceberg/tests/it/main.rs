@@ -1,5 +1,6 @@
 //! Integration tests of weir-iceberg.
 
+mod compact;
 mod conformance;
 mod expire;
 mod orphans;

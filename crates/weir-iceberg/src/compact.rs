@@ -1,0 +1,792 @@
+//! Compaction: a partition's small data files rewritten into files of the
+//! target size, committed as one `replace` snapshot by weir's commit layer,
+//! validated on every attempt against the table as it is then.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::{new_null_array, RecordBatch};
+use futures::StreamExt;
+use iceberg::arrow::schema_to_arrow_schema;
+use iceberg::io::FileIO;
+use iceberg::spec::{DataFile, ManifestContentType, ManifestStatus, TableMetadata};
+use iceberg::writer::file_writer::location_generator::DefaultLocationGenerator;
+use iceberg::TableIdent;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
+use serde::Serialize;
+use weir_core::sink::DataWriter;
+
+use crate::catalog::{after_swap, parse_ident, shown, Catalog, LoadedTable, Swap};
+use crate::commit::{Change, Producer, Replaced, Request};
+use crate::error::IcebergSinkError;
+use crate::reachable::{load_existing, manifests_of};
+use crate::table::{self, Layout};
+use crate::writer::{self, IcebergWriter, WriterContext};
+
+/// How many times a lost swap is validated and tried again.
+const MAX_ATTEMPTS: usize = 200;
+
+/// Rows per batch read from an input file.
+const READ_BATCH_ROWS: usize = 8192;
+
+/// What a compaction reports as it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CompactProgress {
+    /// The plan: groups, input files and bytes.
+    Planned { groups: usize, files: usize, bytes: u64 },
+    /// One group's files were rewritten (not yet committed).
+    Rewritten { group: usize, bytes: u64, files_out: usize },
+    /// A snapshot with this many groups was swapped in.
+    Committed { snapshot_id: i64, groups: usize },
+}
+
+type ProgressFn = Arc<dyn Fn(CompactProgress) + Send + Sync>;
+
+/// Rewrites the small data files of an Iceberg table into files of the
+/// target size, partition by partition, without changing its rows.
+///
+/// - Data files of the default partition spec smaller than three quarters
+///   of the target (`write.target-file-size-bytes`) are packed into groups
+///   of at most the target's bytes; a group with fewer than
+///   [`min_input_files`](Compact::min_input_files) files is left alone.
+/// - Each commit is one `replace` snapshot: its manifests mark the inputs
+///   deleted and add the outputs. It is built on the table as it is at the
+///   swap, every time: files appended meanwhile stay; a group one of whose
+///   inputs is no longer live (removed or rewritten by another writer) is
+///   dropped and its outputs deleted; the rest commit. A stale view is
+///   never committed.
+/// - Tables with row-level delete files are refused (rewriting their data
+///   files would need the deletes applied).
+/// - A job stopped at any point leaves the table as its last swap left
+///   it; files it wrote and did not commit are orphans for
+///   [`RemoveOrphanFiles`](crate::RemoveOrphanFiles).
+///
+/// ```no_run
+/// # async fn f(catalog: std::sync::Arc<dyn weir_iceberg::Catalog>) -> Result<(), weir_iceberg::IcebergSinkError> {
+/// let report = weir_iceberg::Compact::new(catalog, "bronze.payments")?.run().await?;
+/// println!("{} files into {}", report.files_removed, report.files_added);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Compact {
+    catalog: Arc<dyn Catalog>,
+    ident: TableIdent,
+    target_file_size: Option<u64>,
+    min_input_files: usize,
+    max_concurrent_rewrites: usize,
+    groups_per_commit: Option<usize>,
+    partition_filter: BTreeMap<String, Option<String>>,
+    dry_run: bool,
+    progress: Option<ProgressFn>,
+}
+
+impl std::fmt::Debug for Compact {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compact")
+            .field("table", &shown(&self.ident))
+            .field("target_file_size", &self.target_file_size)
+            .field("min_input_files", &self.min_input_files)
+            .field("max_concurrent_rewrites", &self.max_concurrent_rewrites)
+            .field("groups_per_commit", &self.groups_per_commit)
+            .field("partition_filter", &self.partition_filter)
+            .field("dry_run", &self.dry_run)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One group of the plan: small files of one partition, rewritten together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CompactGroup {
+    /// The partition's values by partition field, as Iceberg shows them
+    /// (`ts_day` = `2024-05-01`); empty for an unpartitioned table.
+    pub partition: BTreeMap<String, Option<String>>,
+    /// The input files.
+    pub files: Vec<String>,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// What a compaction did (or, in a dry run, would do).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CompactReport {
+    /// Whether this was a dry run (nothing written).
+    pub dry_run: bool,
+    /// The snapshot the plan was made on.
+    pub read_snapshot: Option<i64>,
+    /// The target file size used.
+    pub target_file_size: u64,
+    /// Live data files and bytes at the planned snapshot.
+    pub files_before: usize,
+    pub bytes_before: u64,
+    /// The planned groups.
+    pub groups: Vec<CompactGroup>,
+    /// Groups dropped because another writer removed one of their inputs.
+    pub groups_dropped: usize,
+    /// The snapshots this job committed.
+    pub commits: Vec<i64>,
+    /// Files and bytes removed and added by those commits.
+    pub files_removed: usize,
+    pub bytes_removed: u64,
+    pub files_added: usize,
+    pub bytes_added: u64,
+    /// Rows rewritten.
+    pub rows: u64,
+    /// How long the job took.
+    pub duration: Duration,
+}
+
+impl CompactReport {
+    /// Live files after the job, counting only the planned snapshot's files.
+    pub fn files_after(&self) -> usize {
+        self.files_before + self.files_added - self.files_removed
+    }
+
+    /// Live bytes after the job, counted as [`files_after`](Self::files_after).
+    pub fn bytes_after(&self) -> u64 {
+        self.bytes_before + self.bytes_added - self.bytes_removed
+    }
+}
+
+/// A group rewritten and not yet committed.
+struct Rewritten {
+    index: usize,
+    inputs: Vec<DataFile>,
+    outputs: Vec<DataFile>,
+}
+
+impl Compact {
+    /// A compaction of the table `name` (`namespace.table`) of `catalog`,
+    /// with the table's target file size, groups of at least two files and
+    /// one commit for the whole job.
+    pub fn new(catalog: Arc<dyn Catalog>, name: &str) -> Result<Self, IcebergSinkError> {
+        Ok(Compact {
+            catalog,
+            ident: parse_ident(name)?,
+            target_file_size: None,
+            min_input_files: 2,
+            max_concurrent_rewrites: std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
+            groups_per_commit: None,
+            partition_filter: BTreeMap::new(),
+            dry_run: false,
+            progress: None,
+        })
+    }
+
+    /// The size of the files written; files under three quarters of it are
+    /// inputs.
+    pub fn target_file_size(mut self, bytes: u64) -> Self {
+        self.target_file_size = Some(bytes.max(1));
+        self
+    }
+
+    /// The fewest files a group must have to be rewritten (at least 2).
+    pub fn min_input_files(mut self, files: usize) -> Self {
+        self.min_input_files = files.max(2);
+        self
+    }
+
+    /// How many groups are rewritten at once. Peak memory is bounded by
+    /// this many writers' row groups, whatever the table's size.
+    pub fn max_concurrent_rewrites(mut self, groups: usize) -> Self {
+        self.max_concurrent_rewrites = groups.max(1);
+        self
+    }
+
+    /// Commit every `groups` groups (partial progress for large tables)
+    /// instead of once at the end.
+    pub fn groups_per_commit(mut self, groups: usize) -> Self {
+        self.groups_per_commit = Some(groups.max(1));
+        self
+    }
+
+    /// Only the partitions whose partition field `field` shows `value`
+    /// (`None`: null). Each call adds a condition; all must hold.
+    pub fn partition(mut self, field: impl Into<String>, value: Option<String>) -> Self {
+        self.partition_filter.insert(field.into(), value);
+        self
+    }
+
+    /// Plans only: report the groups, write nothing.
+    pub fn dry_run(mut self, yes: bool) -> Self {
+        self.dry_run = yes;
+        self
+    }
+
+    /// Called as the job plans, rewrites and commits.
+    pub fn on_progress(mut self, f: impl Fn(CompactProgress) + Send + Sync + 'static) -> Self {
+        self.progress = Some(Arc::new(f));
+        self
+    }
+
+    fn report(&self, event: CompactProgress) {
+        if let Some(f) = &self.progress {
+            f(event);
+        }
+    }
+
+    fn shown(&self) -> String {
+        shown(&self.ident)
+    }
+
+    fn iceberg_err(&self, context: &str) -> impl Fn(iceberg::Error) -> IcebergSinkError + '_ {
+        let context = context.to_string();
+        move |source| IcebergSinkError::Iceberg {
+            table: self.shown(),
+            context: context.clone(),
+            source: Box::new(source),
+        }
+    }
+
+    /// Plans, rewrites and commits.
+    pub async fn run(&self) -> Result<CompactReport, IcebergSinkError> {
+        let started = Instant::now();
+        let base = load_existing(self.catalog.as_ref(), &self.ident).await?;
+        let metadata = &base.metadata;
+        let table_layout = self.layout(metadata)?;
+        let target = self.target_file_size.unwrap_or(table_layout.target_file_size);
+        let spec = metadata.default_partition_spec().clone();
+        let unknown: Vec<&String> = self
+            .partition_filter
+            .keys()
+            .filter(|k| !spec.fields().iter().any(|f| &f.name == *k))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(IcebergSinkError::Unsupported {
+                table: self.shown(),
+                feature: format!(
+                    "a partition filter on {unknown:?}, which are not partition fields (partition fields: {:?}); nothing was changed",
+                    spec.fields().iter().map(|f| &f.name).collect::<Vec<_>>()
+                ),
+            });
+        }
+        let live = self.live_files(&base).await?;
+        let mut report = CompactReport {
+            dry_run: self.dry_run,
+            read_snapshot: metadata.current_snapshot_id(),
+            target_file_size: target,
+            files_before: live.files.len(),
+            bytes_before: live.files.iter().map(|(f, _)| f.file_size_in_bytes()).sum(),
+            ..CompactReport::default()
+        };
+        let groups = self.plan(metadata, live.files, target);
+        report.groups = groups.iter().map(|g| self.describe(metadata, g)).collect();
+        self.report(CompactProgress::Planned {
+            groups: groups.len(),
+            files: groups.iter().map(Vec::len).sum(),
+            bytes: report.groups.iter().map(|g| g.bytes).sum(),
+        });
+        if self.dry_run || groups.is_empty() {
+            report.duration = started.elapsed();
+            return Ok(report);
+        }
+        let layout = Arc::new(Layout {
+            target_file_size: target,
+            ..table_layout
+        });
+        let locations =
+            DefaultLocationGenerator::new(metadata).map_err(self.iceberg_err("derive the data location"))?;
+        let job = Arc::new(Job {
+            table: self.shown(),
+            file_io: self.catalog.file_io().clone(),
+            layout,
+            locations,
+            prefix: format!("weir-compact-{}", uuid::Uuid::new_v4()),
+        });
+        let per_commit = self.groups_per_commit.unwrap_or(groups.len());
+        let mut indexed: Vec<(usize, Vec<DataFile>)> = groups.into_iter().enumerate().collect();
+        while !indexed.is_empty() {
+            let rest = indexed.split_off(per_commit.min(indexed.len()));
+            let chunk = std::mem::replace(&mut indexed, rest);
+            let rewritten = self.rewrite(&job, chunk).await?;
+            let (snapshot, committed, dropped) = self.commit(&base, &job, rewritten).await?;
+            report.groups_dropped += dropped;
+            if let Some(snapshot_id) = snapshot {
+                report.commits.push(snapshot_id);
+                for g in &committed {
+                    report.files_removed += g.inputs.len();
+                    report.bytes_removed += g.inputs.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
+                    report.files_added += g.outputs.len();
+                    report.bytes_added += g.outputs.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
+                    report.rows += g.outputs.iter().map(|f| f.record_count()).sum::<u64>();
+                }
+                self.report(CompactProgress::Committed {
+                    snapshot_id,
+                    groups: committed.len(),
+                });
+            }
+        }
+        report.duration = started.elapsed();
+        tracing::info!(
+            table = %self.shown(),
+            commits = ?report.commits,
+            files_removed = report.files_removed,
+            files_added = report.files_added,
+            groups_dropped = report.groups_dropped,
+            "compacted"
+        );
+        Ok(report)
+    }
+
+    /// The table's columns as the sink writes them.
+    fn layout(&self, metadata: &TableMetadata) -> Result<Layout, IcebergSinkError> {
+        let arrow = schema_to_arrow_schema(metadata.current_schema())
+            .map_err(self.iceberg_err("convert the table's schema to Arrow"))?;
+        table::layout(&self.shown(), metadata, &arrow, false)
+    }
+
+    /// The live data files of the current snapshot, with the manifest that
+    /// lists each. Delete files are refused.
+    async fn live_files(&self, table: &LoadedTable) -> Result<Live, IcebergSinkError> {
+        let mut live = Live::default();
+        let Some(snapshot) = table.metadata.current_snapshot_id() else {
+            return Ok(live);
+        };
+        let io = self.catalog.file_io();
+        let (_, manifests) = manifests_of(io, &table.metadata, snapshot)
+            .await
+            .map_err(self.iceberg_err("read the current snapshot's manifest list"))?;
+        for manifest in manifests {
+            if manifest.content != ManifestContentType::Data {
+                if manifest.has_added_files() || manifest.has_existing_files() {
+                    return Err(IcebergSinkError::Unsupported {
+                        table: self.shown(),
+                        feature: "row-level delete files (compaction would have to apply them); nothing was changed"
+                            .into(),
+                    });
+                }
+                continue;
+            }
+            let loaded = manifest
+                .load_manifest(io)
+                .await
+                .map_err(self.iceberg_err("read a manifest"))?;
+            for entry in loaded
+                .entries()
+                .iter()
+                .filter(|e| e.status() != ManifestStatus::Deleted)
+            {
+                live.manifest_of.insert(
+                    entry.data_file().file_path().to_string(),
+                    manifest.manifest_path.clone(),
+                );
+                live.files.push((entry.data_file().clone(), manifest.partition_spec_id));
+            }
+        }
+        Ok(live)
+    }
+
+    /// Groups of small files of the default spec per partition, in the
+    /// order their manifests list them.
+    fn plan(&self, metadata: &TableMetadata, files: Vec<(DataFile, i32)>, target: u64) -> Vec<Vec<DataFile>> {
+        let spec_id = metadata.default_partition_spec().spec_id();
+        let small = target.saturating_mul(3) / 4;
+        let mut by_partition: BTreeMap<String, Vec<DataFile>> = BTreeMap::new();
+        for (file, file_spec) in files {
+            if file_spec != spec_id || file.file_size_in_bytes() >= small {
+                continue;
+            }
+            let values = partition_values(metadata, spec_id, &file);
+            let selected = self
+                .partition_filter
+                .iter()
+                .all(|(k, v)| values.get(k).is_some_and(|x| x == v));
+            if selected {
+                by_partition.entry(format!("{values:?}")).or_default().push(file);
+            }
+        }
+        let mut groups = Vec::new();
+        for (_, files) in by_partition {
+            let mut group: Vec<DataFile> = Vec::new();
+            let mut bytes = 0u64;
+            for f in files {
+                if !group.is_empty() && bytes + f.file_size_in_bytes() > target {
+                    groups.push(std::mem::take(&mut group));
+                    bytes = 0;
+                }
+                bytes += f.file_size_in_bytes();
+                group.push(f);
+            }
+            groups.push(group);
+        }
+        groups.retain(|g| g.len() >= self.min_input_files);
+        groups
+    }
+
+    fn describe(&self, metadata: &TableMetadata, group: &[DataFile]) -> CompactGroup {
+        CompactGroup {
+            partition: group
+                .first()
+                .map(|f| partition_values(metadata, metadata.default_partition_spec_id(), f))
+                .unwrap_or_default(),
+            files: group.iter().map(|f| f.file_path().to_string()).collect(),
+            bytes: group.iter().map(|f| f.file_size_in_bytes()).sum(),
+        }
+    }
+
+    /// Rewrites a chunk of groups, `max_concurrent_rewrites` at a time. On
+    /// an error the chunk's outputs are deleted: none was committed.
+    async fn rewrite(
+        &self,
+        job: &Arc<Job>,
+        chunk: Vec<(usize, Vec<DataFile>)>,
+    ) -> Result<Vec<Rewritten>, IcebergSinkError> {
+        let tasks = chunk.into_iter().map(|(index, group)| {
+            let job = job.clone();
+            AbortOnDrop(tokio::spawn(async move { job.rewrite(index, group).await }))
+        });
+        let mut results = futures::stream::iter(tasks).buffer_unordered(self.max_concurrent_rewrites);
+        let mut done = Vec::new();
+        let mut failure = None;
+        while let Some(joined) = results.next().await {
+            match joined {
+                Ok(Ok(group)) => {
+                    self.report(CompactProgress::Rewritten {
+                        group: group.index,
+                        bytes: group.inputs.iter().map(|f| f.file_size_in_bytes()).sum(),
+                        files_out: group.outputs.len(),
+                    });
+                    done.push(group);
+                }
+                Ok(Err(e)) => failure = failure.or(Some(e)),
+                Err(e) => {
+                    failure = failure.or(Some(IcebergSinkError::CompactionStopped {
+                        table: self.shown(),
+                        reason: format!("a rewrite task failed: {e}"),
+                    }))
+                }
+            }
+        }
+        if let Some(e) = failure {
+            for g in &done {
+                writer::delete_files(&job.file_io, &g.outputs).await;
+            }
+            return Err(e);
+        }
+        done.sort_by_key(|g| g.index);
+        Ok(done)
+    }
+
+    /// Swaps in one `replace` snapshot of `groups`, validated on the table
+    /// as it is at each attempt. Returns the snapshot (if any group was
+    /// left to commit), the committed groups and how many were dropped.
+    async fn commit(
+        &self,
+        planned: &LoadedTable,
+        job: &Job,
+        mut groups: Vec<Rewritten>,
+    ) -> Result<(Option<i64>, Vec<Rewritten>, usize), IcebergSinkError> {
+        let compaction_id = uuid::Uuid::new_v4().to_string();
+        let summary: HashMap<String, String> = [
+            ("weir.operation".to_string(), "compact".to_string()),
+            ("weir.compaction-id".to_string(), compaction_id.clone()),
+        ]
+        .into_iter()
+        .collect();
+        let mut dropped = 0;
+        let mut producer: Option<Producer> = None;
+        for attempt in 1..=MAX_ATTEMPTS {
+            let base = load_existing(self.catalog.as_ref(), &self.ident).await?;
+            if let Err(e) = self.still_fits(planned, &base) {
+                self.discard(job, &groups).await;
+                return Err(e);
+            }
+            let live = match self.live_files(&base).await {
+                Ok(l) => l,
+                Err(e) => {
+                    self.discard(job, &groups).await;
+                    return Err(e);
+                }
+            };
+            let (stale, kept): (Vec<Rewritten>, Vec<Rewritten>) = groups
+                .into_iter()
+                .partition(|g| g.inputs.iter().any(|f| !live.manifest_of.contains_key(f.file_path())));
+            groups = kept;
+            if !stale.is_empty() {
+                tracing::info!(
+                    groups = stale.len(),
+                    "another writer removed inputs of these groups; they are dropped"
+                );
+                dropped += stale.len();
+                self.discard(job, &stale).await;
+                producer = None;
+            }
+            if groups.is_empty() {
+                return Ok((None, groups, dropped));
+            }
+            let mut replaced = Replaced::new();
+            for f in groups.iter().flat_map(|g| &g.inputs) {
+                let manifest = live.manifest_of[f.file_path()].clone();
+                replaced.entry(manifest).or_default().insert(f.file_path().to_string());
+            }
+            let producer = producer.get_or_insert_with(|| {
+                let outputs = groups.iter().flat_map(|g| g.outputs.iter().cloned()).collect();
+                Producer::new(self.catalog.file_io().clone(), self.shown(), outputs)
+            });
+            let produced = producer
+                .produce(
+                    &base,
+                    Request {
+                        change: Change::Replace,
+                        summary: &summary,
+                        properties: HashMap::new(),
+                        cached: None,
+                        added_columns: &[],
+                        always_snapshot: false,
+                        replaced: Some(&replaced),
+                    },
+                )
+                .await?;
+            match self
+                .catalog
+                .swap(&self.ident, &base, produced.metadata, &produced.changes)
+                .await
+            {
+                Ok(Swap::Swapped(table)) => {
+                    let snapshot = table.metadata.current_snapshot_id();
+                    after_swap(self.catalog.as_ref(), &table, produced.expired).await;
+                    return Ok((snapshot, groups, dropped));
+                }
+                Ok(Swap::Conflict) => {
+                    tracing::debug!(attempt, "compaction lost a metadata swap; validating again");
+                    delete_quietly(self.catalog.file_io(), &produced.attempt_files).await;
+                    if attempt > 3 {
+                        let jitter = u64::from(compaction_id.as_bytes()[0] % 20);
+                        tokio::time::sleep(Duration::from_millis((attempt as u64 * 5).min(200) + jitter)).await;
+                    }
+                }
+                Err(e @ IcebergSinkError::CommitRefused { .. }) => {
+                    delete_quietly(self.catalog.file_io(), &produced.attempt_files).await;
+                    self.discard(job, &groups).await;
+                    return Err(e);
+                }
+                // The swap may have happened: nothing is deleted.
+                Err(e) => {
+                    let now = load_existing(self.catalog.as_ref(), &self.ident).await?;
+                    let ours = now
+                        .metadata
+                        .snapshots()
+                        .any(|s| s.summary().additional_properties.get("weir.compaction-id") == Some(&compaction_id));
+                    if ours {
+                        tracing::info!(attempt, error = %e, "the compaction's swap landed despite the error");
+                        return Ok((now.metadata.current_snapshot_id(), groups, dropped));
+                    }
+                    if now.metadata_location != base.metadata_location {
+                        return Err(e);
+                    }
+                    tracing::info!(attempt, error = %e, "the swap failed before it happened; trying again");
+                }
+            }
+        }
+        self.discard(job, &groups).await;
+        Err(IcebergSinkError::Busy {
+            table: self.shown(),
+            operation: "compaction".into(),
+            attempts: MAX_ATTEMPTS,
+        })
+    }
+
+    /// The table may only be compacted as planned while it is the same
+    /// table with the same schema and partition spec.
+    fn still_fits(&self, planned: &LoadedTable, now: &LoadedTable) -> Result<(), IcebergSinkError> {
+        let (a, b) = (&planned.metadata, &now.metadata);
+        if a.uuid() != b.uuid() {
+            return Err(IcebergSinkError::TableReplaced {
+                table: self.shown(),
+                expected: a.uuid().to_string(),
+                found: b.uuid().to_string(),
+            });
+        }
+        if a.current_schema_id() != b.current_schema_id()
+            || a.default_partition_spec_id() != b.default_partition_spec_id()
+        {
+            return Err(IcebergSinkError::CompactionStopped {
+                table: self.shown(),
+                reason: "another writer changed the table's schema or partition spec".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Deletes the outputs of groups that will not be committed.
+    async fn discard(&self, job: &Job, groups: &[Rewritten]) {
+        for g in groups {
+            writer::delete_files(&job.file_io, &g.outputs).await;
+        }
+    }
+}
+
+/// The current snapshot's live data files.
+#[derive(Default)]
+struct Live {
+    /// With the partition spec of the manifest that lists each.
+    files: Vec<(DataFile, i32)>,
+    /// Each live file's path → the manifest that lists it.
+    manifest_of: HashMap<String, String>,
+}
+
+/// A file's partition values by partition field name, as Iceberg shows them.
+fn partition_values(metadata: &TableMetadata, spec_id: i32, file: &DataFile) -> BTreeMap<String, Option<String>> {
+    let Some(spec) = metadata.partition_spec_by_id(spec_id) else {
+        return BTreeMap::new();
+    };
+    let Ok(partition_type) = spec.partition_type(metadata.current_schema()) else {
+        return BTreeMap::new();
+    };
+    spec.fields()
+        .iter()
+        .zip(partition_type.fields())
+        .zip(file.partition().iter())
+        .map(|((field, typed), value)| {
+            let shown = value.map(|v| field.transform.to_human_string(&typed.field_type, Some(v)));
+            (field.name.clone(), shown)
+        })
+        .collect()
+}
+
+async fn delete_quietly(io: &FileIO, files: &[String]) {
+    for f in files {
+        if let Err(e) = io.delete(f).await {
+            tracing::debug!(file = %f, error = %e, "could not delete a file of a lost swap");
+        }
+    }
+}
+
+/// A spawned rewrite, aborted when the job is dropped (a stopped job does
+/// not go on writing files).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> std::future::Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+/// What every rewrite of a job shares.
+struct Job {
+    table: String,
+    file_io: FileIO,
+    layout: Arc<Layout>,
+    locations: DefaultLocationGenerator,
+    prefix: String,
+}
+
+impl Job {
+    /// Reads a group's files one at a time into the sink's writer, which
+    /// rolls files at the target size and computes their metrics.
+    async fn rewrite(&self, index: usize, group: Vec<DataFile>) -> Result<Rewritten, IcebergSinkError> {
+        let ctx = WriterContext {
+            table: self.table.clone(),
+            file_io: self.file_io.clone(),
+            layout: self.layout.clone(),
+            locations: self.locations.clone(),
+            file_prefix: format!("{}-{index:04}", self.prefix),
+        };
+        let mut out: Box<dyn DataWriter> = Box::new(IcebergWriter::new(ctx, index));
+        let written = async {
+            for file in &group {
+                let path = file.file_path();
+                let err = |e: String| IcebergSinkError::SchemaMismatch {
+                    table: self.table.clone(),
+                    differences: format!("data file {path}: {e}"),
+                };
+                let bytes = self
+                    .file_io
+                    .new_input(path)
+                    .map_err(|e| err(e.to_string()))?
+                    .read()
+                    .await
+                    .map_err(|e| err(e.to_string()))?;
+                let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+                    .and_then(|b| b.with_batch_size(READ_BATCH_ROWS).build())
+                    .map_err(|e| err(e.to_string()))?;
+                for batch in reader {
+                    let batch = batch.map_err(|e| err(e.to_string()))?;
+                    let rows = self.conform(&batch).map_err(err)?;
+                    out.write(rows).await.map_err(|e| err(e.to_string()))?;
+                }
+            }
+            Ok::<_, IcebergSinkError>(())
+        }
+        .await;
+        if let Err(e) = written {
+            let _ = out.abort().await;
+            return Err(e);
+        }
+        let message = out.commit().await.map_err(|e| IcebergSinkError::CompactionStopped {
+            table: self.table.clone(),
+            reason: format!("closing a compacted file failed: {e}"),
+        })?;
+        let layout = &self.layout;
+        let partition_type =
+            layout
+                .spec
+                .partition_type(&layout.schema)
+                .map_err(|source| IcebergSinkError::Iceberg {
+                    table: self.table.clone(),
+                    context: "derive the partition type".into(),
+                    source: Box::new(source),
+                })?;
+        let outputs = writer::decode(&[message], &layout.spec, &partition_type, &layout.schema).map_err(|e| {
+            IcebergSinkError::CompactionStopped {
+                table: self.table.clone(),
+                reason: format!("describing a compacted file failed: {e}"),
+            }
+        })?;
+        let rows_in: u64 = group.iter().map(|f| f.record_count()).sum();
+        let rows_out: u64 = outputs.iter().map(|f| f.record_count()).sum();
+        if rows_in != rows_out {
+            writer::delete_files(&self.file_io, &outputs).await;
+            return Err(IcebergSinkError::CompactionStopped {
+                table: self.table.clone(),
+                reason: format!("group {index} read {rows_in} rows by its files' metadata but wrote {rows_out}"),
+            });
+        }
+        Ok(Rewritten {
+            index,
+            inputs: group,
+            outputs,
+        })
+    }
+
+    /// A data file's rows as the table's current columns, matched by field
+    /// id (so a renamed column is still found): a column the file lacks is
+    /// null, a representation that differs is cast.
+    fn conform(&self, batch: &RecordBatch) -> Result<RecordBatch, String> {
+        let schema = batch.schema();
+        let by_id: HashMap<i32, usize> = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| Some((f.metadata().get(PARQUET_FIELD_ID_META_KEY)?.parse().ok()?, i)))
+            .collect();
+        let target = &self.layout.arrow_schema;
+        let columns = target
+            .fields()
+            .iter()
+            .map(|field| {
+                let id: Option<i32> = field
+                    .metadata()
+                    .get(PARQUET_FIELD_ID_META_KEY)
+                    .and_then(|v| v.parse().ok());
+                match id.and_then(|id| by_id.get(&id)) {
+                    Some(&i) if batch.column(i).data_type() == field.data_type() => Ok(batch.column(i).clone()),
+                    Some(&i) => arrow_cast::cast(batch.column(i), field.data_type())
+                        .map_err(|e| format!("column {:?} cannot be read as {}: {e}", field.name(), field.data_type())),
+                    None if field.is_nullable() => Ok(new_null_array(field.data_type(), batch.num_rows())),
+                    None => Err(format!("required column {:?} is missing", field.name())),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        RecordBatch::try_new(target.clone(), columns).map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,261 @@
+//! Compaction: small files become few in one `replace` snapshot, the rows
+//! stay the same for pyiceberg and DuckDB and for every snapshot, and a
+//! stream appending meanwhile never fails.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir_core::prelude::*;
+use weir_core::source::RateSource;
+use weir_iceberg::{Catalog, Compact, CompactProgress, ExpireSnapshots};
+use weir_test_support::assert_exactly_once;
+use weir_test_support::readers::{iceberg, iceberg_ids, json_ids, python};
+
+use crate::conformance::{sqlite_harness, SqlHarness};
+
+const TABLE: &str = "bronze.payments";
+
+async fn stream(h: &SqlHarness, chk: &Path, last: u64, partition: Option<&str>) {
+    let mut sink = h.sink_on(TABLE).await;
+    if let Some(p) = partition {
+        sink = sink.with_partition_by([p]);
+    }
+    read_stream(RateSource::rows_per_batch(60))
+        .write_stream()
+        .query_name("payments-bronze")
+        .checkpoint_location(chk)
+        .stop_after_batch(BatchId(last))
+        .start(sink)
+        .await
+        .unwrap()
+        .await_termination()
+        .await
+        .unwrap();
+}
+
+async fn compact(h: &SqlHarness) -> Compact {
+    let catalog: Arc<dyn Catalog> = h.catalog().await;
+    Compact::new(catalog, TABLE).unwrap()
+}
+
+fn describe(h: &SqlHarness) -> serde_json::Value {
+    iceberg(&["describe", &h.reader, TABLE]).expect("readers present")
+}
+
+fn files(h: &SqlHarness) -> usize {
+    describe(h)["files"].as_u64().unwrap() as usize
+}
+
+/// The ids by pyiceberg, checked against DuckDB's.
+fn ids(h: &SqlHarness) -> Vec<i64> {
+    let (a, _) = iceberg_ids("pyiceberg", &h.reader, TABLE).unwrap();
+    let (mut b, _) = iceberg_ids("duckdb", &h.reader, TABLE).unwrap();
+    let mut sorted = a.clone();
+    sorted.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(sorted, b, "pyiceberg and DuckDB disagree");
+    a
+}
+
+fn outputs_on_disk(h: &SqlHarness) -> usize {
+    walk(&h.warehouse)
+        .iter()
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("weir-compact-"))
+        .count()
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_files_become_one_replace_snapshot_and_old_snapshots_read_the_same() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    stream(&h, chk.path(), 9, None).await;
+    assert_eq!(files(&h), 10);
+    let before = describe(&h)["snapshots"].as_array().unwrap().last().unwrap()["id"].clone();
+
+    let plan = compact(&h).await.dry_run(true).run().await.unwrap();
+    assert_eq!(plan.groups.len(), 1, "{plan:?}");
+    assert_eq!(plan.groups[0].files.len(), 10);
+    assert!(plan.commits.is_empty());
+    assert_eq!(files(&h), 10, "a dry run changes nothing");
+
+    let done = compact(&h).await.run().await.unwrap();
+    assert_eq!(done.commits.len(), 1);
+    assert_eq!((done.files_removed, done.files_added, done.rows), (10, 1, 600));
+    assert_eq!(files(&h), 1);
+    let d = describe(&h);
+    let last = d["snapshots"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["operation"], "replace", "{last}");
+    assert_eq!(last["summary"]["total-data-files"], "1", "{last}");
+    assert_eq!(last["summary"]["total-records"], "600", "{last}");
+    assert_eq!(
+        d["properties"]["weir.query.payments-bronze.batch-id"], "9",
+        "the marker is kept"
+    );
+    assert_exactly_once(&ids(&h), 0..600);
+    let old = iceberg(&["ids-at", &h.reader, TABLE, &before.to_string()]).unwrap();
+    assert_exactly_once(&json_ids(&old), 0..600);
+
+    let again = compact(&h).await.run().await.unwrap();
+    assert!(again.groups.is_empty() && again.commits.is_empty(), "{again:?}");
+
+    // The stream goes on exactly once; expiry then deletes the replaced files.
+    stream(&h, chk.path(), 11, None).await;
+    assert_exactly_once(&ids(&h), 0..720);
+    let catalog: Arc<dyn Catalog> = h.catalog().await;
+    let expired = ExpireSnapshots::new(catalog, TABLE)
+        .unwrap()
+        .older_than(Duration::ZERO)
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(expired.data_files.len(), 10, "{expired:?}");
+    assert_exactly_once(&ids(&h), 0..720);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_are_compacted_apart_with_a_filter_and_partial_progress() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    stream(&h, chk.path(), 5, Some("bucket(4, account_id)")).await;
+    assert_eq!(files(&h), 24);
+
+    let one = compact(&h)
+        .await
+        .partition("account_id_bucket", Some("1".into()))
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(one.groups.len(), 1, "{one:?}");
+    assert_eq!(one.groups[0].partition["account_id_bucket"].as_deref(), Some("1"));
+    assert_eq!(files(&h), 19);
+
+    let rest = compact(&h).await.groups_per_commit(1).run().await.unwrap();
+    assert_eq!((rest.groups.len(), rest.commits.len()), (3, 3), "{rest:?}");
+    assert_eq!(files(&h), 4, "one file per bucket");
+    assert_exactly_once(&ids(&h), 0..360);
+
+    let e = compact(&h).await.partition("zone", None).run().await.unwrap_err();
+    assert!(e.to_string().contains("not partition fields"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_stopped_before_its_swap_changes_nothing_and_a_rerun_finishes() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    stream(&h, chk.path(), 5, None).await;
+    let before = describe(&h)["metadata_location"].clone();
+
+    // The job dies right after rewriting, before its swap.
+    let job = compact(&h).await.on_progress(|p| {
+        if matches!(p, CompactProgress::Rewritten { .. }) {
+            panic!("killed after the rewrite");
+        }
+    });
+    let died = tokio::spawn(async move { job.run().await }).await;
+    assert!(died.unwrap_err().is_panic());
+    assert_eq!(describe(&h)["metadata_location"], before);
+    assert_eq!(files(&h), 6);
+    assert_exactly_once(&ids(&h), 0..360);
+    assert_eq!(outputs_on_disk(&h), 1, "the uncommitted output is an orphan");
+
+    let done = compact(&h).await.run().await.unwrap();
+    assert_eq!(done.commits.len(), 1);
+    assert_eq!(files(&h), 1);
+    assert_exactly_once(&ids(&h), 0..360);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_whose_input_another_writer_rewrote_is_dropped() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    stream(&h, chk.path(), 3, None).await;
+    let reader = h.reader.clone();
+    let deleted = Arc::new(AtomicBool::new(false));
+    let flag = deleted.clone();
+    let report = compact(&h)
+        .await
+        .on_progress(move |p| {
+            if matches!(p, CompactProgress::Rewritten { .. }) && !flag.swap(true, Ordering::SeqCst) {
+                // pyiceberg rewrites the file holding ids below 30 while the
+                // group waits for its swap.
+                iceberg(&["delete", &reader, TABLE, "event_id < 30"]).unwrap();
+            }
+        })
+        .run()
+        .await
+        .unwrap();
+    assert!(deleted.load(Ordering::SeqCst));
+    assert_eq!((report.groups_dropped, report.commits.len()), (1, 0), "{report:?}");
+    assert_exactly_once(&ids(&h), 30..240);
+    assert_eq!(outputs_on_disk(&h), 0, "a dropped group's outputs are deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_runs_again_and_again_beside_a_stream_that_never_fails() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    stream(&h, chk.path(), 0, None).await;
+    let last = 50;
+    let q = read_stream(RateSource::rows_per_batch(60))
+        .write_stream()
+        .query_name("payments-bronze")
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::processing_time(Duration::from_millis(20)))
+        .stop_after_batch(BatchId(last))
+        .start(h.sink_on(TABLE).await)
+        .await
+        .unwrap();
+    let (mut runs, mut committed) = (0, 0);
+    while q.is_active() || runs < 3 {
+        let r = compact(&h)
+            .await
+            .run()
+            .await
+            .expect("compaction beside a stream commits");
+        runs += 1;
+        committed += r.commits.len();
+        if runs % 5 == 0 {
+            let (ids, _) = iceberg_ids("pyiceberg", &h.reader, TABLE).unwrap();
+            let n = ids.len() as i64;
+            assert_exactly_once(&ids, 0..n);
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    q.await_termination().await.expect("the stream never fails");
+    assert!(committed >= 3, "compactions committed {committed} times in {runs} runs");
+    let total = (last as i64 + 1) * 60;
+    assert_exactly_once(&ids(&h), 0..total);
+    compact(&h).await.run().await.unwrap();
+    assert_eq!(files(&h), 1);
+    assert_exactly_once(&ids(&h), 0..total);
+}
