@@ -36,6 +36,7 @@
 //!   environment.
 
 mod catalogs;
+mod compact;
 mod config;
 mod describe;
 mod error;
@@ -46,6 +47,7 @@ mod path;
 mod registry;
 
 pub use catalogs::{Catalogs, TableEntry, TableSink};
+pub use compact::{CompactGroupSummary, CompactOptions, CompactProgress, CompactSummary};
 pub use config::{lake_dir, CatalogConfig, CatalogKind, Config, DEFAULT_CATALOG, DEFAULT_LAKE_DIR};
 pub use describe::{HistoryEntry, QueryMarker, TableDescription};
 pub use error::CatalogError;

@@ -93,6 +93,35 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Rewrites a table's small files into files of the target size, in
+    /// commits that change no row (safe beside running streams).
+    Compact {
+        /// The table.
+        name: String,
+        /// The size of the files written, e.g. 128MiB (default: the table's
+        /// target file size). Files under 3/4 of it are compacted.
+        #[arg(long, value_name = "SIZE")]
+        target_file_size: Option<String>,
+        /// The fewest files a group must have to be rewritten (default 2).
+        #[arg(long, value_name = "N")]
+        min_input_files: Option<usize>,
+        /// How many groups are rewritten at once (default: up to 4).
+        #[arg(long, value_name = "N")]
+        max_concurrent: Option<usize>,
+        /// Commit every N groups instead of once at the end.
+        #[arg(long, value_name = "N")]
+        commit_every: Option<usize>,
+        /// Only partitions with this value, `column=value` (Iceberg: a
+        /// partition field, e.g. `ts_day=2024-05-01`); repeat for more.
+        #[arg(long = "where", value_name = "COLUMN=VALUE")]
+        filters: Vec<String>,
+        /// Print the plan; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// As one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Deletes a Delta table's files that no version within the retention
     /// needs, and files of failed writes older than it.
     Vacuum {

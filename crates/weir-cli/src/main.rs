@@ -12,6 +12,7 @@
 //! fails; `--json` output is one JSON object per line.
 
 mod args;
+mod compact;
 mod show;
 mod stream;
 
@@ -73,6 +74,32 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         } => {
             let age = duration("--older-than", older_than)?;
             show::remove_orphans(&catalogs(&cli)?, name, age, *dry_run, *json).await
+        }
+        Command::Compact {
+            name,
+            target_file_size,
+            min_input_files,
+            max_concurrent,
+            commit_every,
+            filters,
+            dry_run,
+            json,
+        } => {
+            let options = weir::catalog::CompactOptions {
+                target_file_size: target_file_size
+                    .as_deref()
+                    .map(|t| compact::parse_size("--target-file-size", t))
+                    .transpose()?,
+                min_input_files: *min_input_files,
+                max_concurrent_rewrites: *max_concurrent,
+                groups_per_commit: *commit_every,
+                partition: filters
+                    .iter()
+                    .map(|f| compact::parse_filter(f))
+                    .collect::<Result<_, _>>()?,
+                dry_run: *dry_run,
+            };
+            compact::run(&catalogs(&cli)?, name, options, *json).await
         }
         Command::Vacuum {
             name,

@@ -1,60 +1,15 @@
 //! The `weir` command, run as a process: streams into tables by name, read
 //! back by Python deltalake and pyiceberg; kills, Ctrl-C, and bad input.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
+use common::*;
 use weir_test_support::assert_exactly_once;
-use weir_test_support::readers::{iceberg, json_ids, python, read};
-
-/// A lake directory, if the independent readers are installed (outside CI
-/// they may be missing).
-fn lake_with_readers() -> Option<tempfile::TempDir> {
-    python()?;
-    Some(tempfile::tempdir().unwrap())
-}
-
-fn weir(lake: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
-    c.arg("--lake")
-        .arg(lake.join("weir-lake"))
-        .env_remove("WEIR_CONFIG")
-        .current_dir(lake);
-    c
-}
-
-fn run(lake: &Path, args: &[&str]) -> Output {
-    weir(lake).args(args).output().unwrap()
-}
-
-fn ok(lake: &Path, args: &[&str]) -> String {
-    let out = run(lake, args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "weir {args:?} failed: {stderr}");
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn failure(lake: &Path, args: &[&str]) -> String {
-    let out = run(lake, args);
-    assert!(!out.status.success(), "weir {args:?} should fail");
-    String::from_utf8(out.stderr).unwrap()
-}
-
-fn json_lines(stdout: &str) -> Vec<Value> {
-    stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
-fn delta_ids(table: &Path) -> Vec<i64> {
-    json_ids(&read(&["ids", "deltalake", table.to_str().unwrap()]).expect("readers present"))
-}
-
-fn last_committed(lake: &Path, chk: &str) -> Option<u64> {
-    let status = json_lines(&ok(lake, &["checkpoint", "show", chk, "--json"])).remove(0);
-    status["last_committed"].as_u64()
-}
+use weir_test_support::readers::{iceberg, json_ids};
 
 #[test]
 fn stream_stops_at_max_batches_resumes_and_is_described() {

@@ -56,9 +56,9 @@ type ProgressFn = Arc<dyn Fn(CompactProgress) + Send + Sync>;
 /// size, partition by partition, without changing its rows.
 ///
 /// - Files smaller than three quarters of the target are packed, in the
-///   order they were written, into groups of at most the target's bytes;
-///   a group with fewer than [`min_input_files`](Compact::min_input_files)
-///   files is left alone.
+///   order they were written, into groups of at most the target's bytes,
+///   each rewritten as one file; a group with fewer than
+///   [`min_input_files`](Compact::min_input_files) files is left alone.
 /// - Each commit removes a group's inputs and adds its outputs with
 ///   `dataChange=false`, so streaming readers of the table skip it.
 /// - Commits by other writers meanwhile are read and the commit is rebased
@@ -525,6 +525,7 @@ struct Job {
     num_indexed_cols: usize,
     stats_columns: Option<Vec<String>>,
     partition_columns: Vec<String>,
+    /// For the commit info.
     target: u64,
     prefix: String,
 }
@@ -548,8 +549,11 @@ impl Job {
         }
     }
 
-    /// Reads a group's files one at a time into files rolled at the target
-    /// size: at most one input file and one output file are in memory.
+    /// Reads a group's files one at a time into one file: at most one input
+    /// file and the output (about the group's bytes, at most the target)
+    /// are in memory. (A writer's size estimate counts buffered rows
+    /// uncompressed, so rolling on it would cut files well short of the
+    /// target, and they would be compacted again and again.)
     async fn rewrite(&self, index: usize, group: Vec<Input>) -> Result<Rewritten, DeltaSinkError> {
         let values: Vec<Option<String>> = {
             let pv = group[0].remove.partition_values.clone().unwrap_or_default();
@@ -600,10 +604,6 @@ impl Job {
                         }
                     };
                     file.write(&self.table, &rows)?;
-                    if file.size() >= self.target {
-                        let file = open.take().expect("open above");
-                        outputs.push(file.finish(&self.table, &self.store, &self.partition_columns).await?);
-                    }
                 }
             }
             if let Some(file) = open {

@@ -50,8 +50,9 @@ type ProgressFn = Arc<dyn Fn(CompactProgress) + Send + Sync>;
 ///
 /// - Data files of the default partition spec smaller than three quarters
 ///   of the target (`write.target-file-size-bytes`) are packed into groups
-///   of at most the target's bytes; a group with fewer than
-///   [`min_input_files`](Compact::min_input_files) files is left alone.
+///   of at most the target's bytes, each rewritten as one file; a group
+///   with fewer than [`min_input_files`](Compact::min_input_files) files is
+///   left alone.
 /// - Each commit is one `replace` snapshot: its manifests mark the inputs
 ///   deleted and add the outputs. It is built on the table as it is at the
 ///   swap, every time: files appended meanwhile stay; a group one of whose
@@ -282,8 +283,11 @@ impl Compact {
             report.duration = started.elapsed();
             return Ok(report);
         }
+        // One file per group: a group's inputs are at most the target's
+        // bytes, and rolling on a writer's estimate would cut files short
+        // (to be compacted again and again).
         let layout = Arc::new(Layout {
-            target_file_size: target,
+            target_file_size: u64::from(u32::MAX).max(target.saturating_mul(2)),
             ..table_layout
         });
         let locations =
@@ -681,8 +685,8 @@ struct Job {
 }
 
 impl Job {
-    /// Reads a group's files one at a time into the sink's writer, which
-    /// rolls files at the target size and computes their metrics.
+    /// Reads a group's files one at a time into the sink's writer (field
+    /// ids, metrics), as one file.
     async fn rewrite(&self, index: usize, group: Vec<DataFile>) -> Result<Rewritten, IcebergSinkError> {
         let ctx = WriterContext {
             table: self.table.clone(),

@@ -225,12 +225,12 @@ async fn compaction_runs_again_and_again_beside_a_stream_that_never_fails() {
     let h = sqlite_harness().await;
     let chk = tempfile::tempdir().unwrap();
     stream(&h, chk.path(), 0, None).await;
-    let last = 50;
+    let last = 60;
     let q = read_stream(RateSource::rows_per_batch(60))
         .write_stream()
         .query_name("payments-bronze")
         .checkpoint_location(chk.path())
-        .trigger(Trigger::processing_time(Duration::from_millis(20)))
+        .trigger(Trigger::processing_time(Duration::from_millis(40)))
         .stop_after_batch(BatchId(last))
         .start(h.sink_on(TABLE).await)
         .await
