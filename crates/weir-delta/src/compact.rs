@@ -570,8 +570,8 @@ impl Job {
             stats_columns: self.stats_columns.as_deref(),
         };
         let mut outputs = Vec::new();
+        let mut open: Option<OpenFile> = None;
         let result = async {
-            let mut open: Option<OpenFile> = None;
             for input in &group {
                 let path = &input.remove.path;
                 let location = Path::parse(path).map_err(|e| self.store_err(path)(e.into()))?;
@@ -603,16 +603,19 @@ impl Job {
                             open.insert(OpenFile::create(&self.table, path, &values, &format)?)
                         }
                     };
-                    file.write(&self.table, &rows)?;
+                    file.write(&self.table, &self.store, &rows).await?;
                 }
             }
-            if let Some(file) = open {
+            if let Some(file) = open.take() {
                 outputs.push(file.finish(&self.table, &self.store, &self.partition_columns).await?);
             }
             Ok::<_, DeltaSinkError>(())
         }
         .await;
         if let Err(e) = result {
+            if let Some(file) = open.take() {
+                file.abort().await;
+            }
             delete_files(&self.store, &outputs).await;
             return Err(e);
         }

@@ -9,7 +9,7 @@ use arrow_schema::SchemaRef;
 use async_trait::async_trait;
 use deltalake::ObjectStore;
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutPayload};
+use object_store::{MultipartUpload, ObjectStoreExt, PutPayload};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression as ParquetCompression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -48,13 +48,26 @@ pub(crate) struct WriterContext {
     pub batch_id: BatchId,
 }
 
-/// One data file being written: its rows in memory until it is closed and
-/// put in one request.
+/// A row group is closed once its buffered rows reach this estimate, so a
+/// writer's memory does not grow with its file.
+const ROW_GROUP_BYTES: usize = 32 << 20;
+
+/// Encoded bytes past this go up as a part of a multipart upload (begun
+/// then); a smaller file is put in one request.
+const PART_BYTES: usize = 16 << 20;
+
+/// One data file being written. Its encoded bytes stay in memory until the
+/// file is closed and put in one request, or, for a large file, go up in
+/// parts of a multipart upload as they pass [`PART_BYTES`]: a writer holds
+/// about one row group and one part, whatever the file's size.
 pub(crate) struct OpenFile {
     path: String,
     values: Vec<Option<String>>,
     writer: ArrowWriter<Vec<u8>>,
     stats: FileStats,
+    upload: Option<Box<dyn MultipartUpload>>,
+    /// Bytes already sent as parts.
+    sent: u64,
 }
 
 /// How data files are encoded and described.
@@ -91,23 +104,70 @@ impl OpenFile {
             values: values.to_vec(),
             writer,
             stats: FileStats::new(format.schema, format.num_indexed_cols, format.stats_columns),
+            upload: None,
+            sent: 0,
         })
     }
 
-    /// Appends rows of the file's schema.
-    pub(crate) fn write(&mut self, table: &str, rows: &RecordBatch) -> Result<(), DeltaSinkError> {
-        self.writer.write(rows).map_err(|source| DeltaSinkError::Parquet {
-            table: table.to_string(),
-            path: self.path.clone(),
-            source,
-        })?;
+    fn parquet_err(&self, table: &str) -> impl FnOnce(parquet::errors::ParquetError) -> DeltaSinkError {
+        let (table, path) = (table.to_string(), self.path.clone());
+        move |source| DeltaSinkError::Parquet { table, path, source }
+    }
+
+    fn store_err(&self, table: &str) -> impl FnOnce(object_store::Error) -> DeltaSinkError {
+        let (table, path) = (table.to_string(), self.path.clone());
+        move |source| DeltaSinkError::Store { table, path, source }
+    }
+
+    /// Appends rows of the file's schema; closes the row group once it is
+    /// large, and sends a part once enough bytes are encoded.
+    pub(crate) async fn write(
+        &mut self,
+        table: &str,
+        store: &Arc<dyn ObjectStore>,
+        rows: &RecordBatch,
+    ) -> Result<(), DeltaSinkError> {
+        self.writer.write(rows).map_err(self.parquet_err(table))?;
         self.stats.update(rows);
+        if self.writer.in_progress_size() >= ROW_GROUP_BYTES {
+            self.writer.flush().map_err(self.parquet_err(table))?;
+        }
+        if self.writer.inner().len() >= PART_BYTES {
+            self.send_part(table, store).await?;
+        }
         Ok(())
+    }
+
+    /// Sends the encoded bytes so far as the next part. The Parquet writer
+    /// counts offsets itself, so taking the bytes it has written does not
+    /// disturb it.
+    async fn send_part(&mut self, table: &str, store: &Arc<dyn ObjectStore>) -> Result<(), DeltaSinkError> {
+        if self.upload.is_none() {
+            let location = Path::parse(&self.path).map_err(|e| self.store_err(table)(e.into()))?;
+            self.upload = Some(store.put_multipart(&location).await.map_err(self.store_err(table))?);
+        }
+        let bytes = std::mem::take(self.writer.inner_mut());
+        self.sent += bytes.len() as u64;
+        let part = self
+            .upload
+            .as_mut()
+            .expect("begun above")
+            .put_part(PutPayload::from(bytes));
+        part.await.map_err(self.store_err(table))
     }
 
     /// The encoded size so far, buffered row group included.
     pub(crate) fn size(&self) -> u64 {
         (self.writer.bytes_written() + self.writer.in_progress_size()) as u64
+    }
+
+    /// Gives the file up: a multipart upload begun for it is aborted.
+    pub(crate) async fn abort(mut self) {
+        if let Some(upload) = self.upload.as_mut() {
+            if let Err(e) = upload.abort().await {
+                tracing::warn!(path = %self.path, error = %e, "could not abort the upload of an abandoned data file");
+            }
+        }
     }
 
     /// Closes the file and puts it in the store.
@@ -122,20 +182,37 @@ impl OpenFile {
             values,
             writer,
             stats,
+            upload,
+            sent,
         } = self;
         let bytes = writer.into_inner().map_err(|source| DeltaSinkError::Parquet {
             table: table.to_string(),
             path: path.clone(),
             source,
         })?;
-        let size = bytes.len() as i64;
+        let size = (sent + bytes.len() as u64) as i64;
         let store_err = |source| DeltaSinkError::Store {
             table: table.to_string(),
             path: path.clone(),
             source,
         };
-        let location = Path::parse(&path).map_err(|e| store_err(e.into()))?;
-        store.put(&location, PutPayload::from(bytes)).await.map_err(store_err)?;
+        match upload {
+            Some(mut upload) => {
+                let sent = async {
+                    upload.put_part(PutPayload::from(bytes)).await?;
+                    upload.complete().await
+                }
+                .await;
+                if let Err(e) = sent {
+                    let _ = upload.abort().await;
+                    return Err(store_err(e));
+                }
+            }
+            None => {
+                let location = Path::parse(&path).map_err(|e| store_err(e.into()))?;
+                store.put(&location, PutPayload::from(bytes)).await.map_err(store_err)?;
+            }
+        }
         let partition_values = partition_columns.iter().cloned().zip(values).collect();
         Ok(AddFile {
             path,
@@ -234,7 +311,9 @@ impl DataWriter for DeltaWriter {
                 Some(f) => f,
                 None => self.open_file(&values).map_err(|e| e.into_core(batch_id))?,
             };
-            file.write(&self.ctx.table, &rows).map_err(|e| e.into_core(batch_id))?;
+            file.write(&self.ctx.table, &self.ctx.store, &rows)
+                .await
+                .map_err(|e| e.into_core(batch_id))?;
             if file.size() >= self.ctx.layout.target_file_size {
                 self.finish(file).await.map_err(|e| e.into_core(batch_id))?;
             } else {
@@ -254,7 +333,10 @@ impl DataWriter for DeltaWriter {
         CommitMessage::new(self.partition_id, &self.written)
     }
 
-    async fn abort(self: Box<Self>) -> weir_core::Result<()> {
+    async fn abort(mut self: Box<Self>) -> weir_core::Result<()> {
+        for (_, file) in self.open.drain() {
+            file.abort().await;
+        }
         delete_files(&self.ctx.store, &self.written).await;
         Ok(())
     }

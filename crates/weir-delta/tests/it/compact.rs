@@ -275,3 +275,61 @@ async fn compaction_runs_again_and_again_beside_a_stream_that_never_fails() {
     assert_eq!(live_files(&table), 1);
     assert_exactly_once(&ids_by_both_readers(&table), 0..total);
 }
+
+/// The rate source with a `payload` column of 64 hex characters that do
+/// not compress, so files grow large with few rows.
+fn with_payload(rows_per_batch: u64) -> ReadStream {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    read_stream(RateSource::rows_per_batch(rows_per_batch)).map_batches(|b| {
+        let ids = b.column(0).as_primitive::<Int64Type>();
+        let payload: arrow_array::StringArray = ids
+            .iter()
+            .map(|id| {
+                let mut x = id.unwrap_or(0) as u64 ^ 0x9E37_79B9_7F4A_7C15;
+                let mut s = String::with_capacity(64);
+                for _ in 0..4 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    s.push_str(&format!("{x:016x}"));
+                }
+                Some(s)
+            })
+            .collect();
+        let mut fields: Vec<arrow_schema::Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(arrow_schema::Field::new("payload", arrow_schema::DataType::Utf8, true));
+        let mut columns = b.columns().to_vec();
+        columns.push(Arc::new(payload));
+        Ok(arrow_array::RecordBatch::try_new(
+            Arc::new(arrow_schema::Schema::new(fields)),
+            columns,
+        )?)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_larger_than_a_part_goes_up_in_parts_and_reads_whole() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    let q = with_payload(100_000)
+        .write_stream()
+        .checkpoint_location(dir.path().join("chk"))
+        .stop_after_batch(BatchId(4))
+        .start(DeltaSink::try_new(table.to_str().unwrap()).unwrap())
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    let done = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
+    assert_eq!(
+        (done.files_removed, done.files_added),
+        (done.files_before, 1),
+        "{done:?}"
+    );
+    assert!(done.bytes_added > 16 << 20, "the file is past one part: {done:?}");
+    assert_eq!(live_files(&table), 1);
+    assert_exactly_once(&ids_by_both_readers(&table), 0..500_000);
+}
