@@ -182,3 +182,4 @@ pub fn print_latencies(title: &str, latencies: &[(u64, f64, f64)], unit: &str) {
         );
     }
 }
+

@@ -1,6 +1,7 @@
-//! Checking rows exactly once.
+//! Checking rows exactly once, and rows that make large files.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
@@ -67,6 +68,36 @@ pub fn assert_exactly_once(ids: &[i64], expected: std::ops::Range<i64>) {
         ids.len()
     );
     assert_eq!(ids.len(), (expected.end - expected.start) as usize);
+}
+
+/// The rate source, `rows` per batch, with a `payload` column of 64 hex
+/// characters that barely compress, so files grow large with few rows.
+pub fn with_payload(rows: u64) -> weir_core::prelude::ReadStream {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use weir_core::prelude::*;
+    read_stream(RateSource::rows_per_batch(rows)).map_batches(|b| {
+        let ids = b.column(0).as_primitive::<Int64Type>();
+        let payload: arrow_array::StringArray = ids
+            .iter()
+            .map(|id| {
+                let mut x = id.unwrap_or(0) as u64 ^ 0x9E37_79B9_7F4A_7C15;
+                let mut s = String::with_capacity(64);
+                for _ in 0..4 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    s.push_str(&format!("{x:016x}"));
+                }
+                Some(s)
+            })
+            .collect();
+        let mut fields: Vec<arrow_schema::Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(arrow_schema::Field::new("payload", arrow_schema::DataType::Utf8, true));
+        let mut columns = b.columns().to_vec();
+        columns.push(Arc::new(payload));
+        Ok(RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), columns)?)
+    })
 }
 
 #[cfg(test)]

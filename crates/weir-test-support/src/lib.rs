@@ -15,7 +15,7 @@ mod data;
 pub mod readers;
 
 pub use conformance::{copy_dir, SinkHarness};
-pub use data::{assert_exactly_once, assert_whole_batches, event_ids};
+pub use data::{assert_exactly_once, assert_whole_batches, event_ids, with_payload};
 
 /// Expands to one `#[tokio::test]` per case of the conformance suite, each
 /// on a fresh harness from `$harness().await`.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use weir_core::prelude::*;
 use weir_core::source::RateSource;
 use weir_delta::{Compact, CompactProgress, DeltaSink, Vacuum};
-use weir_test_support::assert_exactly_once;
+use weir_test_support::{assert_exactly_once, with_payload};
 use weir_test_support::readers::{alter, event_ids_with, json_ids, python, read};
 
 use crate::table::bucketed;
@@ -274,38 +274,6 @@ async fn compaction_runs_again_and_again_beside_a_stream_that_never_fails() {
     Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
     assert_eq!(live_files(&table), 1);
     assert_exactly_once(&ids_by_both_readers(&table), 0..total);
-}
-
-/// The rate source with a `payload` column of 64 hex characters that do
-/// not compress, so files grow large with few rows.
-fn with_payload(rows_per_batch: u64) -> ReadStream {
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::Int64Type;
-    read_stream(RateSource::rows_per_batch(rows_per_batch)).map_batches(|b| {
-        let ids = b.column(0).as_primitive::<Int64Type>();
-        let payload: arrow_array::StringArray = ids
-            .iter()
-            .map(|id| {
-                let mut x = id.unwrap_or(0) as u64 ^ 0x9E37_79B9_7F4A_7C15;
-                let mut s = String::with_capacity(64);
-                for _ in 0..4 {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    s.push_str(&format!("{x:016x}"));
-                }
-                Some(s)
-            })
-            .collect();
-        let mut fields: Vec<arrow_schema::Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
-        fields.push(arrow_schema::Field::new("payload", arrow_schema::DataType::Utf8, true));
-        let mut columns = b.columns().to_vec();
-        columns.push(Arc::new(payload));
-        Ok(arrow_array::RecordBatch::try_new(
-            Arc::new(arrow_schema::Schema::new(fields)),
-            columns,
-        )?)
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,254 @@
+//! Compaction, as ratios measured in one run.
+//!
+//! A Delta table of 1,000 files of about 1 MiB (micro-batches of the rate
+//! source with an incompressible `payload` column, one file each) is
+//! compacted into 128 MiB files, two rewrites at once, by:
+//!
+//! 1. arrow-rs alone: the same files read and rewritten with `parquet`'s
+//!    `ArrowWriter`, in groups of up to 128 MiB, no table and no commit;
+//! 2. weir's `Compact` on a copy of the table;
+//! 3. Python deltalake's `optimize.compact()` on another copy (skipped with
+//!    a notice if the readers' Python environment is missing).
+//!
+//! Reported: times, weir's speed as a fraction of arrow-rs alone (target at
+//! least 0.8), Python's time over weir's, and each one's peak memory growth
+//! against the bound of target size x concurrency.
+//!
+//! `cargo bench -p weir-benches --bench compact`; `WEIR_BENCH_FILES=200`
+//! makes a smaller table.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use weir_test_support::with_payload;
+use weir_core::prelude::*;
+use weir_delta::{Compact, DeltaSink};
+
+const TARGET: u64 = 128 << 20;
+const CONCURRENCY: usize = 2;
+/// Rows of the rate source with its payload that make about 1 MiB.
+const ROWS_PER_FILE: u64 = 26_000;
+
+fn files_setting() -> u64 {
+    std::env::var("WEIR_BENCH_FILES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
+/// The process's resident set now and its peak since the last reset, in
+/// bytes (Linux).
+fn memory() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Resets the peak resident set to the current one (Linux `clear_refs` 5).
+fn reset_peak() -> u64 {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    memory().0
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+/// The data files of a table just written (each live), in the order written.
+fn data_files(table: &Path) -> Vec<(PathBuf, u64)> {
+    let mut files: Vec<(PathBuf, u64)> = std::fs::read_dir(table)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "parquet"))
+        .map(|e| (e.path(), e.metadata().unwrap().len()))
+        .collect();
+    files.sort();
+    files
+}
+
+/// arrow-rs alone: groups of up to the target's bytes, each read file by
+/// file into one `ArrowWriter`, `CONCURRENCY` groups at a time.
+fn arrow_alone(files: Vec<(PathBuf, u64)>, out: &Path) -> (u64, u64) {
+    let mut groups: Vec<Vec<PathBuf>> = vec![Vec::new()];
+    let mut bytes = 0;
+    for (path, size) in files {
+        if bytes + size > TARGET && !groups.last().unwrap().is_empty() {
+            groups.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += size;
+        groups.last_mut().unwrap().push(path);
+    }
+    std::fs::create_dir_all(out).unwrap();
+    let queue = Arc::new(Mutex::new(groups.into_iter().enumerate().collect::<Vec<_>>()));
+    let written = Arc::new(Mutex::new((0u64, 0u64)));
+    let workers: Vec<_> = (0..CONCURRENCY)
+        .map(|_| {
+            let (queue, written, out) = (queue.clone(), written.clone(), out.to_path_buf());
+            std::thread::spawn(move || loop {
+                let Some((n, group)) = queue.lock().unwrap().pop() else { break };
+                let props = WriterProperties::builder()
+                    .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap()))
+                    .build();
+                let file = std::fs::File::create(out.join(format!("group-{n}.parquet"))).unwrap();
+                let mut writer: Option<ArrowWriter<std::fs::File>> = None;
+                let mut rows = 0;
+                for path in group {
+                    let bytes = Bytes::from(std::fs::read(path).unwrap());
+                    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+                        .unwrap()
+                        .with_batch_size(8192)
+                        .build()
+                        .unwrap();
+                    for batch in reader {
+                        let batch = batch.unwrap();
+                        rows += batch.num_rows() as u64;
+                        let w = writer.get_or_insert_with(|| {
+                            ArrowWriter::try_new(file.try_clone().unwrap(), batch.schema(), Some(props.clone()))
+                                .unwrap()
+                        });
+                        w.write(&batch).unwrap();
+                    }
+                }
+                writer.unwrap().close().unwrap();
+                let mut w = written.lock().unwrap();
+                w.0 += 1;
+                w.1 += rows;
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let w = *written.lock().unwrap();
+    w
+}
+
+fn python_optimize(table: &Path) -> Option<serde_json::Value> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = root.join(".venv-readers/bin/python");
+    if !python.exists() {
+        eprintln!("NOTE: .venv-readers is missing (scripts/test.sh makes it); the Python comparison is left out");
+        return None;
+    }
+    let out = std::process::Command::new(python)
+        .arg(root.join("benches/python/delta_optimize.py"))
+        .arg(table)
+        .arg(TARGET.to_string())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    Some(serde_json::from_slice(&out.stdout).unwrap())
+}
+
+#[tokio::main]
+async fn main() {
+    let files = files_setting();
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source");
+    println!("making a Delta table of {files} files ...");
+    with_payload(ROWS_PER_FILE)
+        .write_stream()
+        .checkpoint_location(dir.path().join("chk"))
+        .writer_parallelism(1)
+        .stop_after_batch(BatchId(files - 1))
+        .start(DeltaSink::try_new(source.to_str().unwrap()).unwrap())
+        .await
+        .unwrap()
+        .await_termination()
+        .await
+        .unwrap();
+    let inputs = data_files(&source);
+    let total: u64 = inputs.iter().map(|(_, s)| s).sum();
+    let rows = files * ROWS_PER_FILE;
+    println!(
+        "compaction of {} files ({:.2} MiB each, {:.0} MiB, {rows} rows) into {} MiB files, {CONCURRENCY} rewrites at once",
+        inputs.len(),
+        mib(total) / inputs.len() as f64,
+        mib(total),
+        TARGET >> 20
+    );
+    let weir_table = dir.path().join("weir");
+    let python_table = dir.path().join("python");
+    copy_dir(&source, &weir_table);
+    copy_dir(&source, &python_table);
+
+    let before = reset_peak();
+    let started = Instant::now();
+    let (arrow_files, arrow_rows) = arrow_alone(inputs, &dir.path().join("arrow"));
+    let arrow_time = started.elapsed().as_secs_f64();
+    let arrow_peak = memory().1.saturating_sub(before);
+    assert_eq!(arrow_rows, rows);
+
+    let before = reset_peak();
+    let started = Instant::now();
+    let report = Compact::new(weir_table.to_str().unwrap())
+        .unwrap()
+        .target_file_size(TARGET)
+        .max_concurrent_rewrites(CONCURRENCY)
+        .run()
+        .await
+        .unwrap();
+    let weir_time = started.elapsed().as_secs_f64();
+    let weir_peak = memory().1.saturating_sub(before);
+    assert_eq!(report.rows as u64, rows, "{report:?}");
+    assert_eq!(report.files_removed as u64, files);
+
+    println!("   arrow-rs alone (read + rewrite, no table): {arrow_time:>7.2} s   {arrow_files} files");
+    println!(
+        "   weir Compact (rewrite + commit):           {weir_time:>7.2} s   {} files in {} commit",
+        report.files_added,
+        report.commits.len()
+    );
+    println!(
+        "   weir's speed / arrow-rs alone's            {:>7.2}   (target >= 0.8)",
+        arrow_time / weir_time
+    );
+    if let Some(py) = python_optimize(&python_table) {
+        let secs = py["seconds"].as_f64().unwrap();
+        println!(
+            "   Python deltalake optimize.compact():       {secs:>7.2} s   {} files",
+            py["files_added"]
+        );
+        println!("   Python's time / weir's                     {:>7.2}", secs / weir_time);
+        println!(
+            "   Python's peak resident set                 {:>7.0} MiB",
+            py["max_rss_mib"].as_f64().unwrap_or(0.0)
+        );
+    }
+    let bound = TARGET * CONCURRENCY as u64;
+    println!(
+        "   peak memory growth: weir {:.0} MiB, arrow-rs alone {:.0} MiB; bound target x concurrency = {:.0} MiB, table {:.0} MiB   ({})",
+        mib(weir_peak),
+        mib(arrow_peak),
+        mib(bound),
+        mib(total),
+        if weir_peak <= bound { "within the bound" } else { "OVER the bound" }
+    );
+}
