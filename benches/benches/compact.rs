@@ -26,9 +26,9 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use weir_test_support::with_payload;
 use weir_core::prelude::*;
 use weir_delta::{Compact, DeltaSink};
+use weir_test_support::with_payload;
 
 const TARGET: u64 = 128 << 20;
 const CONCURRENCY: usize = 2;
@@ -112,7 +112,9 @@ fn arrow_alone(files: Vec<(PathBuf, u64)>, out: &Path) -> (u64, u64) {
         .map(|_| {
             let (queue, written, out) = (queue.clone(), written.clone(), out.to_path_buf());
             std::thread::spawn(move || loop {
-                let Some((n, group)) = queue.lock().unwrap().pop() else { break };
+                let Some((n, group)) = queue.lock().unwrap().pop() else {
+                    break;
+                };
                 let props = WriterProperties::builder()
                     .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap()))
                     .build();
@@ -236,7 +238,10 @@ async fn main() {
             "   Python deltalake optimize.compact():       {secs:>7.2} s   {} files",
             py["files_added"]
         );
-        println!("   Python's time / weir's                     {:>7.2}", secs / weir_time);
+        println!(
+            "   Python's time / weir's                     {:>7.2}",
+            secs / weir_time
+        );
         println!(
             "   Python's peak resident set                 {:>7.0} MiB",
             py["max_rss_mib"].as_f64().unwrap_or(0.0)

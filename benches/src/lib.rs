@@ -182,4 +182,3 @@ pub fn print_latencies(title: &str, latencies: &[(u64, f64, f64)], unit: &str) {
         );
     }
 }
-

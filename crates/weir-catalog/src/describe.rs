@@ -240,6 +240,28 @@ impl Catalogs {
         Ok(job.run().await?)
     }
 
+    /// Merges an Iceberg table's small manifests (see
+    /// [`weir_iceberg::RewriteManifests`]).
+    pub async fn rewrite_manifests(
+        &self,
+        name: &str,
+        dry_run: bool,
+    ) -> Result<weir_iceberg::ManifestReport, CatalogError> {
+        let table = self.table(name).await?;
+        if table.format != TableFormat::Iceberg {
+            return Err(CatalogError::Unsupported {
+                catalog: table.name.catalog.clone(),
+                reason: format!(
+                    "{}: manifests are Iceberg's; a Delta table's log is kept short by log checkpoints",
+                    table.name
+                ),
+            });
+        }
+        let catalog = self.iceberg_catalog(&table.name.catalog).await?;
+        let job = weir_iceberg::RewriteManifests::new(catalog, &table.name.in_catalog())?.dry_run(dry_run);
+        Ok(job.run().await?)
+    }
+
     /// Vacuums a Delta table (see [`weir_delta::Vacuum`]): files no version
     /// within `retention` (default 7 days) needs, and files of failed
     /// writes older than it.

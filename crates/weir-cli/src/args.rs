@@ -77,6 +77,18 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Merges an Iceberg table's small manifests into few, in a snapshot
+    /// that changes no row.
+    RewriteManifests {
+        /// The table.
+        name: String,
+        /// Count the small manifests; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// As one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Deletes an Iceberg table's files that nothing references (left by
     /// failed writes), if older than a threshold.
     RemoveOrphans {

@@ -101,6 +101,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             };
             compact::run(&catalogs(&cli)?, name, options, *json).await
         }
+        Command::RewriteManifests { name, dry_run, json } => {
+            show::rewrite_manifests(&catalogs(&cli)?, name, *dry_run, *json).await
+        }
         Command::Vacuum {
             name,
             retain,

@@ -230,3 +230,24 @@ pub async fn vacuum(
     println!("took {:.0} ms", started.elapsed().as_secs_f64() * 1000.0);
     Ok(())
 }
+
+pub async fn rewrite_manifests(catalogs: &Catalogs, name: &str, dry_run: bool, json: bool) -> Result<(), Failure> {
+    let report = catalogs.rewrite_manifests(name, dry_run).await?;
+    if json {
+        return json_line(&report);
+    }
+    let verb = if dry_run { "would merge" } else { "merged" };
+    match report.snapshot_id {
+        Some(id) => println!(
+            "{name}: {verb} {} small manifests: {} -> {} manifests (snapshot {id})",
+            report.small_manifests, report.manifests_before, report.manifests_after
+        ),
+        None if dry_run && report.small_manifests >= 2 => println!(
+            "{name}: {verb} up to {} small manifests of {}",
+            report.small_manifests, report.manifests_before
+        ),
+        None => println!("{name}: nothing to merge ({} manifests)", report.manifests_before),
+    }
+    println!("took {:.0} ms", report.duration.as_secs_f64() * 1000.0);
+    Ok(())
+}

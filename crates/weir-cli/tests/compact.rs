@@ -139,3 +139,27 @@ fn killed_compactions_leave_every_row_once_and_a_rerun_finishes() {
     assert!(files(&table) < 50, "{} files left", files(&table));
     assert_exactly_once(&delta_ids(&table), 0..3000);
 }
+
+#[test]
+fn rewrite_manifests_merges_an_iceberg_tables_small_manifests() {
+    let Some(dir) = lake_with_readers() else { return };
+    let lake = dir.path();
+    stream(lake, "bronze.m", "5", &["--format", "iceberg"]);
+    let plan = json_lines(&ok(lake, &["rewrite-manifests", "bronze.m", "--dry-run", "--json"])).remove(0);
+    assert_eq!(
+        (plan["small_manifests"].as_u64(), plan["manifests_before"].as_u64()),
+        (Some(5), Some(5)),
+        "{plan}"
+    );
+    let done = json_lines(&ok(lake, &["rewrite-manifests", "bronze.m", "--json"])).remove(0);
+    assert_eq!(done["manifests_after"], 1, "{done}");
+    let db = lake.join("weir-lake/catalog.db");
+    let d = iceberg(&["describe", db.to_str().unwrap(), "bronze.m"]).expect("readers present");
+    assert_eq!(d["manifests"], 1);
+    let ids = json_ids(&iceberg(&["ids", "pyiceberg", db.to_str().unwrap(), "bronze.m"]).expect("readers present"));
+    assert_exactly_once(&ids, 0..50);
+
+    stream(lake, "bronze.dm", "2", &[]);
+    let e = failure(lake, &["rewrite-manifests", "bronze.dm"]);
+    assert!(e.contains("manifests are Iceberg's"), "{e}");
+}

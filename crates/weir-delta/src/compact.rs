@@ -38,6 +38,12 @@ const MAX_COMMIT_ATTEMPTS: usize = 200;
 /// Rows per batch read from an input file.
 const READ_BATCH_ROWS: usize = 8192;
 
+/// Casts that fail rather than turn a value that does not fit into null.
+const STRICT: arrow_cast::CastOptions<'static> = arrow_cast::CastOptions {
+    safe: false,
+    format_options: arrow_cast::display::FormatOptions::new(),
+};
+
 /// What a compaction reports as it goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -134,6 +140,8 @@ pub struct CompactReport {
     pub groups: Vec<CompactGroup>,
     /// Groups dropped because another writer removed one of their inputs.
     pub groups_dropped: usize,
+    /// Other writers' commits this job's commits were rebased over.
+    pub concurrent_commits: usize,
     /// The versions this job committed.
     pub commits: Vec<u64>,
     /// Files and bytes removed and added by those commits.
@@ -165,6 +173,8 @@ impl CompactReport {
 struct Input {
     remove: Remove,
     modified: i64,
+    /// `numRecords` of its statistics, if it has them.
+    rows: Option<u64>,
 }
 
 /// A group rewritten and not yet committed.
@@ -319,6 +329,7 @@ impl Compact {
             }
             inputs.push(Input {
                 modified: f.modification_time(),
+                rows: f.num_records().map(|n| n as u64),
                 remove,
             });
         }
@@ -369,10 +380,15 @@ impl Compact {
         let mut indexed: Vec<(usize, Vec<Input>)> = groups.into_iter().enumerate().collect();
         while !indexed.is_empty() {
             let rest = indexed.split_off(per_commit.min(indexed.len()));
-            let chunk = std::mem::replace(&mut indexed, rest);
+            let mut chunk = std::mem::replace(&mut indexed, rest);
+            // Groups whose input an earlier commit of another writer removed.
+            let before = chunk.len();
+            chunk.retain(|(_, g)| g.iter().all(|i| !log.removed.contains(&i.remove.path)));
+            report.groups_dropped += before - chunk.len();
             let rewritten = self.rewrite(&job, chunk).await?;
             let outcome = commit(&table, &job, &mut log, rewritten).await?;
             report.groups_dropped += outcome.dropped;
+            report.concurrent_commits += outcome.concurrent;
             if let Some(version) = outcome.version {
                 report.commits.push(version);
                 for g in &outcome.committed {
@@ -619,12 +635,23 @@ impl Job {
             delete_files(&self.store, &outputs).await;
             return Err(e);
         }
-        let rows_in: i64 = outputs.iter().map(|a| a.rows).sum();
+        let rows_out: i64 = outputs.iter().map(|a| a.rows).sum();
+        let rows_in: Option<u64> = group.iter().map(|i| i.rows).sum();
+        if rows_in.is_some_and(|n| n != rows_out as u64) {
+            delete_files(&self.store, &outputs).await;
+            return Err(DeltaSinkError::CompactionStopped {
+                table: self.table.clone(),
+                reason: format!(
+                    "group {index} has {} rows by its files' statistics but {rows_out} were written",
+                    rows_in.unwrap_or(0)
+                ),
+            });
+        }
         tracing::debug!(
             group = index,
             files_in = group.len(),
             files_out = outputs.len(),
-            rows = rows_in,
+            rows = rows_out,
             "rewrote a group"
         );
         Ok(Rewritten {
@@ -647,12 +674,14 @@ impl Job {
             .iter()
             .map(|field| match batch.column_by_name(field.name()) {
                 Some(c) if c.data_type() == field.data_type() => Ok(c.clone()),
-                Some(c) => arrow_cast::cast(c, field.data_type()).map_err(|e| {
-                    mismatch(format!(
-                        "column {:?} cannot be read as {}: {e}",
-                        field.name(),
-                        field.data_type()
-                    ))
+                Some(c) if c.data_type().is_nested() || field.data_type().is_nested() => Err(mismatch(format!(
+                    "nested column {:?} is {} in the file and {} in the table; compaction does not convert nested columns",
+                    field.name(),
+                    c.data_type(),
+                    field.data_type()
+                ))),
+                Some(c) => arrow_cast::cast_with_options(c, field.data_type(), &STRICT).map_err(|e| {
+                    mismatch(format!("column {:?} cannot be read as {}: {e}", field.name(), field.data_type()))
                 }),
                 None if field.is_nullable() => Ok(new_null_array(field.data_type(), batch.num_rows())),
                 None => Err(mismatch(format!("required column {:?} is missing", field.name()))),
@@ -668,6 +697,9 @@ impl Job {
 struct LogTail {
     version: u64,
     digest: u64,
+    /// Every path other writers removed since the planned version: a
+    /// group with one of them as input is never committed.
+    removed: HashSet<String>,
 }
 
 fn digest(bytes: &[u8]) -> u64 {
@@ -685,6 +717,7 @@ impl LogTail {
         Ok(LogTail {
             version,
             digest: digest(&bytes),
+            removed: HashSet::new(),
         })
     }
 }
@@ -711,6 +744,8 @@ struct Outcome {
     version: Option<u64>,
     committed: Vec<Rewritten>,
     dropped: usize,
+    /// Other writers' entries read while committing.
+    concurrent: usize,
 }
 
 /// Commits `groups` on top of the latest version: reads every entry after
@@ -729,7 +764,7 @@ async fn commit(
     let log_store = table.log_store();
     let log_store = log_store.as_ref();
     let attempt = uuid::Uuid::new_v4().to_string();
-    let mut dropped = 0;
+    let (mut dropped, mut concurrent) = (0, 0);
     // Whether the last write's outcome is unknown (it may have landed).
     let mut uncertain = false;
     // The entry compaction last read must still be there: otherwise the
@@ -737,13 +772,12 @@ async fn commit(
     match read_entry(log_store, log.version, &url).await? {
         Some(bytes) if digest(&bytes) == log.digest => {}
         _ => {
-            drop_groups(job, &mut groups, |_| true).await;
+            drop_groups(job, &mut groups, "the table was replaced", |_| true).await;
             return Err(replaced(&url, log.version));
         }
     }
     for round in 1..=MAX_COMMIT_ATTEMPTS {
         // Read what other writers committed since.
-        let mut removed: HashSet<String> = HashSet::new();
         loop {
             let next = log.version + 1;
             let Some(bytes) = read_entry(log_store, next, &url).await? else {
@@ -758,13 +792,14 @@ async fn commit(
                         version: Some(next),
                         committed: groups,
                         dropped,
+                        concurrent,
                     });
                 }
                 if let Some(path) = action["remove"]["path"].as_str() {
-                    removed.insert(decoded(path));
+                    log.removed.insert(decoded(path));
                 }
                 if action.get("metaData").is_some() || action.get("protocol").is_some() {
-                    drop_groups(job, &mut groups, |_| true).await;
+                    drop_groups(job, &mut groups, "the table's metadata changed", |_| true).await;
                     return Err(DeltaSinkError::CompactionStopped {
                         table: job.table.clone(),
                         reason: format!("version {next} changed the table's schema, partitioning or protocol"),
@@ -773,15 +808,19 @@ async fn commit(
             }
             log.version = next;
             log.digest = digest(&bytes);
+            concurrent += 1;
         }
-        if !removed.is_empty() {
-            dropped += drop_groups(job, &mut groups, |g| g.inputs.iter().any(|r| removed.contains(&r.path))).await;
-        }
+        let removed = &log.removed;
+        dropped += drop_groups(job, &mut groups, "another writer removed one of its inputs", |g| {
+            g.inputs.iter().any(|r| removed.contains(&r.path))
+        })
+        .await;
         if groups.is_empty() {
             return Ok(Outcome {
                 version: None,
                 committed: groups,
                 dropped,
+                concurrent,
             });
         }
         let version = log.version + 1;
@@ -803,6 +842,7 @@ async fn commit(
                     version: Some(version),
                     committed: groups,
                     dropped,
+                    concurrent,
                 });
             }
             Err(TransactionError::VersionAlreadyExists(_)) => {
@@ -812,6 +852,13 @@ async fn commit(
                 // The outcome is unknown: the entry may have landed. The next
                 // round reads it and recognises the attempt id; the outputs
                 // are kept either way.
+                let e = DeltaSinkError::Delta {
+                    table: job.table.clone(),
+                    source: DeltaTableError::Transaction { source: e },
+                };
+                if !e.retryable() {
+                    return Err(e);
+                }
                 tracing::warn!(version, round, error = %e, "a compaction commit failed; reading the log to learn whether it landed");
                 uncertain = true;
                 tokio::time::sleep(Duration::from_millis(100 * round.min(20) as u64)).await;
@@ -822,9 +869,16 @@ async fn commit(
             tokio::time::sleep(Duration::from_millis((round as u64 * 5).min(200) + jitter)).await;
         }
     }
-    if !uncertain {
-        drop_groups(job, &mut groups, |_| true).await;
+    if uncertain {
+        return Err(DeltaSinkError::CompactionStopped {
+            table: job.table.clone(),
+            reason: format!(
+                "its last commit attempt failed with an unknown outcome after {MAX_COMMIT_ATTEMPTS} tries; its files are \
+                 kept (the table's history shows whether it landed)"
+            ),
+        });
     }
+    drop_groups(job, &mut groups, "the job gave up", |_| true).await;
     Err(DeltaSinkError::Busy {
         table: job.table.clone(),
         operation: "compaction".into(),
@@ -834,14 +888,11 @@ async fn commit(
 
 /// Drops the groups `pred` selects, deleting their outputs (known not to be
 /// committed). Returns how many were dropped.
-async fn drop_groups(job: &Job, groups: &mut Vec<Rewritten>, pred: impl Fn(&Rewritten) -> bool) -> usize {
+async fn drop_groups(job: &Job, groups: &mut Vec<Rewritten>, why: &str, pred: impl Fn(&Rewritten) -> bool) -> usize {
     let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(groups).into_iter().partition(|g| pred(g));
     *groups = kept;
     for g in &gone {
-        tracing::info!(
-            group = g.index,
-            "another writer removed an input of this group; it is dropped"
-        );
+        tracing::info!(group = g.index, why, "a compaction group is dropped");
         delete_files(&job.store, &g.outputs).await;
     }
     gone.len()

@@ -52,14 +52,16 @@ pub(crate) struct WriterContext {
 /// writer's memory does not grow with its file.
 const ROW_GROUP_BYTES: usize = 32 << 20;
 
-/// Encoded bytes past this go up as a part of a multipart upload (begun
-/// then); a smaller file is put in one request.
+/// Once closed row groups have left this many encoded bytes, they go up as
+/// a part of a multipart upload (begun then); a file that never gets there
+/// is put in one request.
 const PART_BYTES: usize = 16 << 20;
 
 /// One data file being written. Its encoded bytes stay in memory until the
 /// file is closed and put in one request, or, for a large file, go up in
-/// parts of a multipart upload as they pass [`PART_BYTES`]: a writer holds
-/// about one row group and one part, whatever the file's size.
+/// parts of a multipart upload as closed row groups pass [`PART_BYTES`]: a
+/// writer holds about one row group and one part, whatever the file's
+/// size. (Parts differ in size; every store weir targets accepts that.)
 pub(crate) struct OpenFile {
     path: String,
     values: Vec<Option<String>>,
@@ -68,6 +70,8 @@ pub(crate) struct OpenFile {
     upload: Option<Box<dyn MultipartUpload>>,
     /// Bytes already sent as parts.
     sent: u64,
+    row_group_bytes: usize,
+    part_bytes: usize,
 }
 
 /// How data files are encoded and described.
@@ -106,6 +110,8 @@ impl OpenFile {
             stats: FileStats::new(format.schema, format.num_indexed_cols, format.stats_columns),
             upload: None,
             sent: 0,
+            row_group_bytes: ROW_GROUP_BYTES,
+            part_bytes: PART_BYTES,
         })
     }
 
@@ -129,10 +135,10 @@ impl OpenFile {
     ) -> Result<(), DeltaSinkError> {
         self.writer.write(rows).map_err(self.parquet_err(table))?;
         self.stats.update(rows);
-        if self.writer.in_progress_size() >= ROW_GROUP_BYTES {
+        if self.writer.in_progress_size() >= self.row_group_bytes {
             self.writer.flush().map_err(self.parquet_err(table))?;
         }
-        if self.writer.inner().len() >= PART_BYTES {
+        if self.writer.inner().len() >= self.part_bytes {
             self.send_part(table, store).await?;
         }
         Ok(())
@@ -184,6 +190,7 @@ impl OpenFile {
             stats,
             upload,
             sent,
+            ..
         } = self;
         let bytes = writer.into_inner().map_err(|source| DeltaSinkError::Parquet {
             table: table.to_string(),
@@ -353,5 +360,70 @@ pub(crate) async fn delete_files(store: &Arc<dyn ObjectStore>, files: &[AddFile]
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+    use object_store::memory::InMemory;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    use super::*;
+
+    /// With small thresholds a file goes up in several parts, and the parts
+    /// together are the whole file.
+    #[tokio::test]
+    async fn a_large_file_goes_up_in_parts_that_read_back_whole() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("text", DataType::Utf8, false),
+        ]));
+        let format = FileFormat {
+            schema: &schema,
+            compression: Compression::Snappy,
+            num_indexed_cols: 32,
+            stats_columns: None,
+        };
+        let mut file = OpenFile::create("t", "big.parquet".into(), &[], &format).unwrap();
+        file.row_group_bytes = 64 << 10;
+        file.part_bytes = 96 << 10;
+        let mut parts = 0;
+        for chunk in 0..20i64 {
+            let ids: Vec<i64> = (chunk * 5000..(chunk + 1) * 5000).collect();
+            let text: Vec<String> = ids
+                .iter()
+                .map(|i| format!("{:x}", (*i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+                .collect();
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![Arc::new(Int64Array::from(ids)), Arc::new(StringArray::from(text))],
+            )
+            .unwrap();
+            let sent = file.sent;
+            file.write("t", &store, &batch).await.unwrap();
+            parts += usize::from(file.sent > sent);
+        }
+        assert!(parts >= 3, "only {parts} parts were sent");
+        let added = file.finish("t", &store, &[]).await.unwrap();
+        let bytes = store
+            .get(&Path::from("big.parquet"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert_eq!(bytes.len() as i64, added.size);
+        let rows: usize = ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .unwrap()
+            .build()
+            .unwrap()
+            .map(|b| b.unwrap().num_rows())
+            .sum();
+        assert_eq!((rows, added.rows), (100_000, 100_000));
     }
 }

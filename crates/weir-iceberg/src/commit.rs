@@ -37,6 +37,10 @@ pub(crate) enum Change {
     /// Replaces some live data files with files of the same rows (one
     /// `replace`, as compaction makes): [`Request::replaced`] names them.
     Replace,
+    /// Merges every spec's small data manifests (two or more) into
+    /// manifests of the target size; no file is added or removed (one
+    /// `replace`).
+    RewriteManifests,
 }
 
 /// The live data files a `replace` removes, by the manifest that lists them
@@ -161,8 +165,9 @@ impl Producer {
                 .add_current_schema(schema.as_ref().clone())
                 .map_err(&build_err)?;
         }
-        let needs_snapshot =
-            always_snapshot || !self.files.is_empty() || (change == Change::Overwrite && parent.is_some());
+        let needs_snapshot = always_snapshot
+            || !self.files.is_empty()
+            || (matches!(change, Change::Overwrite | Change::RewriteManifests) && parent.is_some());
         let mut produced_manifests = None;
         let mut attempt_files = Vec::new();
         if needs_snapshot {
@@ -187,8 +192,10 @@ impl Producer {
             }
             self.attempt += 1;
             match change {
-                Change::Append => {
-                    let (kept, merged) = self.merge(metadata, existing).await?;
+                Change::Append | Change::RewriteManifests => {
+                    let (kept, merged) = self
+                        .merge(metadata, existing, change == Change::RewriteManifests)
+                        .await?;
                     attempt_files.extend(merged.iter().map(|m| m.manifest_path.clone()));
                     manifests.extend(merged);
                     manifests.extend(kept);
@@ -229,7 +236,7 @@ impl Producer {
                     operation: match change {
                         Change::Append => Operation::Append,
                         Change::Overwrite => Operation::Overwrite,
-                        Change::Replace => Operation::Replace,
+                        Change::Replace | Change::RewriteManifests => Operation::Replace,
                     },
                     additional_properties: properties_of_summary,
                 })
@@ -443,12 +450,15 @@ impl Producer {
     /// Merges small data manifests as Java's merge-append does, once there
     /// are `commit.manifest.min-count-to-merge` of them (default 100):
     /// their live entries go, as existing entries, into manifests of up to
-    /// `commit.manifest.target-size-bytes` (default 8 MiB). Returns the
-    /// manifests kept as they are and the merged ones.
+    /// `commit.manifest.target-size-bytes` (default 8 MiB). With `all`
+    /// (a manifest rewrite), any two small manifests of a spec are merged,
+    /// whatever the table's settings. Returns the manifests kept as they
+    /// are and the merged ones.
     async fn merge(
         &self,
         metadata: &TableMetadata,
         existing: Vec<ManifestFile>,
+        all: bool,
     ) -> Result<(Vec<ManifestFile>, Vec<ManifestFile>), IcebergSinkError> {
         let property = |key: &str, default: u64| {
             metadata
@@ -469,7 +479,7 @@ impl Producer {
             .filter(|m| m.content != ManifestContentType::Data || m.has_added_files() || m.has_existing_files());
         let (small, mut kept): (Vec<ManifestFile>, Vec<ManifestFile>) =
             existing.partition(|m| m.content == ManifestContentType::Data && (m.manifest_length as u64) < target);
-        if !enabled {
+        if !enabled && !all {
             kept.splice(0..0, small);
             return Ok((kept, Vec::new()));
         }
@@ -482,7 +492,8 @@ impl Producer {
         let mut merged = Vec::new();
         for (spec_id, small) in by_spec {
             // The batch's own manifest counts too, in the default spec.
-            let count = small.len() as u64 + u64::from(spec_id == default_spec);
+            let count = small.len() as u64 + u64::from(spec_id == default_spec && !all);
+            let min_count = if all { 2 } else { min_count };
             if count < min_count {
                 kept.extend(small);
                 continue;
@@ -596,7 +607,7 @@ fn add_totals(summary: &mut HashMap<String, String>, parent: Option<&Summary>, c
     let number = |map: &HashMap<String, String>, key: &str| map.get(key).and_then(|v| v.parse::<u64>().ok());
     for (total, added, removed) in TOTALS {
         let before = match change {
-            Change::Append | Change::Replace => parent
+            Change::Append | Change::Replace | Change::RewriteManifests => parent
                 .and_then(|p| number(&p.additional_properties, total))
                 .unwrap_or(0),
             Change::Overwrite => 0,
@@ -612,7 +623,9 @@ fn add_totals(summary: &mut HashMap<String, String>, parent: Option<&Summary>, c
     // overwrite's snapshot lists none.
     for total in ["total-delete-files", "total-position-deletes", "total-equality-deletes"] {
         let before = match change {
-            Change::Append | Change::Replace => parent.and_then(|p| p.additional_properties.get(total)).cloned(),
+            Change::Append | Change::Replace | Change::RewriteManifests => {
+                parent.and_then(|p| p.additional_properties.get(total)).cloned()
+            }
             Change::Overwrite => None,
         };
         summary.insert(total.to_string(), before.unwrap_or_else(|| "0".to_string()));

@@ -31,6 +31,12 @@ const MAX_ATTEMPTS: usize = 200;
 /// Rows per batch read from an input file.
 const READ_BATCH_ROWS: usize = 8192;
 
+/// Casts that fail rather than turn a value that does not fit into null.
+const STRICT: arrow_cast::CastOptions<'static> = arrow_cast::CastOptions {
+    safe: false,
+    format_options: arrow_cast::display::FormatOptions::new(),
+};
+
 /// What a compaction reports as it goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -126,6 +132,8 @@ pub struct CompactReport {
     pub groups: Vec<CompactGroup>,
     /// Groups dropped because another writer removed one of their inputs.
     pub groups_dropped: usize,
+    /// Other writers' commits this job's commits were built on top of.
+    pub concurrent_commits: usize,
     /// The snapshots this job committed.
     pub commits: Vec<i64>,
     /// Files and bytes removed and added by those commits.
@@ -292,10 +300,17 @@ impl Compact {
         });
         let locations =
             DefaultLocationGenerator::new(metadata).map_err(self.iceberg_err("derive the data location"))?;
+        let identity_sources = spec
+            .fields()
+            .iter()
+            .filter(|f| f.transform == iceberg::spec::Transform::Identity)
+            .map(|f| f.source_id)
+            .collect();
         let job = Arc::new(Job {
             table: self.shown(),
             file_io: self.catalog.file_io().clone(),
             layout,
+            identity_sources,
             locations,
             prefix: format!("weir-compact-{}", uuid::Uuid::new_v4()),
         });
@@ -305,8 +320,14 @@ impl Compact {
             let rest = indexed.split_off(per_commit.min(indexed.len()));
             let chunk = std::mem::replace(&mut indexed, rest);
             let rewritten = self.rewrite(&job, chunk).await?;
-            let (snapshot, committed, dropped) = self.commit(&base, &job, rewritten).await?;
+            let Committed {
+                snapshot,
+                groups: committed,
+                dropped,
+                concurrent,
+            } = self.commit(&base, &job, rewritten).await?;
             report.groups_dropped += dropped;
+            report.concurrent_commits += concurrent;
             if let Some(snapshot_id) = snapshot {
                 report.commits.push(snapshot_id);
                 for g in &committed {
@@ -474,14 +495,19 @@ impl Compact {
     }
 
     /// Swaps in one `replace` snapshot of `groups`, validated on the table
-    /// as it is at each attempt. Returns the snapshot (if any group was
-    /// left to commit), the committed groups and how many were dropped.
+    /// as it is at each attempt.
+    ///
+    /// Outputs and attempt files are deleted only while every earlier swap
+    /// of this commit is known not to have landed: once a swap ended in an
+    /// error (its outcome unknown), nothing of it is deleted, since a slow
+    /// swap may still land, and each attempt first looks for this commit's
+    /// snapshot (by its `weir.compaction-id`).
     async fn commit(
         &self,
         planned: &LoadedTable,
         job: &Job,
         mut groups: Vec<Rewritten>,
-    ) -> Result<(Option<i64>, Vec<Rewritten>, usize), IcebergSinkError> {
+    ) -> Result<Committed, IcebergSinkError> {
         let compaction_id = uuid::Uuid::new_v4().to_string();
         let summary: HashMap<String, String> = [
             ("weir.operation".to_string(), "compact".to_string()),
@@ -489,18 +515,34 @@ impl Compact {
         ]
         .into_iter()
         .collect();
-        let mut dropped = 0;
+        let mut done = Committed::default();
         let mut producer: Option<Producer> = None;
+        let mut uncertain = false;
+        // Files of swaps that lost, deleted once the table shows they were
+        // not this commit's (a server may answer a retried request that had
+        // landed with a conflict).
+        let mut lost: Vec<String> = Vec::new();
         for attempt in 1..=MAX_ATTEMPTS {
             let base = load_existing(self.catalog.as_ref(), &self.ident).await?;
-            if let Err(e) = self.still_fits(planned, &base) {
-                self.discard(job, &groups).await;
-                return Err(e);
+            if let Some(id) = snapshot_with(&base, &compaction_id) {
+                tracing::info!(attempt, "an earlier swap of this compaction had landed");
+                done.snapshot = Some(id);
+                done.groups = groups;
+                return Ok(done);
             }
-            let live = match self.live_files(&base).await {
+            if !uncertain {
+                delete_quietly(self.catalog.file_io(), &std::mem::take(&mut lost)).await;
+            }
+            let live = match self.still_fits(planned, &base) {
+                Ok(()) => self.live_files(&base).await,
+                Err(e) => Err(e),
+            };
+            let live = match live {
                 Ok(l) => l,
                 Err(e) => {
-                    self.discard(job, &groups).await;
+                    if !uncertain {
+                        self.discard(job, &groups).await;
+                    }
                     return Err(e);
                 }
             };
@@ -513,12 +555,14 @@ impl Compact {
                     groups = stale.len(),
                     "another writer removed inputs of these groups; they are dropped"
                 );
-                dropped += stale.len();
-                self.discard(job, &stale).await;
+                done.dropped += stale.len();
+                if !uncertain {
+                    self.discard(job, &stale).await;
+                }
                 producer = None;
             }
             if groups.is_empty() {
-                return Ok((None, groups, dropped));
+                return Ok(done);
             }
             let mut replaced = Replaced::new();
             for f in groups.iter().flat_map(|g| &g.inputs) {
@@ -543,52 +587,57 @@ impl Compact {
                     },
                 )
                 .await?;
+            let others = (base.metadata.last_sequence_number() - planned.metadata.last_sequence_number()).max(0);
             match self
                 .catalog
                 .swap(&self.ident, &base, produced.metadata, &produced.changes)
                 .await
             {
                 Ok(Swap::Swapped(table)) => {
-                    let snapshot = table.metadata.current_snapshot_id();
+                    done.snapshot = snapshot_with(&table, &compaction_id).or(table.metadata.current_snapshot_id());
+                    done.concurrent = others as usize;
+                    done.groups = groups;
                     after_swap(self.catalog.as_ref(), &table, produced.expired).await;
-                    return Ok((snapshot, groups, dropped));
+                    return Ok(done);
                 }
                 Ok(Swap::Conflict) => {
                     tracing::debug!(attempt, "compaction lost a metadata swap; validating again");
-                    delete_quietly(self.catalog.file_io(), &produced.attempt_files).await;
+                    lost.extend(produced.attempt_files);
                     if attempt > 3 {
                         let jitter = u64::from(compaction_id.as_bytes()[0] % 20);
                         tokio::time::sleep(Duration::from_millis((attempt as u64 * 5).min(200) + jitter)).await;
                     }
                 }
                 Err(e @ IcebergSinkError::CommitRefused { .. }) => {
-                    delete_quietly(self.catalog.file_io(), &produced.attempt_files).await;
-                    self.discard(job, &groups).await;
+                    lost.extend(produced.attempt_files);
+                    if !uncertain {
+                        delete_quietly(self.catalog.file_io(), &lost).await;
+                        self.discard(job, &groups).await;
+                    }
                     return Err(e);
                 }
-                // The swap may have happened: nothing is deleted.
+                Err(e) if !e.retryable() => return Err(e),
                 Err(e) => {
-                    let now = load_existing(self.catalog.as_ref(), &self.ident).await?;
-                    let ours = now
-                        .metadata
-                        .snapshots()
-                        .any(|s| s.summary().additional_properties.get("weir.compaction-id") == Some(&compaction_id));
-                    if ours {
-                        tracing::info!(attempt, error = %e, "the compaction's swap landed despite the error");
-                        return Ok((now.metadata.current_snapshot_id(), groups, dropped));
-                    }
-                    if now.metadata_location != base.metadata_location {
-                        return Err(e);
-                    }
-                    tracing::info!(attempt, error = %e, "the swap failed before it happened; trying again");
+                    tracing::warn!(attempt, error = %e, "a compaction swap failed; its outcome is unknown, so nothing of it is deleted");
+                    uncertain = true;
+                    tokio::time::sleep(Duration::from_millis(100 * attempt.min(20) as u64)).await;
                 }
             }
         }
-        self.discard(job, &groups).await;
-        Err(IcebergSinkError::Busy {
+        if !uncertain {
+            delete_quietly(self.catalog.file_io(), &lost).await;
+            self.discard(job, &groups).await;
+        }
+        Err(IcebergSinkError::CompactionStopped {
             table: self.shown(),
-            operation: "compaction".into(),
-            attempts: MAX_ATTEMPTS,
+            reason: format!(
+                "a commit lost {MAX_ATTEMPTS} metadata swaps in a row to other writers{}",
+                if uncertain {
+                    " (some ended in errors, so its files are kept: the table's snapshots show whether one landed)"
+                } else {
+                    ""
+                }
+            ),
         })
     }
 
@@ -620,6 +669,34 @@ impl Compact {
             writer::delete_files(&job.file_io, &g.outputs).await;
         }
     }
+}
+
+/// What one commit came to.
+#[derive(Default)]
+struct Committed {
+    /// The snapshot swapped in, if any group was left to commit.
+    snapshot: Option<i64>,
+    /// The groups it committed.
+    groups: Vec<Rewritten>,
+    /// Groups dropped as stale.
+    dropped: usize,
+    /// Other writers' commits it was built on top of.
+    concurrent: usize,
+}
+
+/// The snapshot whose summary carries `compaction_id`.
+fn snapshot_with(table: &LoadedTable, compaction_id: &str) -> Option<i64> {
+    table
+        .metadata
+        .snapshots()
+        .find(|s| {
+            s.summary()
+                .additional_properties
+                .get("weir.compaction-id")
+                .map(String::as_str)
+                == Some(compaction_id)
+        })
+        .map(|s| s.snapshot_id())
 }
 
 /// The current snapshot's live data files.
@@ -680,6 +757,8 @@ struct Job {
     table: String,
     file_io: FileIO,
     layout: Arc<Layout>,
+    /// Field ids identity partitions are made of.
+    identity_sources: Vec<i32>,
     locations: DefaultLocationGenerator,
     prefix: String,
 }
@@ -699,24 +778,29 @@ impl Job {
         let written = async {
             for file in &group {
                 let path = file.file_path();
-                let err = |e: String| IcebergSinkError::SchemaMismatch {
+                let stopped = |reason: String| IcebergSinkError::CompactionStopped {
                     table: self.table.clone(),
-                    differences: format!("data file {path}: {e}"),
+                    reason: format!("data file {path}: {reason}"),
+                };
+                let read_err = |source| IcebergSinkError::Iceberg {
+                    table: self.table.clone(),
+                    context: format!("read data file {path}"),
+                    source: Box::new(source),
                 };
                 let bytes = self
                     .file_io
                     .new_input(path)
-                    .map_err(|e| err(e.to_string()))?
+                    .map_err(read_err)?
                     .read()
                     .await
-                    .map_err(|e| err(e.to_string()))?;
+                    .map_err(read_err)?;
                 let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
                     .and_then(|b| b.with_batch_size(READ_BATCH_ROWS).build())
-                    .map_err(|e| err(e.to_string()))?;
+                    .map_err(|e| stopped(e.to_string()))?;
                 for batch in reader {
-                    let batch = batch.map_err(|e| err(e.to_string()))?;
-                    let rows = self.conform(&batch).map_err(err)?;
-                    out.write(rows).await.map_err(|e| err(e.to_string()))?;
+                    let batch = batch.map_err(|e| stopped(e.to_string()))?;
+                    let rows = self.conform(&batch).map_err(stopped)?;
+                    out.write(rows).await.map_err(|e| stopped(e.to_string()))?;
                 }
             }
             Ok::<_, IcebergSinkError>(())
@@ -764,7 +848,11 @@ impl Job {
 
     /// A data file's rows as the table's current columns, matched by field
     /// id (so a renamed column is still found): a column the file lacks is
-    /// null, a representation that differs is cast.
+    /// null, a primitive whose representation differs is cast (failing
+    /// rather than losing a value). Refused: a file without field ids
+    /// (imported files need a name mapping weir does not apply), a missing
+    /// column an identity partition is made of (its values live in the
+    /// partition tuple), and a nested column whose type differs.
     fn conform(&self, batch: &RecordBatch) -> Result<RecordBatch, String> {
         let schema = batch.schema();
         let by_id: HashMap<i32, usize> = schema
@@ -773,24 +861,130 @@ impl Job {
             .enumerate()
             .filter_map(|(i, f)| Some((f.metadata().get(PARQUET_FIELD_ID_META_KEY)?.parse().ok()?, i)))
             .collect();
+        if by_id.is_empty() && !schema.fields().is_empty() {
+            return Err("it has no Parquet field ids (an imported file); weir does not compact such files".into());
+        }
         let target = &self.layout.arrow_schema;
         let columns = target
             .fields()
             .iter()
             .map(|field| {
-                let id: Option<i32> = field
-                    .metadata()
-                    .get(PARQUET_FIELD_ID_META_KEY)
-                    .and_then(|v| v.parse().ok());
+                let id: Option<i32> = field.metadata().get(PARQUET_FIELD_ID_META_KEY).and_then(|v| v.parse().ok());
                 match id.and_then(|id| by_id.get(&id)) {
                     Some(&i) if batch.column(i).data_type() == field.data_type() => Ok(batch.column(i).clone()),
-                    Some(&i) => arrow_cast::cast(batch.column(i), field.data_type())
+                    Some(&i) if batch.column(i).data_type().is_nested() || field.data_type().is_nested() => Err(format!(
+                        "nested column {:?} is {} in the file and {} in the table; compaction does not convert nested columns",
+                        field.name(),
+                        batch.column(i).data_type(),
+                        field.data_type()
+                    )),
+                    Some(&i) => arrow_cast::cast_with_options(batch.column(i), field.data_type(), &STRICT)
                         .map_err(|e| format!("column {:?} cannot be read as {}: {e}", field.name(), field.data_type())),
+                    None if id.is_some_and(|id| self.identity_sources.contains(&id)) => Err(format!(
+                        "column {:?} is missing from the file and an identity partition is made of it",
+                        field.name()
+                    )),
                     None if field.is_nullable() => Ok(new_null_array(field.data_type(), batch.num_rows())),
                     None => Err(format!("required column {:?} is missing", field.name())),
                 }
             })
             .collect::<Result<Vec<_>, _>>()?;
         RecordBatch::try_new(target.clone(), columns).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use arrow_array::{ArrayRef, Int64Array, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn job(partition_by: &[String]) -> Job {
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("zone", DataType::Utf8, true),
+            Field::new("note", DataType::Utf8, true),
+        ]);
+        let metadata = table::new_metadata("t.t", "file:///w/t", &schema, partition_by, &HashMap::new()).unwrap();
+        let arrow = schema_to_arrow_schema(metadata.current_schema()).unwrap();
+        let layout = table::layout("t.t", &metadata, &arrow, false).unwrap();
+        let spec = metadata.default_partition_spec();
+        Job {
+            table: "t.t".into(),
+            file_io: FileIO::new_with_fs(),
+            identity_sources: spec
+                .fields()
+                .iter()
+                .filter(|f| f.transform == iceberg::spec::Transform::Identity)
+                .map(|f| f.source_id)
+                .collect(),
+            layout: Arc::new(layout),
+            locations: DefaultLocationGenerator::new(&metadata).unwrap(),
+            prefix: "p".into(),
+        }
+    }
+
+    /// A file's batch: `(name, field id, column)`.
+    fn file(columns: Vec<(&str, Option<i32>, ArrayRef)>) -> RecordBatch {
+        let fields: Vec<Field> = columns
+            .iter()
+            .map(|(name, id, c)| {
+                let f = Field::new(*name, c.data_type().clone(), true);
+                match id {
+                    Some(id) => {
+                        f.with_metadata(HashMap::from([(PARQUET_FIELD_ID_META_KEY.to_string(), id.to_string())]))
+                    }
+                    None => f,
+                }
+            })
+            .collect();
+        RecordBatch::try_new(
+            Arc::new(Schema::new(fields)),
+            columns.into_iter().map(|c| c.2).collect(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn columns_are_matched_by_field_id_and_missing_ones_are_null() {
+        let j = job(&[]);
+        // `zone` renamed in the file, `note` absent.
+        let out = j
+            .conform(&file(vec![
+                ("old_zone", Some(2), Arc::new(StringArray::from(vec!["eu", "us"]))),
+                ("id", Some(1), Arc::new(Int64Array::from(vec![1, 2]))),
+            ]))
+            .unwrap();
+        assert_eq!(out.num_rows(), 2);
+        assert_eq!(
+            out.column(1).as_any().downcast_ref::<StringArray>().unwrap().value(1),
+            "us"
+        );
+        assert_eq!(out.column(2).null_count(), 2);
+    }
+
+    #[test]
+    fn files_without_ids_or_identity_columns_and_lossy_casts_are_refused() {
+        let j = job(&[]);
+        let e = j
+            .conform(&file(vec![("id", None, Arc::new(Int64Array::from(vec![1])))]))
+            .unwrap_err();
+        assert!(e.contains("no Parquet field ids"), "{e}");
+        let e = j
+            .conform(&file(vec![(
+                "id",
+                Some(1),
+                Arc::new(StringArray::from(vec!["not a number"])) as ArrayRef,
+            )]))
+            .unwrap_err();
+        assert!(e.contains("cannot be read as"), "{e}");
+        let j = job(&["zone".to_string()]);
+        let e = j
+            .conform(&file(vec![("id", Some(1), Arc::new(Int64Array::from(vec![1])))]))
+            .unwrap_err();
+        assert!(e.contains("identity partition"), "{e}");
     }
 }

@@ -52,6 +52,8 @@
 //!   same commit layer and validated on the table as it is at each swap:
 //!   appends made meanwhile stay, a group whose input is no longer live is
 //!   dropped, a stale view is never committed.
+//! - [`RewriteManifests`] merges small manifests in a `replace` snapshot
+//!   that changes no row.
 //! - [`ExpireSnapshots`] and [`RemoveOrphanFiles`] delete what no kept
 //!   snapshot reaches; [`ExpiryPolicy`] runs expiry beside a stream.
 //!
@@ -77,6 +79,7 @@ mod commit;
 mod compact;
 mod error;
 mod expire;
+mod manifests;
 mod marker;
 mod orphans;
 mod reachable;
@@ -89,6 +92,7 @@ pub use catalog::{check_ident, parse_ident, Catalog, LoadedTable, RestCatalog, S
 pub use compact::{Compact, CompactGroup, CompactProgress, CompactReport};
 pub use error::IcebergSinkError;
 pub use expire::{ExpireReport, ExpireSnapshots};
+pub use manifests::{ManifestReport, RewriteManifests};
 pub use orphans::{OrphanReport, RemoveOrphanFiles, DEFAULT_ORPHAN_AGE};
 pub use sink::{ExpiryPolicy, IcebergSink};
 pub use storage::{file_io, is_secret_setting, object_store_at, ObjectStorage, ObjectStoreFactory};

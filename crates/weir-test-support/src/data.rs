@@ -96,7 +96,10 @@ pub fn with_payload(rows: u64) -> weir_core::prelude::ReadStream {
         fields.push(arrow_schema::Field::new("payload", arrow_schema::DataType::Utf8, true));
         let mut columns = b.columns().to_vec();
         columns.push(Arc::new(payload));
-        Ok(RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), columns)?)
+        Ok(RecordBatch::try_new(
+            Arc::new(arrow_schema::Schema::new(fields)),
+            columns,
+        )?)
     })
 }
 
