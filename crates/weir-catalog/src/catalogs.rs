@@ -596,6 +596,9 @@ fn iceberg_sink(
     if let Some(policy) = options.snapshot_expiry {
         sink = sink.with_snapshot_expiry(policy);
     }
+    if let Some(policy) = options.compaction {
+        sink = sink.with_compaction(policy);
+    }
     Ok(sink)
 }
 
@@ -615,6 +618,9 @@ fn delta_sink(
     }
     for (k, v) in delta_storage(storage) {
         sink = sink.with_storage_option(k, v);
+    }
+    if let Some(policy) = options.compaction {
+        sink = sink.with_compaction(policy);
     }
     Ok(sink)
 }

@@ -23,6 +23,8 @@ pub struct TableOptions {
     pub target_file_size: Option<u64>,
     /// Snapshot expiry the sink runs in the background (Iceberg only).
     pub snapshot_expiry: Option<weir_iceberg::ExpiryPolicy>,
+    /// Compaction the sink runs in the background (either format).
+    pub compaction: Option<weir_core::sink::CompactionPolicy>,
 }
 
 impl TableOptions {
@@ -65,6 +67,13 @@ impl TableOptions {
     /// see [`weir_iceberg::ExpiryPolicy`]).
     pub fn snapshot_expiry(mut self, policy: weir_iceberg::ExpiryPolicy) -> Self {
         self.snapshot_expiry = Some(policy);
+        self
+    }
+
+    /// Compaction as the query commits (see
+    /// [`weir_core::sink::CompactionPolicy`]).
+    pub fn compaction(mut self, policy: weir_core::sink::CompactionPolicy) -> Self {
+        self.compaction = Some(policy);
         self
     }
 }

@@ -238,6 +238,14 @@ pub struct StreamArgs {
     /// are read from where this checkpoint stands.
     #[arg(long)]
     pub take_over_output: bool,
+    /// Compact small files in the background every N commits (either
+    /// format; the compaction's commits change no row).
+    #[arg(long, value_name = "N")]
+    pub compact_every: Option<u64>,
+    /// With --compact-every: the fewest small files of a partition worth a
+    /// rewrite.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub compact_min_files: usize,
     /// Iceberg: expire old snapshots in the background every N commits.
     #[arg(long, value_name = "N")]
     pub expire_every: Option<u64>,

@@ -105,6 +105,9 @@ pub async fn run(catalogs: &Catalogs, args: &StreamArgs) -> Result<(), Failure> 
             older_than: None,
         });
     }
+    if let Some(every) = args.compact_every {
+        options = options.compaction(weir::sink::CompactionPolicy::every(every, args.compact_min_files));
+    }
     let query = Arc::new(writer.to_table_in(catalogs, &args.to, options).await?);
     // Ctrl-C: the running batch finishes (or, if the process is killed,
     // is replayed exactly once on the next start); no new one starts.

@@ -163,3 +163,30 @@ fn rewrite_manifests_merges_an_iceberg_tables_small_manifests() {
     let e = failure(lake, &["rewrite-manifests", "bronze.dm"]);
     assert!(e.contains("manifests are Iceberg's"), "{e}");
 }
+
+#[test]
+fn stream_compacts_in_the_background_with_compact_every() {
+    let Some(dir) = lake_with_readers() else { return };
+    let lake = dir.path();
+    stream(
+        lake,
+        "bronze.auto",
+        "40",
+        &[
+            "--trigger-interval",
+            "50ms",
+            "--compact-every",
+            "10",
+            "--compact-min-files",
+            "5",
+        ],
+    );
+    let table = lake.join("weir-lake/warehouse/bronze/auto");
+    let optimize = std::fs::read_dir(table.join("_delta_log"))
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains("\"operation\":\"OPTIMIZE\"")))
+        .count();
+    assert!(optimize >= 1, "no compaction committed");
+    assert_exactly_once(&delta_ids(&table), 0..400);
+}

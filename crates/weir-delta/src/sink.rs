@@ -12,7 +12,9 @@ use deltalake::table::config::TablePropertiesExt;
 use deltalake::{DeltaTable, DeltaTableError};
 use url::Url;
 use weir_core::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
-use weir_core::sink::{BatchContext, CommitMessage, CommitOutcome, DataWriter, OutputMode, QueryInfo, Sink};
+use weir_core::sink::{
+    BatchContext, CommitMessage, CommitOutcome, CompactionPolicy, DataWriter, OutputMode, Periodic, QueryInfo, Sink,
+};
 use weir_core::{QueryId, QueryName};
 
 use crate::entry;
@@ -66,6 +68,7 @@ const MAX_RELOADS: usize = 10;
 pub struct DeltaSink {
     url: Url,
     options: DeltaSinkOptions,
+    compaction: Option<CompactionPolicy>,
     state: Arc<State>,
 }
 
@@ -80,6 +83,8 @@ struct State {
     txns: tokio::sync::Mutex<marker::TxnCache>,
     /// Fixed by `prepare`: how rows map to files, and where files go.
     prepared: RwLock<Option<Prepared>>,
+    /// Commits and the running background compaction.
+    compacting: Periodic,
 }
 
 #[derive(Debug, Clone)]
@@ -103,6 +108,7 @@ impl DeltaSink {
         Ok(DeltaSink {
             url: table::table_url(location)?,
             options: DeltaSinkOptions::default(),
+            compaction: None,
             state: Arc::default(),
         })
     }
@@ -147,6 +153,48 @@ impl DeltaSink {
     pub fn with_compression(mut self, compression: Compression) -> Self {
         self.options.compression = compression;
         self
+    }
+
+    /// Compacts small files in the background as the query commits (see
+    /// [`crate::Compact`]); its commits are rebased over the query's.
+    pub fn with_compaction(mut self, policy: CompactionPolicy) -> Self {
+        self.compaction = Some(policy);
+        self
+    }
+
+    /// After a commit: every `every_commits` commits, a compaction in the
+    /// background, one at a time; its failure is logged, never the batch's.
+    fn maybe_compact(&self) {
+        let Some(policy) = self.compaction else { return };
+        let Some(running) = self.state.compacting.after_commit(policy.every_commits) else {
+            return;
+        };
+        let (location, storage) = (self.url.to_string(), self.options.storage_options.clone());
+        tokio::spawn(async move {
+            let _running = running;
+            let job = match crate::Compact::new(&location) {
+                Ok(job) => job
+                    .with_storage_options(storage)
+                    .min_input_files(policy.min_input_files),
+                Err(e) => {
+                    tracing::warn!(table = location, error = %e, "compaction could not start");
+                    return;
+                }
+            };
+            let job = match policy.target_file_size {
+                Some(n) => job.target_file_size(n),
+                None => job,
+            };
+            match job.run().await {
+                Ok(r) => tracing::info!(
+                    table = location,
+                    files_removed = r.files_removed,
+                    files_added = r.files_added,
+                    "compacted"
+                ),
+                Err(e) => tracing::warn!(table = location, error = %e, "compaction failed; the next one retries"),
+            }
+        });
     }
 
     /// The table's URL.
@@ -276,6 +324,7 @@ impl DeltaSink {
     /// due commit tries again.
     async fn after_commit(&self, table: &DeltaTable, version: u64) {
         table::checkpoint_if_due(table, &self.url, &self.options, version).await;
+        self.maybe_compact();
     }
 
     /// Brings the marker cache to the log's latest version, reading only

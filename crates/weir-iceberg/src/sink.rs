@@ -1,7 +1,6 @@
 //! The Iceberg sink: the [`Sink`] of weir-core on an Iceberg table.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -10,7 +9,9 @@ use iceberg::spec::ManifestFile;
 use iceberg::writer::file_writer::location_generator::DefaultLocationGenerator;
 use iceberg::TableIdent;
 use weir_core::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
-use weir_core::sink::{BatchContext, CommitMessage, CommitOutcome, DataWriter, OutputMode, QueryInfo, Sink};
+use weir_core::sink::{
+    BatchContext, CommitMessage, CommitOutcome, CompactionPolicy, DataWriter, OutputMode, Periodic, QueryInfo, Sink,
+};
 use weir_core::{QueryId, QueryName};
 
 use crate::catalog::{parse_ident, Catalog, LoadedTable, Swap};
@@ -53,6 +54,7 @@ pub struct IcebergSink {
     target_file_size: Option<u64>,
     merge_schema: bool,
     expiry: Option<ExpiryPolicy>,
+    compaction: Option<CompactionPolicy>,
     state: Arc<State>,
 }
 
@@ -79,10 +81,10 @@ struct State {
     manifests: std::sync::Mutex<Option<(i64, Vec<ManifestFile>)>>,
     /// Fixed by `prepare`.
     prepared: RwLock<Option<Prepared>>,
-    /// Commits so far, for the expiry policy.
-    commits: AtomicU64,
-    /// Whether a background expiry runs.
-    expiring: AtomicBool,
+    /// Commits and the running background expiry, for the expiry policy.
+    expiring: Periodic,
+    /// The same for the compaction policy.
+    compacting: Periodic,
 }
 
 #[derive(Debug, Clone)]
@@ -104,6 +106,7 @@ impl IcebergSink {
             target_file_size: None,
             merge_schema: false,
             expiry: None,
+            compaction: None,
             state: Arc::default(),
         })
     }
@@ -135,28 +138,56 @@ impl IcebergSink {
         self
     }
 
+    /// Compacts small files in the background as the query commits (see
+    /// [`crate::Compact`]).
+    pub fn with_compaction(mut self, policy: CompactionPolicy) -> Self {
+        self.compaction = Some(policy);
+        self
+    }
+
+    /// After a commit: every `every_commits` commits, a compaction in the
+    /// background, one at a time; its failure is logged, never the batch's.
+    fn maybe_compact(&self) {
+        let Some(policy) = self.compaction else { return };
+        let Some(running) = self.state.compacting.after_commit(policy.every_commits) else {
+            return;
+        };
+        let (catalog, name) = (self.catalog.clone(), crate::catalog::shown(&self.ident));
+        tokio::spawn(async move {
+            let _running = running;
+            let job = match crate::Compact::new(catalog, &name) {
+                Ok(job) => job.min_input_files(policy.min_input_files),
+                Err(e) => {
+                    tracing::warn!(table = name, error = %e, "compaction could not start");
+                    return;
+                }
+            };
+            let job = match policy.target_file_size {
+                Some(n) => job.target_file_size(n),
+                None => job,
+            };
+            match job.run().await {
+                Ok(r) => tracing::info!(
+                    table = name,
+                    files_removed = r.files_removed,
+                    files_added = r.files_added,
+                    "compacted"
+                ),
+                Err(e) => tracing::warn!(table = name, error = %e, "compaction failed; the next one retries"),
+            }
+        });
+    }
+
     /// After a commit: every `every_commits` commits, an expiry in the
     /// background, one at a time; its failure is logged, never the batch's.
     fn maybe_expire(&self) {
         let Some(policy) = self.expiry else { return };
-        let commits = self.state.commits.fetch_add(1, Ordering::Relaxed) + 1;
-        if !commits.is_multiple_of(policy.every_commits.max(1)) || self.state.expiring.swap(true, Ordering::AcqRel) {
+        let Some(running) = self.state.expiring.after_commit(policy.every_commits) else {
             return;
-        }
-        let (catalog, name, state) = (
-            self.catalog.clone(),
-            crate::catalog::shown(&self.ident),
-            self.state.clone(),
-        );
+        };
+        let (catalog, name) = (self.catalog.clone(), crate::catalog::shown(&self.ident));
         tokio::spawn(async move {
-            // Cleared however the task ends, a panic included.
-            struct Done(Arc<State>);
-            impl Drop for Done {
-                fn drop(&mut self) {
-                    self.0.expiring.store(false, Ordering::Release);
-                }
-            }
-            let _done = Done(state);
+            let _running = running;
             let mut job = match crate::ExpireSnapshots::new(catalog, &name) {
                 Ok(job) => job.retain_last(policy.retain_last),
                 Err(e) => {
@@ -438,6 +469,7 @@ impl Sink for IcebergSink {
                     crate::catalog::after_swap(self.catalog.as_ref(), &table, produced.expired).await;
                     *slot = Some(*table);
                     self.maybe_expire();
+                    self.maybe_compact();
                     return Ok(CommitOutcome::Committed { version });
                 }
                 Ok(Swap::Conflict) => {

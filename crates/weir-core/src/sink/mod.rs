@@ -9,6 +9,7 @@
 //! (design section 1). If the batch fails before the commit, the driver
 //! calls [`Sink::abort`] with the messages it has.
 
+mod background;
 mod console;
 mod foreach;
 mod foreach_batch;
@@ -24,6 +25,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub use background::{CompactionPolicy, Periodic, Running};
 pub use console::ConsoleSink;
 pub use foreach::{ForeachSink, ForeachWriter, Row};
 pub use foreach_batch::ForeachBatchSink;

@@ -376,3 +376,54 @@ async fn a_file_larger_than_a_part_goes_up_in_parts_and_reads_whole() {
     assert_eq!(live_files(&table), 1);
     assert_exactly_once(&ids_by_both_readers(&table), 0..500_000);
 }
+
+/// The operations of the table's log entries, oldest first.
+fn operations(table: &Path) -> Vec<String> {
+    let mut entries: Vec<_> = std::fs::read_dir(table.join("_delta_log"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    entries.sort();
+    entries
+        .iter()
+        .filter_map(|p| {
+            let text = std::fs::read_to_string(p).ok()?;
+            let info: serde_json::Value = serde_json::from_str(text.lines().next()?).ok()?;
+            info["commitInfo"]["operation"].as_str().map(str::to_string)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sinks_compaction_policy_compacts_in_the_background() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    let sink = DeltaSink::try_new(table.to_str().unwrap())
+        .unwrap()
+        .with_compaction(weir_core::sink::CompactionPolicy::every(10, 5));
+    let q = read_stream(RateSource::rows_per_batch(50))
+        .write_stream()
+        .checkpoint_location(dir.path().join("chk"))
+        .trigger(Trigger::processing_time(Duration::from_millis(20)))
+        .stop_after_batch(BatchId(39))
+        .start(sink)
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    // The last compaction may still run: wait for its commit (bounded).
+    for _ in 0..300 {
+        if operations(&table).iter().filter(|o| *o == "OPTIMIZE").count() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let optimized = operations(&table).iter().filter(|o| *o == "OPTIMIZE").count();
+    assert!(optimized >= 2, "{:?}", operations(&table));
+    assert!(live_files(&table) < 40, "{} files", live_files(&table));
+    assert_exactly_once(&ids_by_both_readers(&table), 0..2000);
+}

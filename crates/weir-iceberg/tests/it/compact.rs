@@ -346,3 +346,46 @@ async fn small_manifests_are_merged_into_one_without_changing_a_row() {
     run(7).await;
     assert_exactly_once(&ids(&h), 0..480);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sinks_compaction_policy_compacts_in_the_background() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    let sink = h
+        .sink_on(TABLE)
+        .await
+        .with_compaction(weir_core::sink::CompactionPolicy::every(10, 5));
+    read_stream(RateSource::rows_per_batch(50))
+        .write_stream()
+        .query_name("payments-bronze")
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::processing_time(Duration::from_millis(20)))
+        .stop_after_batch(BatchId(39))
+        .start(sink)
+        .await
+        .unwrap()
+        .await_termination()
+        .await
+        .unwrap();
+    let replaces = |h: &SqlHarness| {
+        describe(h)["snapshots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["operation"] == "replace")
+            .count()
+    };
+    // The last compaction may still run: wait for its swap (bounded).
+    for _ in 0..100 {
+        if replaces(&h) >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(replaces(&h) >= 2, "{}", describe(&h));
+    assert!(files(&h) < 40, "{} files", files(&h));
+    assert_exactly_once(&ids(&h), 0..2000);
+}
