@@ -244,7 +244,7 @@ pub struct StreamArgs {
     pub compact_every: Option<u64>,
     /// With --compact-every: the fewest small files of a partition worth a
     /// rewrite.
-    #[arg(long, value_name = "N", default_value_t = 10)]
+    #[arg(long, value_name = "N", default_value_t = 10, requires = "compact_every")]
     pub compact_min_files: usize,
     /// Iceberg: expire old snapshots in the background every N commits.
     #[arg(long, value_name = "N")]

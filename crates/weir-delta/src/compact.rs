@@ -765,14 +765,15 @@ async fn commit(
     let log_store = log_store.as_ref();
     let attempt = uuid::Uuid::new_v4().to_string();
     let (mut dropped, mut concurrent) = (0, 0);
-    // Whether the last write's outcome is unknown (it may have landed).
+    // Whether a write's outcome was unknown: it may still land, so nothing
+    // of this commit is deleted from then on.
     let mut uncertain = false;
     // The entry compaction last read must still be there: otherwise the
     // table was replaced under the job.
     match read_entry(log_store, log.version, &url).await? {
         Some(bytes) if digest(&bytes) == log.digest => {}
         _ => {
-            drop_groups(job, &mut groups, "the table was replaced", |_| true).await;
+            drop_groups(job, &mut groups, "the table was replaced", !uncertain, |_| true).await;
             return Err(replaced(&url, log.version));
         }
     }
@@ -799,7 +800,7 @@ async fn commit(
                     log.removed.insert(decoded(path));
                 }
                 if action.get("metaData").is_some() || action.get("protocol").is_some() {
-                    drop_groups(job, &mut groups, "the table's metadata changed", |_| true).await;
+                    drop_groups(job, &mut groups, "the table's metadata changed", !uncertain, |_| true).await;
                     return Err(DeltaSinkError::CompactionStopped {
                         table: job.table.clone(),
                         reason: format!("version {next} changed the table's schema, partitioning or protocol"),
@@ -811,9 +812,13 @@ async fn commit(
             concurrent += 1;
         }
         let removed = &log.removed;
-        dropped += drop_groups(job, &mut groups, "another writer removed one of its inputs", |g| {
-            g.inputs.iter().any(|r| removed.contains(&r.path))
-        })
+        dropped += drop_groups(
+            job,
+            &mut groups,
+            "another writer removed one of its inputs",
+            !uncertain,
+            |g| g.inputs.iter().any(|r| removed.contains(&r.path)),
+        )
         .await;
         if groups.is_empty() {
             return Ok(Outcome {
@@ -830,7 +835,6 @@ async fn commit(
                 source: TransactionError::SerializeLogJson { json_err: e },
             },
         })?;
-        uncertain = false;
         match log_store
             .write_commit_entry(version, CommitOrBytes::LogBytes(bytes.clone()), uuid::Uuid::new_v4())
             .await
@@ -857,7 +861,13 @@ async fn commit(
                     source: DeltaTableError::Transaction { source: e },
                 };
                 if !e.retryable() {
-                    return Err(e);
+                    return Err(DeltaSinkError::CompactionStopped {
+                        table: job.table.clone(),
+                        reason: format!(
+                            "committing version {version} failed ({e}); whether it landed is unknown, so its files \
+                             are kept (the table's history shows it)"
+                        ),
+                    });
                 }
                 tracing::warn!(version, round, error = %e, "a compaction commit failed; reading the log to learn whether it landed");
                 uncertain = true;
@@ -873,12 +883,12 @@ async fn commit(
         return Err(DeltaSinkError::CompactionStopped {
             table: job.table.clone(),
             reason: format!(
-                "its last commit attempt failed with an unknown outcome after {MAX_COMMIT_ATTEMPTS} tries; its files are \
-                 kept (the table's history shows whether it landed)"
+                "{MAX_COMMIT_ATTEMPTS} commit attempts failed or lost races, some with an unknown outcome; its files \
+                 are kept (the table's history shows whether one landed)"
             ),
         });
     }
-    drop_groups(job, &mut groups, "the job gave up", |_| true).await;
+    drop_groups(job, &mut groups, "the job gave up", true, |_| true).await;
     Err(DeltaSinkError::Busy {
         table: job.table.clone(),
         operation: "compaction".into(),
@@ -886,14 +896,23 @@ async fn commit(
     })
 }
 
-/// Drops the groups `pred` selects, deleting their outputs (known not to be
-/// committed). Returns how many were dropped.
-async fn drop_groups(job: &Job, groups: &mut Vec<Rewritten>, why: &str, pred: impl Fn(&Rewritten) -> bool) -> usize {
+/// Drops the groups `pred` selects, deleting their outputs if `delete`
+/// (only when no write of them may still land). Returns how many were
+/// dropped.
+async fn drop_groups(
+    job: &Job,
+    groups: &mut Vec<Rewritten>,
+    why: &str,
+    delete: bool,
+    pred: impl Fn(&Rewritten) -> bool,
+) -> usize {
     let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(groups).into_iter().partition(|g| pred(g));
     *groups = kept;
     for g in &gone {
         tracing::info!(group = g.index, why, "a compaction group is dropped");
-        delete_files(&job.store, &g.outputs).await;
+        if delete {
+            delete_files(&job.store, &g.outputs).await;
+        }
     }
     gone.len()
 }
@@ -956,6 +975,88 @@ fn optimize_entry(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn job() -> Job {
+        use arrow_schema::DataType;
+        Job {
+            table: "t".into(),
+            store: Arc::new(object_store::memory::InMemory::new()),
+            schema: Arc::new(Schema::new(vec![
+                Field::new("id", DataType::Int64, false),
+                Field::new("small", DataType::Int32, true),
+                Field::new(
+                    "s",
+                    DataType::Struct(vec![Field::new("a", DataType::Int64, true)].into()),
+                    true,
+                ),
+            ])),
+            compression: Compression::default(),
+            num_indexed_cols: 32,
+            stats_columns: None,
+            partition_columns: Vec::new(),
+            target: 1 << 20,
+            prefix: "p".into(),
+        }
+    }
+
+    fn file(columns: Vec<(&str, arrow_array::ArrayRef)>) -> RecordBatch {
+        let fields: Vec<Field> = columns
+            .iter()
+            .map(|(n, c)| Field::new(*n, c.data_type().clone(), true))
+            .collect();
+        RecordBatch::try_new(
+            Arc::new(Schema::new(fields)),
+            columns.into_iter().map(|c| c.1).collect(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_files_columns_are_fitted_to_the_table_or_refused() {
+        use arrow_array::{Array, Int64Array, StructArray};
+        let j = job();
+        // A missing nullable column is null; a type that fits is cast.
+        let out = j
+            .conform(
+                &file(vec![
+                    ("small", Arc::new(Int64Array::from(vec![7]))),
+                    ("id", Arc::new(Int64Array::from(vec![1]))),
+                ]),
+                "f",
+            )
+            .unwrap();
+        assert_eq!(
+            (out.column(1).data_type(), out.column(2).null_count()),
+            (&arrow_schema::DataType::Int32, 1)
+        );
+        // A value that does not fit fails instead of becoming null.
+        let e = j
+            .conform(
+                &file(vec![
+                    ("id", Arc::new(Int64Array::from(vec![1]))),
+                    ("small", Arc::new(Int64Array::from(vec![1i64 << 40]))),
+                ]),
+                "f",
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("\"small\" cannot be read as"), "{e}");
+        // A nested column of another shape is refused, not cast by position.
+        let other = StructArray::from(vec![(
+            Arc::new(Field::new("b", arrow_schema::DataType::Int64, true)),
+            Arc::new(Int64Array::from(vec![5])) as arrow_array::ArrayRef,
+        )]);
+        let e = j
+            .conform(
+                &file(vec![
+                    ("id", Arc::new(Int64Array::from(vec![1]))),
+                    ("s", Arc::new(other)),
+                ]),
+                "f",
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("nested column \"s\""), "{e}");
+        assert!(out.column(0).len() == 1);
+    }
 
     #[test]
     fn log_paths_are_decoded() {

@@ -71,7 +71,7 @@ pub enum DeltaSinkError {
     },
 
     /// A compaction stopped before committing some of its groups.
-    #[error("Delta table {table}: compaction stopped: {reason}. Groups it committed before stay; nothing else of it is in the table; run it again")]
+    #[error("Delta table {table}: compaction stopped: {reason}. Groups it committed before stay and rows are never changed by it; run it again")]
     CompactionStopped { table: String, reason: String },
 
     /// The table was replaced (a new metadata id) while the query ran.

@@ -156,7 +156,9 @@ impl DeltaSink {
     }
 
     /// Compacts small files in the background as the query commits (see
-    /// [`crate::Compact`]); its commits are rebased over the query's.
+    /// [`crate::Compact`]): one rewrite at a time, with the sink's
+    /// compression and target size, its commits rebased over the query's;
+    /// never two compactions at once from this sink.
     pub fn with_compaction(mut self, policy: CompactionPolicy) -> Self {
         self.compaction = Some(policy);
         self
@@ -166,22 +168,29 @@ impl DeltaSink {
     /// background, one at a time; its failure is logged, never the batch's.
     fn maybe_compact(&self) {
         let Some(policy) = self.compaction else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let Some(running) = self.state.compacting.after_commit(policy.every_commits) else {
             return;
         };
         let (location, storage) = (self.url.to_string(), self.options.storage_options.clone());
-        tokio::spawn(async move {
+        let compression = self.options.compression;
+        let target = policy.target_file_size.or(self.options.target_file_size);
+        runtime.spawn(async move {
             let _running = running;
             let job = match crate::Compact::new(&location) {
                 Ok(job) => job
                     .with_storage_options(storage)
-                    .min_input_files(policy.min_input_files),
+                    .min_input_files(policy.min_input_files)
+                    .max_concurrent_rewrites(1)
+                    .compression(compression),
                 Err(e) => {
                     tracing::warn!(table = location, error = %e, "compaction could not start");
                     return;
                 }
             };
-            let job = match policy.target_file_size {
+            let job = match target {
                 Some(n) => job.target_file_size(n),
                 None => job,
             };
@@ -605,6 +614,7 @@ impl Sink for DeltaSink {
                         .map_err(|e| core(self.err(e)))?
                     {
                         tracing::info!(attempt, "the lost race was this attempt's own commit");
+                        self.maybe_compact();
                         return Ok(CommitOutcome::Committed { version: None });
                     }
                 }

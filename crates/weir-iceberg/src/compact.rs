@@ -21,7 +21,7 @@ use weir_core::sink::DataWriter;
 use crate::catalog::{after_swap, parse_ident, shown, Catalog, LoadedTable, Swap};
 use crate::commit::{Change, Producer, Replaced, Request};
 use crate::error::IcebergSinkError;
-use crate::reachable::{load_existing, manifests_of};
+use crate::reachable::{delete_quietly, load_existing, manifests_of};
 use crate::table::{self, Layout};
 use crate::writer::{self, IcebergWriter, WriterContext};
 
@@ -314,6 +314,7 @@ impl Compact {
             locations,
             prefix: format!("weir-compact-{}", uuid::Uuid::new_v4()),
         });
+        let mut since = metadata.current_snapshot_id();
         let per_commit = self.groups_per_commit.unwrap_or(groups.len());
         let mut indexed: Vec<(usize, Vec<DataFile>)> = groups.into_iter().enumerate().collect();
         while !indexed.is_empty() {
@@ -325,10 +326,11 @@ impl Compact {
                 groups: committed,
                 dropped,
                 concurrent,
-            } = self.commit(&base, &job, rewritten).await?;
+            } = self.commit(&base, since, &job, rewritten).await?;
             report.groups_dropped += dropped;
             report.concurrent_commits += concurrent;
             if let Some(snapshot_id) = snapshot {
+                since = Some(snapshot_id);
                 report.commits.push(snapshot_id);
                 for g in &committed {
                     report.files_removed += g.inputs.len();
@@ -505,6 +507,7 @@ impl Compact {
     async fn commit(
         &self,
         planned: &LoadedTable,
+        since: Option<i64>,
         job: &Job,
         mut groups: Vec<Rewritten>,
     ) -> Result<Committed, IcebergSinkError> {
@@ -522,6 +525,9 @@ impl Compact {
         // not this commit's (a server may answer a retried request that had
         // landed with a conflict).
         let mut lost: Vec<String> = Vec::new();
+        // An error that ends the commit once the table shows its swap did
+        // not land.
+        let mut failed: Option<IcebergSinkError> = None;
         for attempt in 1..=MAX_ATTEMPTS {
             let base = load_existing(self.catalog.as_ref(), &self.ident).await?;
             if let Some(id) = snapshot_with(&base, &compaction_id) {
@@ -529,6 +535,29 @@ impl Compact {
                 done.snapshot = Some(id);
                 done.groups = groups;
                 return Ok(done);
+            }
+            if uncertain {
+                // Its snapshot may have been expired meanwhile: its outputs
+                // being live tells as well.
+                let live = self.live_files(&base).await?;
+                if groups
+                    .iter()
+                    .any(|g| g.outputs.iter().any(|f| live.manifest_of.contains_key(f.file_path())))
+                {
+                    tracing::info!(attempt, "an earlier swap of this compaction had landed");
+                    done.snapshot = base.metadata.current_snapshot_id();
+                    done.groups = groups;
+                    return Ok(done);
+                }
+            }
+            if let Some(e) = failed.take() {
+                return Err(IcebergSinkError::CompactionStopped {
+                    table: self.shown(),
+                    reason: format!(
+                        "its swap failed ({e}) and did not land as far as the table shows; its files are kept, as \
+                         a late swap could still land"
+                    ),
+                });
             }
             if !uncertain {
                 delete_quietly(self.catalog.file_io(), &std::mem::take(&mut lost)).await;
@@ -587,7 +616,7 @@ impl Compact {
                     },
                 )
                 .await?;
-            let others = (base.metadata.last_sequence_number() - planned.metadata.last_sequence_number()).max(0);
+            let others = commits_since(&base.metadata, since);
             match self
                 .catalog
                 .swap(&self.ident, &base, produced.metadata, &produced.changes)
@@ -595,7 +624,7 @@ impl Compact {
             {
                 Ok(Swap::Swapped(table)) => {
                     done.snapshot = snapshot_with(&table, &compaction_id).or(table.metadata.current_snapshot_id());
-                    done.concurrent = others as usize;
+                    done.concurrent = others;
                     done.groups = groups;
                     after_swap(self.catalog.as_ref(), &table, produced.expired).await;
                     return Ok(done);
@@ -608,15 +637,14 @@ impl Compact {
                         tokio::time::sleep(Duration::from_millis((attempt as u64 * 5).min(200) + jitter)).await;
                     }
                 }
-                Err(e @ IcebergSinkError::CommitRefused { .. }) => {
-                    lost.extend(produced.attempt_files);
-                    if !uncertain {
-                        delete_quietly(self.catalog.file_io(), &lost).await;
-                        self.discard(job, &groups).await;
-                    }
-                    return Err(e);
+                // Whether the swap landed is unknown (even a refusal: a proxy
+                // may answer a request that reached the catalog): nothing of
+                // it is deleted, and the table is asked before going on.
+                Err(e) if matches!(e, IcebergSinkError::CommitRefused { .. }) || !e.retryable() => {
+                    tracing::warn!(attempt, error = %e, "a compaction swap failed; reading the table to learn whether it landed");
+                    uncertain = true;
+                    failed = Some(e);
                 }
-                Err(e) if !e.retryable() => return Err(e),
                 Err(e) => {
                     tracing::warn!(attempt, error = %e, "a compaction swap failed; its outcome is unknown, so nothing of it is deleted");
                     uncertain = true;
@@ -630,14 +658,14 @@ impl Compact {
         }
         Err(IcebergSinkError::CompactionStopped {
             table: self.shown(),
-            reason: format!(
-                "a commit lost {MAX_ATTEMPTS} metadata swaps in a row to other writers{}",
-                if uncertain {
-                    " (some ended in errors, so its files are kept: the table's snapshots show whether one landed)"
-                } else {
-                    ""
-                }
-            ),
+            reason: if uncertain {
+                format!(
+                    "{MAX_ATTEMPTS} swaps lost or failed, some with an unknown outcome; its files are kept (the table's \
+                     snapshots show whether one landed)"
+                )
+            } else {
+                format!("a commit lost {MAX_ATTEMPTS} metadata swaps in a row to other writers")
+            },
         })
     }
 
@@ -684,6 +712,21 @@ struct Committed {
     concurrent: usize,
 }
 
+/// How many snapshots the current one is after snapshot `since` (all of
+/// its ancestors when `since` is `None` or expired).
+fn commits_since(metadata: &TableMetadata, since: Option<i64>) -> usize {
+    let mut n = 0;
+    let mut at = metadata.current_snapshot();
+    while let Some(s) = at {
+        if Some(s.snapshot_id()) == since {
+            break;
+        }
+        n += 1;
+        at = s.parent_snapshot_id().and_then(|p| metadata.snapshot_by_id(p));
+    }
+    n
+}
+
 /// The snapshot whose summary carries `compaction_id`.
 fn snapshot_with(table: &LoadedTable, compaction_id: &str) -> Option<i64> {
     table
@@ -725,14 +768,6 @@ fn partition_values(metadata: &TableMetadata, spec_id: i32, file: &DataFile) -> 
             (field.name.clone(), shown)
         })
         .collect()
-}
-
-async fn delete_quietly(io: &FileIO, files: &[String]) {
-    for f in files {
-        if let Err(e) = io.delete(f).await {
-            tracing::debug!(file = %f, error = %e, "could not delete a file of a lost swap");
-        }
-    }
 }
 
 /// A spawned rewrite, aborted when the job is dropped (a stopped job does
@@ -907,6 +942,7 @@ mod tests {
             Field::new("id", DataType::Int64, false),
             Field::new("zone", DataType::Utf8, true),
             Field::new("note", DataType::Utf8, true),
+            Field::new("small", DataType::Int32, true),
         ]);
         let metadata = table::new_metadata("t.t", "file:///w/t", &schema, partition_by, &HashMap::new()).unwrap();
         let arrow = schema_to_arrow_schema(metadata.current_schema()).unwrap();
@@ -981,6 +1017,14 @@ mod tests {
             )]))
             .unwrap_err();
         assert!(e.contains("cannot be read as"), "{e}");
+        // A nullable column: a lossy cast would have made a null.
+        let e = j
+            .conform(&file(vec![
+                ("id", Some(1), Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+                ("small", Some(4), Arc::new(Int64Array::from(vec![1i64 << 40]))),
+            ]))
+            .unwrap_err();
+        assert!(e.contains("\"small\" cannot be read as"), "{e}");
         let j = job(&["zone".to_string()]);
         let e = j
             .conform(&file(vec![("id", Some(1), Arc::new(Int64Array::from(vec![1])))]))

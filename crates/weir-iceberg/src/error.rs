@@ -62,7 +62,7 @@ pub enum IcebergSinkError {
     },
 
     /// A compaction stopped before committing some of its groups.
-    #[error("Iceberg table {table}: compaction stopped: {reason}. Groups it committed before stay; nothing else of it is in the table; run it again")]
+    #[error("Iceberg table {table}: compaction stopped: {reason}. Groups it committed before stay and rows are never changed by it; run it again")]
     CompactionStopped { table: String, reason: String },
 
     /// The table was dropped and created again (a new table uuid).

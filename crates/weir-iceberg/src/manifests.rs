@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::catalog::{after_swap, parse_ident, shown, Catalog, Swap};
 use crate::commit::{Change, Producer, Request};
 use crate::error::IcebergSinkError;
-use crate::reachable::{load_existing, manifests_of};
+use crate::reachable::{delete_quietly, load_existing, manifests_of, snapshot_with};
 
 /// How many times a lost swap is tried again on the new version.
 const MAX_ATTEMPTS: usize = 50;
@@ -82,16 +82,31 @@ impl RewriteManifests {
         let started = std::time::Instant::now();
         let table = shown(&self.ident);
         let io = self.catalog.file_io();
-        let summary: HashMap<String, String> = [("weir.operation".to_string(), "rewrite-manifests".to_string())]
-            .into_iter()
-            .collect();
+        let rewrite_id = uuid::Uuid::new_v4().to_string();
+        let summary: HashMap<String, String> = [
+            ("weir.operation".to_string(), "rewrite-manifests".to_string()),
+            ("weir.rewrite-id".to_string(), rewrite_id.clone()),
+        ]
+        .into_iter()
+        .collect();
         let mut producer = Producer::new(io.clone(), table.clone(), Vec::new());
+        // Files of lost swaps, deleted once the table shows they were not
+        // this rewrite's (a server may answer a retried request that had
+        // landed with a conflict).
+        let mut lost: Vec<String> = Vec::new();
         for attempt in 1..=MAX_ATTEMPTS {
             let base = load_existing(self.catalog.as_ref(), &self.ident).await?;
             let mut report = ManifestReport {
                 dry_run: self.dry_run,
                 ..ManifestReport::default()
             };
+            if let Some(id) = snapshot_with(&base, "weir.rewrite-id", &rewrite_id) {
+                tracing::info!(attempt, "an earlier swap of this rewrite had landed");
+                report.snapshot_id = Some(id);
+                report.duration = started.elapsed();
+                return Ok(report);
+            }
+            delete_quietly(io, &std::mem::take(&mut lost)).await;
             let Some(snapshot) = base.metadata.current_snapshot_id() else {
                 report.duration = started.elapsed();
                 return Ok(report);
@@ -137,6 +152,13 @@ impl RewriteManifests {
                     },
                 )
                 .await?;
+            // Only the manifest list written: small manifests there were,
+            // but no two of a spec fit together under the target.
+            if produced.attempt_files.len() <= 1 {
+                delete_quietly(io, &produced.attempt_files).await;
+                report.duration = started.elapsed();
+                return Ok(report);
+            }
             report.manifests_after = produced.manifests.as_ref().map_or(0, |(_, m)| m.len());
             match self
                 .catalog
@@ -152,9 +174,7 @@ impl RewriteManifests {
                 }
                 Swap::Conflict => {
                     tracing::debug!(attempt, "lost the manifest rewrite's swap; building it again");
-                    for file in produced.attempt_files {
-                        let _ = io.delete(&file).await;
-                    }
+                    lost.extend(produced.attempt_files);
                     tokio::time::sleep(Duration::from_millis((attempt as u64 * 5).min(200))).await;
                 }
             }

@@ -49,3 +49,23 @@ pub(crate) fn refuse_without_gc(table: &LoadedTable, shown: &str) -> Result<(), 
     }
     Ok(())
 }
+
+/// The snapshot whose summary has `key` = `value` (a job's own id, by
+/// which it recognises a swap that landed although it saw an error).
+pub(crate) fn snapshot_with(table: &LoadedTable, key: &str, value: &str) -> Option<i64> {
+    table
+        .metadata
+        .snapshots()
+        .find(|s| s.summary().additional_properties.get(key).map(String::as_str) == Some(value))
+        .map(|s| s.snapshot_id())
+}
+
+/// Deletes files known to be in no committed version (a lost swap's),
+/// logging what it cannot delete: those are orphans, never lost rows.
+pub(crate) async fn delete_quietly(io: &FileIO, files: &[String]) {
+    for f in files {
+        if let Err(e) = io.delete(f).await {
+            tracing::debug!(file = %f, error = %e, "could not delete a file of a lost swap");
+        }
+    }
+}

@@ -139,7 +139,8 @@ impl IcebergSink {
     }
 
     /// Compacts small files in the background as the query commits (see
-    /// [`crate::Compact`]).
+    /// [`crate::Compact`]): one rewrite at a time, with the sink's target
+    /// size; never two compactions at once from this sink.
     pub fn with_compaction(mut self, policy: CompactionPolicy) -> Self {
         self.compaction = Some(policy);
         self
@@ -149,20 +150,24 @@ impl IcebergSink {
     /// background, one at a time; its failure is logged, never the batch's.
     fn maybe_compact(&self) {
         let Some(policy) = self.compaction else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let Some(running) = self.state.compacting.after_commit(policy.every_commits) else {
             return;
         };
         let (catalog, name) = (self.catalog.clone(), crate::catalog::shown(&self.ident));
-        tokio::spawn(async move {
+        let target = policy.target_file_size.or(self.target_file_size);
+        runtime.spawn(async move {
             let _running = running;
             let job = match crate::Compact::new(catalog, &name) {
-                Ok(job) => job.min_input_files(policy.min_input_files),
+                Ok(job) => job.min_input_files(policy.min_input_files).max_concurrent_rewrites(1),
                 Err(e) => {
                     tracing::warn!(table = name, error = %e, "compaction could not start");
                     return;
                 }
             };
-            let job = match policy.target_file_size {
+            let job = match target {
                 Some(n) => job.target_file_size(n),
                 None => job,
             };
@@ -182,11 +187,14 @@ impl IcebergSink {
     /// background, one at a time; its failure is logged, never the batch's.
     fn maybe_expire(&self) {
         let Some(policy) = self.expiry else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let Some(running) = self.state.expiring.after_commit(policy.every_commits) else {
             return;
         };
         let (catalog, name) = (self.catalog.clone(), crate::catalog::shown(&self.ident));
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             let _running = running;
             let mut job = match crate::ExpireSnapshots::new(catalog, &name) {
                 Ok(job) => job.retain_last(policy.retain_last),
@@ -493,6 +501,8 @@ impl Sink for IcebergSink {
                         tracing::info!(attempt, error = %e, "the swap landed despite the error");
                         let version = now.metadata.current_snapshot_id();
                         *slot = Some(now);
+                        self.maybe_expire();
+                        self.maybe_compact();
                         return Ok(CommitOutcome::Committed { version });
                     }
                     Ok(now) if now.metadata_location == base.metadata_location => {
