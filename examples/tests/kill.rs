@@ -101,3 +101,58 @@ fn weir_crash_at_aborts_the_process_at_each_named_point() {
     assert!(counts.values().all(|n| *n == 1));
     assert!((0..expected).all(|id| counts.contains_key(&id)));
 }
+
+/// The file sink under SIGKILL: every payment exactly once through the
+/// metadata log, while a plain listing of the directory may also hold
+/// files of killed attempts.
+#[test]
+fn every_payment_exactly_once_through_the_file_log_after_random_sigkills() {
+    let lake = tempfile::tempdir().unwrap();
+    let total: u64 = 600;
+    let rows: u64 = 50;
+    let program = || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_file-sink"));
+        cmd.arg("--lake")
+            .arg(lake.path())
+            .args(["--total-batches", &total.to_string()])
+            .args(["--rows-per-batch", &rows.to_string(), "--quiet"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        cmd
+    };
+    let killed = common::kill_and_restart(program, 22, 30, 250);
+    assert!(
+        killed >= 20,
+        "only {killed} kills landed; the runs are too fast for the test"
+    );
+
+    let out = lake.path().join("files/payments");
+    let log = weir_files::FileLog::open(out.to_str().unwrap(), &Default::default()).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let batches = rt.block_on(log.read()).unwrap();
+    let mut through_log: HashMap<i64, usize> = HashMap::new();
+    for b in &batches {
+        for id in b.column(0).as_primitive::<Int64Type>().values() {
+            *through_log.entry(*id).or_default() += 1;
+        }
+    }
+    let expected = (total * rows) as i64;
+    assert_eq!(through_log.len() as i64, expected, "ids missing through the log");
+    assert!(through_log.values().all(|n| *n == 1), "an id twice through the log");
+    assert!((0..expected).all(|id| through_log.contains_key(&id)));
+
+    // A plain listing also sees files no entry lists (killed attempts'),
+    // which the log-aware reader leaves out.
+    let orphans = rt.block_on(log.orphans(std::time::Duration::ZERO)).unwrap();
+    let mut plain = 0;
+    for dir in std::fs::read_dir(&out).unwrap().flatten().filter(|e| e.path().is_dir()) {
+        plain += std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "parquet"))
+            .count();
+    }
+    let listed = rt.block_on(log.files()).unwrap().len();
+    eprintln!("{listed} files in the log, {plain} on disk, {} orphans", orphans.len());
+    assert_eq!(plain, listed + orphans.len());
+}

@@ -5,6 +5,8 @@ Usage:
         -> {"ids": [...], "rows": n, "amount_cents": sum}
     read_table.py ids-at <table dir> <version>
         -> {"ids": [...], "rows": n, "amount_cents": sum}, by Python deltalake at that version
+    read_table.py ids-files <parquet file>...
+        -> {"ids": [...], "rows": n}, by DuckDB reading exactly these files
     read_table.py txn <table dir> <app id>...
         -> {"<app id>": version or null, ...}
     read_table.py describe <table dir>
@@ -74,6 +76,12 @@ def ids_at(table, version):
     return {"ids": t.column("event_id").to_pylist(), "rows": t.num_rows, "amount_cents": cents}
 
 
+def ids_files(files):
+    con = duckdb_connection()
+    rows = con.execute("SELECT event_id FROM read_parquet(?)", [files]).fetchall()
+    return {"ids": [r[0] for r in rows], "rows": len(rows)}
+
+
 def txn(table, app_ids):
     from deltalake import DeltaTable
 
@@ -116,6 +124,8 @@ def main():
         out = ids(sys.argv[2], sys.argv[3])
     elif cmd == "ids-at":
         out = ids_at(sys.argv[2], int(sys.argv[3]))
+    elif cmd == "ids-files":
+        out = ids_files(sys.argv[2:])
     elif cmd == "txn":
         out = txn(sys.argv[2], sys.argv[3:])
     elif cmd == "describe":

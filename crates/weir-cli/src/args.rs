@@ -158,6 +158,44 @@ pub enum Command {
         #[command(subcommand)]
         command: CheckpointCommand,
     },
+    /// Inspects the output directory of a file sink through its metadata log.
+    Files {
+        #[command(subcommand)]
+        command: FilesCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FilesCommand {
+    /// The files the log lists, by batch, and the log's latest entry.
+    Ls {
+        /// The output directory (or `s3://` prefix).
+        dir: String,
+        /// One JSON object per file.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rewrites the log's latest batch as a compact entry, so readers read
+    /// one entry; older entries it makes redundant go.
+    CompactLog {
+        /// The output directory.
+        dir: String,
+    },
+    /// Files no log entry lists (killed attempts', or past the retention),
+    /// older than a grace period; `--delete` removes them.
+    Orphans {
+        /// The output directory.
+        dir: String,
+        /// Only files older than this (default 1h; at least 1m to delete).
+        #[arg(long, value_name = "AGE", default_value = "1h")]
+        older_than: String,
+        /// Delete them.
+        #[arg(long)]
+        delete: bool,
+        /// As one JSON object per file.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

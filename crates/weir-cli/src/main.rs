@@ -13,6 +13,7 @@
 
 mod args;
 mod compact;
+mod files;
 mod show;
 mod stream;
 
@@ -114,6 +115,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let retention = duration("--retain", retain)?;
             show::vacuum(&catalogs(&cli)?, name, retention, *force, *dry_run, *json).await
         }
+        Command::Files { command } => files::run(command).await,
         Command::Checkpoint {
             command: CheckpointCommand::Show { dir, json },
         } => show::checkpoint(dir, *json).await,

@@ -167,7 +167,7 @@ pub enum Refusal {
     },
 
     /// I4b: the name has output under another query id.
-    #[error("query {name:?} already has output in the {sink}: {other}, but checkpoint {checkpoint} has query id {query_id}. The query's old checkpoint was probably deleted or replaced. Restore the old checkpoint to go on exactly once; or set take_over_output to continue the batch ids after batch {} with this checkpoint, which reads its sources from where this checkpoint stands (from their start for a new checkpoint), so rows the old checkpoint already wrote are written again unless the sources no longer hold them", other.batch_id)]
+    #[error("query {name:?} already has output in the {sink}: {other}, but checkpoint {checkpoint} has query id {query_id}. The query's old checkpoint was probably deleted or replaced. Restore the old checkpoint to go on exactly once; or write to a new output path or table; or set take_over_output to continue the batch ids after batch {} with this checkpoint, which reads its sources from where this checkpoint stands (from their start for a new checkpoint), so rows the old checkpoint already wrote are written again unless the sources no longer hold them", other.batch_id)]
     OutputOfAnotherQuery {
         name: QueryName,
         sink: SinkIdentity,

@@ -27,9 +27,9 @@ use url::Url;
 use crate::entry;
 use crate::error::DeltaSinkError;
 use crate::options::{Compression, DeltaSinkOptions};
-use crate::partition;
 use crate::table::{self, Files};
 use crate::writer::{delete_files, AddFile, FileFormat, OpenFile};
+use weir_core::partition;
 
 /// How many times a commit is rebased over other writers' commits before
 /// the job gives up (each rebase reads only the new log entries).

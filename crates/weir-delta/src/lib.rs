@@ -75,7 +75,6 @@ mod error;
 mod maintenance;
 mod marker;
 mod options;
-mod partition;
 mod sink;
 mod stats;
 mod table;

@@ -14,7 +14,7 @@ use weir_core::OutputMode;
 
 use crate::error::DeltaSinkError;
 use crate::options::DeltaSinkOptions;
-use crate::partition;
+use weir_core::partition;
 
 /// How the stream's rows map onto the table's data files, fixed when the
 /// query starts.

@@ -19,9 +19,9 @@ use weir_core::BatchId;
 
 use crate::error::DeltaSinkError;
 use crate::options::Compression;
-use crate::partition;
 use crate::stats::FileStats;
 use crate::table::Layout;
+use weir_core::partition;
 
 /// One data file a writer wrote: what its `add` action needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

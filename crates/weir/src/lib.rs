@@ -35,6 +35,7 @@
 pub use weir_catalog as catalog;
 pub use weir_core::*;
 pub use weir_delta as delta;
+pub use weir_files as files;
 pub use weir_iceberg as iceberg;
 
 use weir_catalog::{CatalogError, Catalogs, TableOptions};

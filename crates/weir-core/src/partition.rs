@@ -1,4 +1,5 @@
-//! Partition values: their string form in the log and their directories.
+//! Hive-style partitions, as Delta tables and file sinks lay them out: a
+//! row's partition values as strings and their `col=value` directories.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -9,10 +10,10 @@ use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array};
 use arrow_schema::DataType;
 
 /// The directory name Delta and Hive use for a null partition value.
-pub(crate) const NULL_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
+pub const NULL_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
 
 /// Whether weir can partition by a column of this type.
-pub(crate) fn supported(data_type: &DataType) -> bool {
+pub fn supported(data_type: &DataType) -> bool {
     matches!(
         data_type,
         DataType::Utf8
@@ -29,7 +30,7 @@ pub(crate) fn supported(data_type: &DataType) -> bool {
 
 /// The partition value of row `i`, as the Delta log writes it (`None` for
 /// null; an empty string is null too, as in Spark).
-pub(crate) fn value_at(array: &ArrayRef, i: usize) -> Option<String> {
+pub fn value_at(array: &ArrayRef, i: usize) -> Option<String> {
     if array.is_null(i) {
         return None;
     }
@@ -54,7 +55,7 @@ pub(crate) fn value_at(array: &ArrayRef, i: usize) -> Option<String> {
 }
 
 /// Escapes a partition value for a directory name, as Hive and Spark do.
-pub(crate) fn escape(value: &str) -> String {
+pub fn escape(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for c in value.chars() {
         let special = c.is_ascii_control()
@@ -75,7 +76,7 @@ pub(crate) fn escape(value: &str) -> String {
 }
 
 /// The directory of a partition: `a=1/b=x`.
-pub(crate) fn directory(columns: &[String], values: &[Option<String>]) -> String {
+pub fn directory(columns: &[String], values: &[Option<String>]) -> String {
     columns
         .iter()
         .zip(values)
@@ -91,11 +92,11 @@ pub(crate) fn directory(columns: &[String], values: &[Option<String>]) -> String
 }
 
 /// The partition values of a part of a batch, in partition column order.
-pub(crate) type PartitionKey = Vec<Option<String>>;
+pub type PartitionKey = Vec<Option<String>>;
 
 /// Splits `batch` by the values of the partition columns `keys` (indices
 /// into the batch), keeping row order within each part.
-pub(crate) fn split(
+pub fn split(
     batch: &RecordBatch,
     keys: &[usize],
 ) -> Result<Vec<(PartitionKey, RecordBatch)>, arrow_schema::ArrowError> {

@@ -1,0 +1,79 @@
+//! The error type of weir-files.
+
+use weir_core::BatchId;
+
+/// What can go wrong in the file sink and its log. Every variant names the
+/// output directory.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileSinkError {
+    /// The location is not a path or URL weir can open.
+    #[error("invalid output location {location:?}: {reason}")]
+    Location { location: String, reason: String },
+
+    /// The store failed to read, write, list or delete.
+    #[error("output {location}: {path}: {source}")]
+    Store {
+        location: String,
+        path: String,
+        #[source]
+        source: object_store::Error,
+    },
+
+    /// Rows could not be encoded.
+    #[error("output {location}: cannot encode {path}: {reason}")]
+    Encode {
+        location: String,
+        path: String,
+        reason: String,
+    },
+
+    /// A log entry is not one weir can read.
+    #[error("output {location}: metadata log entry {path} is unreadable: {reason}. The log was not written by this version of weir or was damaged; nothing was changed")]
+    BadEntry {
+        location: String,
+        path: String,
+        reason: String,
+    },
+
+    /// The log belongs to another query name.
+    #[error("output {location} holds the metadata log of query {owner:?} (up to batch {batch_id}), not of {name:?}; a log serves one query. Write to another output path")]
+    OtherQuery {
+        location: String,
+        owner: String,
+        name: String,
+        batch_id: BatchId,
+    },
+
+    /// The stream's rows cannot be written as asked.
+    #[error("output {location}: {reason}; nothing was written")]
+    Unsupported { location: String, reason: String },
+}
+
+impl FileSinkError {
+    /// Whether trying again may succeed.
+    pub fn retryable(&self) -> bool {
+        match self {
+            FileSinkError::Store { source, .. } => !matches!(
+                source,
+                object_store::Error::NotFound { .. }
+                    | object_store::Error::PermissionDenied { .. }
+                    | object_store::Error::Unauthenticated { .. }
+                    | object_store::Error::InvalidPath { .. }
+                    | object_store::Error::NotSupported { .. }
+            ),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn into_core(self, batch_id: Option<BatchId>) -> weir_core::Error {
+        let retryable = self.retryable();
+        weir_core::Error::sink("files", batch_id, retryable, self)
+    }
+}
+
+impl From<FileSinkError> for weir_core::Error {
+    fn from(e: FileSinkError) -> Self {
+        e.into_core(None)
+    }
+}

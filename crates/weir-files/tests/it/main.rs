@@ -1,0 +1,5 @@
+//! Integration tests of weir-files.
+
+mod conformance;
+mod log;
+mod reset;
