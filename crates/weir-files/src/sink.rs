@@ -14,7 +14,7 @@ use weir_core::{BatchId, QueryId, QueryName};
 use crate::error::FileSinkError;
 use crate::log::{EntryHeader, FileEntry, MetadataLog, Written};
 use crate::store::Output;
-use crate::writer::{delete_files, FileFormat, FileWriter, Layout, WriterContext};
+use crate::writer::{delete_files, Coalesced, FileFormat, FileWriter, Layout, WriterContext};
 
 /// How many times a commit re-reads the log after another writer took the
 /// batch's entry first.
@@ -38,6 +38,10 @@ pub struct FileSinkOptions {
     pub log_retention: Option<Duration>,
     /// Object storage options for `s3://` outputs.
     pub storage_options: HashMap<String, String>,
+    /// Write each batch into at most this many files per partition (more
+    /// only when a file passes the target size), whatever the query's
+    /// writer parallelism: the writers share that many files.
+    pub max_files_per_partition: Option<usize>,
 }
 
 impl Default for FileSinkOptions {
@@ -49,6 +53,7 @@ impl Default for FileSinkOptions {
             log_compact_interval: 10,
             log_retention: None,
             storage_options: HashMap::new(),
+            max_files_per_partition: None,
         }
     }
 }
@@ -77,6 +82,8 @@ pub struct FileSink {
     options: FileSinkOptions,
     output: Output,
     prepared: Arc<RwLock<Option<Arc<Layout>>>>,
+    /// The shared writers of each coalesced batch attempt.
+    coalesced: Arc<std::sync::Mutex<HashMap<uuid::Uuid, Arc<Coalesced>>>>,
 }
 
 impl FileSink {
@@ -93,6 +100,7 @@ impl FileSink {
             options,
             output,
             prepared: Arc::default(),
+            coalesced: Arc::default(),
         })
     }
 
@@ -117,6 +125,13 @@ impl FileSink {
     /// Batches between two compact log entries.
     pub fn with_log_compact_interval(mut self, batches: u64) -> Self {
         self.options.log_compact_interval = batches.max(1);
+        self
+    }
+
+    /// At most `files` files per partition per batch (see
+    /// [`FileSinkOptions::max_files_per_partition`]).
+    pub fn with_max_files_per_partition(mut self, files: usize) -> Self {
+        self.options.max_files_per_partition = Some(files.max(1));
         self
     }
 
@@ -241,7 +256,20 @@ impl Sink for FileSink {
             ),
             batch_id: batch.batch_id,
         };
-        Ok(Box::new(FileWriter::new(ctx, partition_id)))
+        let Some(n) = self.options.max_files_per_partition else {
+            return Ok(Box::new(FileWriter::new(ctx, partition_id)));
+        };
+        let mut coalesced = self.coalesced.lock().unwrap_or_else(|e| e.into_inner());
+        // Attempts of other batches are done: the driver runs one at a time.
+        coalesced.retain(|attempt, _| *attempt == batch.attempt_id);
+        let ctx = WriterContext {
+            file_prefix: format!("part-{:05}-{}-{}", batch.batch_id.0, batch.query_id, batch.attempt_id),
+            ..ctx
+        };
+        let shared = coalesced
+            .entry(batch.attempt_id)
+            .or_insert_with(|| Arc::new(Coalesced::new(&ctx, n)));
+        Ok(Box::new(shared.handle(partition_id)))
     }
 
     async fn commit(&self, ctx: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<CommitOutcome> {

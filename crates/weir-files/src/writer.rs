@@ -294,3 +294,98 @@ pub(crate) async fn delete_files(output: &Output, files: &[FileEntry]) {
         }
     }
 }
+
+/// The writers of one batch attempt when the sink coalesces: `N` shared
+/// slots, each one [`FileWriter`], so a batch writes at most `N` files per
+/// partition (more only past the target size), whatever the query's
+/// parallelism. The last of the batch's writers to finish closes them all.
+pub(crate) struct Coalesced {
+    slots: Vec<tokio::sync::Mutex<Option<FileWriter>>>,
+    /// Writers handed out and not yet finished.
+    open_handles: std::sync::atomic::AtomicUsize,
+}
+
+impl std::fmt::Debug for Coalesced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coalesced")
+            .field("slots", &self.slots.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Coalesced {
+    pub(crate) fn new(ctx: &WriterContext, slots: usize) -> Self {
+        Coalesced {
+            slots: (0..slots.max(1))
+                .map(|i| {
+                    let mut ctx = ctx.clone();
+                    ctx.file_prefix = format!("{}-c{i:03}", ctx.file_prefix);
+                    tokio::sync::Mutex::new(Some(FileWriter::new(ctx, i)))
+                })
+                .collect(),
+            open_handles: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// A writer of partition `partition_id` that writes into its slot.
+    pub(crate) fn handle(self: &Arc<Self>, partition_id: usize) -> CoalescingWriter {
+        self.open_handles.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        CoalescingWriter {
+            shared: self.clone(),
+            slot: partition_id % self.slots.len(),
+            partition_id,
+        }
+    }
+
+    /// Marks a handle finished; `true` for the last one.
+    fn finish_handle(&self) -> bool {
+        self.open_handles.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1
+    }
+}
+
+/// One partition's writer of a coalesced batch.
+pub(crate) struct CoalescingWriter {
+    shared: Arc<Coalesced>,
+    slot: usize,
+    partition_id: usize,
+}
+
+#[async_trait]
+impl DataWriter for CoalescingWriter {
+    async fn write(&mut self, batch: RecordBatch) -> weir_core::Result<()> {
+        let mut slot = self.shared.slots[self.slot].lock().await;
+        match slot.as_mut() {
+            Some(w) => w.write(batch).await,
+            None => Err(weir_core::Error::sink(
+                "files",
+                None,
+                false,
+                "a coalesced writer was used after its batch closed",
+            )),
+        }
+    }
+
+    async fn commit(self: Box<Self>) -> weir_core::Result<CommitMessage> {
+        let mut files: Vec<FileEntry> = Vec::new();
+        if self.shared.finish_handle() {
+            for slot in &self.shared.slots {
+                if let Some(w) = slot.lock().await.take() {
+                    let message = Box::new(w).commit().await?;
+                    files.extend(message.decode::<Vec<FileEntry>>()?);
+                }
+            }
+        }
+        CommitMessage::new(self.partition_id, &files)
+    }
+
+    async fn abort(self: Box<Self>) -> weir_core::Result<()> {
+        if self.shared.finish_handle() {
+            for slot in &self.shared.slots {
+                if let Some(w) = slot.lock().await.take() {
+                    Box::new(w).abort().await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

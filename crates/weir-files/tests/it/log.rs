@@ -142,3 +142,54 @@ async fn json_lines_are_written_and_read_back() {
     assert!(log.files().await.unwrap().iter().all(|f| f.path.ends_with(".json")));
     assert_exactly_once(&log_ids(&out).await, 0..300);
 }
+
+/// The rate source with `bucket` (`b0` to `b2`, from the event id).
+fn bucketed(rows: u64) -> ReadStream {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    read_stream(RateSource::rows_per_batch(rows)).map_batches(|b| {
+        let ids = b.column(0).as_primitive::<Int64Type>();
+        let buckets: arrow_array::StringArray = ids.iter().map(|v| v.map(|v| format!("b{}", v % 3))).collect();
+        let mut fields: Vec<arrow_schema::Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(arrow_schema::Field::new("bucket", arrow_schema::DataType::Utf8, true));
+        let mut columns = b.columns().to_vec();
+        columns.push(std::sync::Arc::new(buckets));
+        Ok(arrow_array::RecordBatch::try_new(
+            std::sync::Arc::new(arrow_schema::Schema::new(fields)),
+            columns,
+        )?)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_is_coalesced_to_one_file_per_partition() {
+    for (coalesce, files_per_batch) in [(None, 12), (Some(1), 3)] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let mut sink = FileSink::try_new(out.to_str().unwrap())
+            .unwrap()
+            .with_partition_by(["bucket"]);
+        if let Some(n) = coalesce {
+            sink = sink.with_max_files_per_partition(n);
+        }
+        // 300,000 rows come as 5 chunks, spread over 4 writers.
+        bucketed(300_000)
+            .write_stream()
+            .query_name("files")
+            .checkpoint_location(dir.path().join("chk"))
+            .writer_parallelism(4)
+            .stop_after_batch(BatchId(1))
+            .start(sink)
+            .await
+            .unwrap()
+            .await_termination()
+            .await
+            .unwrap();
+        let log = FileLog::open(out.to_str().unwrap(), &Default::default()).unwrap();
+        let files = log.files().await.unwrap();
+        assert_eq!(files.len(), 2 * files_per_batch, "coalesce {coalesce:?}: {files:?}");
+        assert_exactly_once(&log_ids(&out).await, 0..600_000);
+        let on_disk = log.orphans(Duration::ZERO).await.unwrap();
+        assert!(on_disk.is_empty(), "{on_disk:?}");
+    }
+}

@@ -3,3 +3,4 @@
 mod conformance;
 mod log;
 mod reset;
+mod s3;
