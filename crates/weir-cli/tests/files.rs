@@ -53,16 +53,20 @@ fn ls_compact_log_and_orphans_show_the_output_through_its_log() {
         listed.len()
     );
 
-    std::fs::write(out.join("part-stray.zstd.parquet"), b"a failed attempt's file").unwrap();
+    std::fs::write(
+        out.join("part-00001-stray-attempt-p000-000.zstd.parquet"),
+        b"a failed attempt's file",
+    )
+    .unwrap();
     let found = json_lines(&ok(
         dir.path(),
         &["files", "orphans", d, "--older-than", "0s", "--json"],
     ));
     assert_eq!(found.len(), 1);
-    assert_eq!(found[0]["path"], "part-stray.zstd.parquet");
+    assert_eq!(found[0]["path"], "part-00001-stray-attempt-p000-000.zstd.parquet");
     let e = failure(dir.path(), &["files", "orphans", d, "--older-than", "0s", "--delete"]);
     assert!(e.contains("younger than a minute"), "{e}");
-    assert!(out.join("part-stray.zstd.parquet").exists());
+    assert!(out.join("part-00001-stray-attempt-p000-000.zstd.parquet").exists());
 
     let e = failure(dir.path(), &["files", "ls", "s3:/nope"]);
     assert!(

@@ -50,12 +50,12 @@ pub(crate) struct WriterContext {
 
 /// A row group is closed once its buffered rows reach this estimate, so a
 /// writer's memory does not grow with its file.
-const ROW_GROUP_BYTES: usize = 32 << 20;
+const ROW_GROUP_BYTES: usize = 16 << 20;
 
 /// Once closed row groups have left this many encoded bytes, they go up as
 /// a part of a multipart upload (begun then); a file that never gets there
 /// is put in one request.
-const PART_BYTES: usize = 16 << 20;
+const PART_BYTES: usize = 8 << 20;
 
 /// One data file being written. Its encoded bytes stay in memory until the
 /// file is closed and put in one request, or, for a large file, go up in

@@ -36,8 +36,18 @@ pub enum FileSinkError {
         reason: String,
     },
 
+    /// An entry the log listed was cleaned up before it was read, again and
+    /// again.
+    #[error("output {location}: log entry {path} was listed but removed before it could be read (a compaction cleaned it up); read the log again")]
+    EntryVanished { location: String, path: String },
+
+    /// The batch's entry exists, yet the log's latest entry does not show
+    /// the batch.
+    #[error("output {location}: the log entry of batch {batch_id} exists but the log's latest entry is older; the log was changed by hand or damaged. This attempt's files are orphans; nothing of it is listed")]
+    LogConflict { location: String, batch_id: BatchId },
+
     /// The log belongs to another query name.
-    #[error("output {location} holds the metadata log of query {owner:?} (up to batch {batch_id}), not of {name:?}; a log serves one query. Write to another output path")]
+    #[error("output {location} holds the metadata log of query {owner:?} (up to batch {batch_id}), not of {name:?}; a log serves one query name, so take_over_output does not apply. Write to another output path, or run the query under the name {owner:?} if it is the same query")]
     OtherQuery {
         location: String,
         owner: String,

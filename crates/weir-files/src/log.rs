@@ -2,11 +2,14 @@
 //! a file belongs to the output only once an entry lists it.
 //!
 //! An entry is text: `v1`, a header line (JSON: query name and id, batch id,
-//! commit time), then one JSON line per file. Every `compact_interval`-th
-//! batch is written as `N.compact` instead, listing every file of every
-//! batch up to N (less those past the retention), so a reader reads one
-//! compact entry and the few after it, never thousands of small ones. Each
-//! entry is written once, with a put-if-absent.
+//! commit time), then one JSON line per file. Each batch claims its entry
+//! `N` with a put-if-absent: that is the commit. Every `compact_interval`-th
+//! batch then also gets `N.compact`, derived from the log, listing every
+//! file of every batch up to N (less those past the retention), so a reader
+//! reads one compact entry and the few after it, never thousands of small
+//! ones. Entries a newer compact entry makes redundant are deleted once
+//! they are older than [`CLEANUP_DELAY`], so a reader that listed the log a
+//! moment ago still finds what it listed.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -24,6 +27,14 @@ use crate::store::Output;
 pub const LOG_DIR: &str = "_weir_metadata";
 
 const VERSION: &str = "v1";
+
+/// How long an entry made redundant by a compact entry stays (as Spark's
+/// `fileSink.log.cleanupDelay`).
+pub const CLEANUP_DELAY: Duration = Duration::from_secs(600);
+
+/// How many times reading the log lists it again when an entry it listed
+/// was cleaned up meanwhile.
+const READ_ATTEMPTS: usize = 3;
 
 /// A data file the log lists.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,6 +139,11 @@ impl MetadataLog {
     /// The entries in the log, by batch (a batch may have both a plain and
     /// a compact entry).
     pub async fn list(&self) -> Result<Vec<(u64, bool)>, FileSinkError> {
+        Ok(self.list_dated().await?.into_iter().map(|(e, _)| e).collect())
+    }
+
+    /// The entries with their modification times.
+    async fn list_dated(&self) -> Result<Vec<((u64, bool), chrono::DateTime<chrono::Utc>)>, FileSinkError> {
         let dir = self.output.path(LOG_DIR)?;
         let listed: Vec<object_store::ObjectMeta> = self
             .output
@@ -136,11 +152,11 @@ impl MetadataLog {
             .try_collect()
             .await
             .map_err(self.output.store_err(LOG_DIR))?;
-        let mut entries: Vec<(u64, bool)> = listed
+        let mut entries: Vec<((u64, bool), chrono::DateTime<chrono::Utc>)> = listed
             .iter()
-            .filter_map(|m| m.location.filename().and_then(parse_name))
+            .filter_map(|m| Some((m.location.filename().and_then(parse_name)?, m.last_modified)))
             .collect();
-        entries.sort_unstable();
+        entries.sort_unstable_by_key(|(e, _)| *e);
         Ok(entries)
     }
 
@@ -195,8 +211,21 @@ impl MetadataLog {
     /// Every file the log lists: the latest compact entry's and those of
     /// the entries after it, oldest first.
     pub async fn files(&self) -> Result<Vec<FileEntry>, FileSinkError> {
-        let entries = self.list().await?;
-        self.files_of(&entries).await
+        self.files_through(u64::MAX).await
+    }
+
+    /// The files of batches up to `last`, listing the log again if an
+    /// entry it listed was cleaned up meanwhile.
+    async fn files_through(&self, last: u64) -> Result<Vec<FileEntry>, FileSinkError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let entries: Vec<(u64, bool)> = self.list().await?.into_iter().filter(|(b, _)| *b <= last).collect();
+            match self.files_of(&entries).await {
+                Err(FileSinkError::EntryVanished { .. }) if attempt < READ_ATTEMPTS => continue,
+                other => return other,
+            }
+        }
     }
 
     async fn files_of(&self, entries: &[(u64, bool)]) -> Result<Vec<FileEntry>, FileSinkError> {
@@ -220,10 +249,9 @@ impl MetadataLog {
     }
 
     fn vanished(&self, batch: u64, compact: bool) -> FileSinkError {
-        FileSinkError::BadEntry {
+        FileSinkError::EntryVanished {
             location: self.output.shown.clone(),
             path: format!("{LOG_DIR}/{}", name(batch, compact)),
-            reason: "it was listed but is gone (a compaction removed it meanwhile); read the log again".into(),
         }
     }
 
@@ -239,23 +267,30 @@ impl MetadataLog {
         Ok(Bytes::from(out))
     }
 
-    /// Writes the entry of batch `header.batch_id` listing `files`, as a
-    /// compact entry if the batch is one, with a put-if-absent.
+    /// Claims batch `header.batch_id`'s entry, listing `files`, with a
+    /// put-if-absent (the commit); then, if the batch is one, writes its
+    /// compact entry from the log.
     pub(crate) async fn commit(&self, header: EntryHeader, files: Vec<FileEntry>) -> Result<Written, FileSinkError> {
         let batch = header.batch_id;
-        if !self.compacts(batch) {
-            return self.put(&header, &files, false).await;
+        let written = self.put(&header, &files, false).await?;
+        if written == Written::Written && self.compacts(batch) {
+            // The batch is committed; its compact entry only spares readers
+            // the entries before it, so its failure is logged, not raised.
+            if let Err(e) = self.compact_at(batch).await {
+                tracing::warn!(output = %self.output.shown, batch, error = %e, "could not write the compact log entry; the next one covers it");
+            }
         }
-        let entries = self.list().await?;
-        let before: Vec<(u64, bool)> = entries.iter().copied().filter(|(b, _)| *b < batch).collect();
-        let mut all = self.files_of(&before).await?;
-        let committed_at = header.committed_at;
-        all.extend(files.into_iter().map(|mut f| {
-            f.batch_id = batch;
-            f.committed_at = committed_at;
-            f
-        }));
-        self.compact_into(header, all, &entries).await
+        Ok(written)
+    }
+
+    /// Writes `batch.compact` listing every file up to `batch`.
+    async fn compact_at(&self, batch: u64) -> Result<(), FileSinkError> {
+        let latest = self
+            .read(batch, false)
+            .await?
+            .ok_or_else(|| self.vanished(batch, false))?;
+        let all = self.files_through(batch).await?;
+        self.compact_into(latest.header, all).await.map(|_| ())
     }
 
     /// Rewrites the log's latest batch as a compact entry (if it is not one
@@ -266,22 +301,12 @@ impl MetadataLog {
             return Ok(None);
         };
         if !entries.contains(&(batch, true)) {
-            let latest = self
-                .read(batch, false)
-                .await?
-                .ok_or_else(|| self.vanished(batch, false))?;
-            let all = self.files_of(&entries).await?;
-            self.compact_into(latest.header, all, &entries).await?;
+            self.compact_at(batch).await?;
         }
         Ok(Some(BatchId(batch)))
     }
 
-    async fn compact_into(
-        &self,
-        mut header: EntryHeader,
-        mut files: Vec<FileEntry>,
-        entries: &[(u64, bool)],
-    ) -> Result<Written, FileSinkError> {
+    async fn compact_into(&self, mut header: EntryHeader, mut files: Vec<FileEntry>) -> Result<Written, FileSinkError> {
         let batch = header.batch_id;
         if let Some(retention) = self.retention {
             let cutoff =
@@ -299,7 +324,7 @@ impl MetadataLog {
         header.retained_from = Some(files.iter().map(|f| f.batch_id).min().unwrap_or(batch));
         let written = self.put(&header, &files, true).await?;
         if written == Written::Written {
-            self.clean_up(batch, entries).await;
+            self.clean_up(batch).await;
         }
         Ok(written)
     }
@@ -331,19 +356,22 @@ impl MetadataLog {
 
     /// After compact entry `batch`: removes the entries the previous
     /// compact entry covers (a reader that listed the log before sees that
-    /// compact entry and what follows it, which stay). Best effort.
-    async fn clean_up(&self, batch: u64, entries: &[(u64, bool)]) {
+    /// compact entry and what follows it, which stay), once they are older
+    /// than [`CLEANUP_DELAY`]. Best effort.
+    async fn clean_up(&self, batch: u64) {
+        let Ok(entries) = self.list_dated().await else { return };
         let Some(previous) = entries
             .iter()
             .rev()
-            .find(|(b, compact)| *compact && *b < batch)
-            .map(|(b, _)| *b)
+            .find(|((b, compact), _)| *compact && *b < batch)
+            .map(|((b, _), _)| *b)
         else {
             return;
         };
-        for &(b, compact) in entries {
+        let cutoff = chrono::Utc::now() - chrono::Duration::from_std(CLEANUP_DELAY).unwrap_or_default();
+        for ((b, compact), modified) in entries {
             let redundant = b < previous || (b == previous && !compact);
-            if !redundant {
+            if !redundant || modified > cutoff {
                 continue;
             }
             let Ok(path) = self.entry_path(b, compact) else {

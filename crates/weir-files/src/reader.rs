@@ -14,7 +14,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::Serialize;
 
 use crate::error::FileSinkError;
-use crate::log::{FileEntry, MetadataLog, LOG_DIR};
+use crate::log::{FileEntry, MetadataLog};
 use crate::store::Output;
 
 /// An output directory read through its metadata log.
@@ -95,24 +95,34 @@ impl FileLog {
         Ok(out)
     }
 
-    /// Files under the output directory (outside the log's) that no entry
-    /// lists and that are older than `older_than`: files of failed attempts,
-    /// and files of batches that left the log with its retention. A younger
-    /// file may belong to a batch being written.
+    /// Files weir wrote under the output directory that no entry lists and
+    /// that are older than `older_than`: files of failed attempts, and of
+    /// batches that left the log with its retention. Only weir's data file
+    /// names (`part-<batch>-...`) of batches the log has reached count, so
+    /// files of a batch being written are never taken, whatever their age;
+    /// nor are files under `_` or `.` folders (checkpoints, staging) or
+    /// anyone else's files. An output without a log has no orphans.
     pub async fn orphans(&self, older_than: Duration) -> Result<Vec<Orphan>, FileSinkError> {
-        let listed: HashSet<String> = self.files().await?.into_iter().map(|f| f.path).collect();
+        // Listing first, then the log: a batch committed in between is in
+        // the log read after, so none of its files is taken.
         let all: Vec<object_store::ObjectMeta> = self
             .output
             .store
             .list(Some(&self.output.root))
             .try_collect()
             .await
-            .map_err(self.output.store_err(""))?;
+            .map_err(self.output.store_err("(the listing)"))?;
+        let Some(latest) = self.log.latest().await? else {
+            return Ok(Vec::new());
+        };
+        let listed: HashSet<String> = self.files().await?.into_iter().map(|f| f.path).collect();
         let now = chrono::Utc::now();
         let mut orphans = Vec::new();
         for meta in all {
             let path = self.output.relative(&meta.location);
-            if path.starts_with(&format!("{LOG_DIR}/")) || listed.contains(&path) {
+            let hidden = path.split('/').any(|part| part.starts_with(['_', '.']));
+            let committed_batch = batch_of(&path).is_some_and(|b| b <= latest.header.batch_id);
+            if hidden || !committed_batch || listed.contains(&path) {
                 continue;
             }
             let age = (now - meta.last_modified).to_std().unwrap_or_default();
@@ -129,8 +139,7 @@ impl FileLog {
     }
 
     /// Deletes [`orphans`](Self::orphans) older than `older_than` (at
-    /// least a minute: younger files may be a batch's in flight). Returns
-    /// what was deleted.
+    /// least a minute). Returns what was deleted.
     pub async fn remove_orphans(&self, older_than: Duration) -> Result<Vec<Orphan>, FileSinkError> {
         if older_than < Duration::from_secs(60) {
             return Err(FileSinkError::Unsupported {
@@ -153,6 +162,16 @@ impl FileLog {
     }
 }
 
+/// The batch of a data file weir named `part-<batch>-...`.
+fn batch_of(path: &str) -> Option<u64> {
+    let name = path.rsplit('/').next()?;
+    let rest = name.strip_prefix("part-")?;
+    let digits: &str = rest.split('-').next()?;
+    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
 /// `batch` with `file`'s partition values appended as string columns.
 fn with_partition(batch: RecordBatch, file: &FileEntry) -> Result<RecordBatch, arrow_schema::ArrowError> {
     if file.partition.is_empty() {
@@ -165,4 +184,17 @@ fn with_partition(batch: RecordBatch, file: &FileEntry) -> Result<RecordBatch, a
         columns.push(Arc::new(StringArray::from(vec![value.clone(); batch.num_rows()])));
     }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_are_read_from_weirs_file_names_only() {
+        assert_eq!(batch_of("b=1/part-00012-abc-def-p000-000.zstd.parquet"), Some(12));
+        assert_eq!(batch_of("part-00003-q-a-c000-p000-001.json"), Some(3));
+        assert_eq!(batch_of("part-stray.zstd.parquet"), None);
+        assert_eq!(batch_of("data/other.parquet"), None);
+    }
 }

@@ -178,7 +178,11 @@ impl FileSink {
         }
         let query_id = uuid::Uuid::parse_str(&h.query_id)
             .map(QueryId)
-            .unwrap_or_else(|_| QueryId::unknown());
+            .map_err(|e| FileSinkError::BadEntry {
+                location: self.output.shown.clone(),
+                path: format!("{}/{}", crate::LOG_DIR, h.batch_id),
+                reason: format!("query id {:?}: {e}", h.query_id),
+            })?;
         Ok(Some(SinkMarker {
             query_id,
             batch_id: BatchId(h.batch_id),
@@ -314,12 +318,9 @@ impl Sink for FileSink {
                 ),
             }
         }
-        Err(core(FileSinkError::Unsupported {
+        Err(core(FileSinkError::LogConflict {
             location: self.output.shown.clone(),
-            reason: format!(
-                "batch {}'s log entry exists but the log's latest entry does not show it; the log may be damaged",
-                ctx.batch_id
-            ),
+            batch_id: ctx.batch_id,
         }))
     }
 

@@ -38,24 +38,44 @@ impl FileFormat {
     }
 }
 
-/// The schema JSON lines are written with: a time zone named UTC becomes
-/// the offset `+00:00` (the same instants; the JSON encoder reads offsets
-/// only). `Err` names a column whose time zone is another name.
+/// The schema JSON lines are written with: a time zone the JSON encoder
+/// cannot read (it reads offsets, and names only when built with time zone
+/// data) but that names UTC becomes the offset `+00:00` (the same
+/// instants). `Err` names a column whose time zone it can read in no way,
+/// nested columns included.
 pub(crate) fn json_schema(schema: &Schema) -> Result<Schema, String> {
+    fn readable(tz: &str) -> bool {
+        tz.parse::<arrow_array::timezone::Tz>().is_ok()
+    }
+    fn check_nested(field: &Field) -> Result<(), String> {
+        let mut stack = vec![field.data_type().clone()];
+        while let Some(t) = stack.pop() {
+            match t {
+                DataType::Timestamp(_, Some(tz)) if !readable(&tz) => return Err(format!(
+                    "column {:?} holds a time zone {tz:?} the JSON encoder cannot read; cast it to an offset (+00:00)",
+                    field.name()
+                )),
+                DataType::Struct(fields) => stack.extend(fields.iter().map(|f| f.data_type().clone())),
+                DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) | DataType::Map(f, _) => {
+                    stack.push(f.data_type().clone())
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
     let fields = schema
         .fields()
         .iter()
         .map(|f| match f.data_type() {
-            DataType::Timestamp(unit, Some(tz)) if tz.starts_with(['+', '-']) => Ok(f.as_ref().clone()),
-            DataType::Timestamp(unit, Some(tz)) if matches!(tz.as_ref(), "UTC" | "Etc/UTC" | "Z" | "GMT") => Ok(f
-                .as_ref()
-                .clone()
-                .with_data_type(DataType::Timestamp(*unit, Some("+00:00".into())))),
-            DataType::Timestamp(_, Some(tz)) => Err(format!(
-                "column {:?} has time zone {tz:?}; JSON lines are written with offset time zones (+00:00), so cast it",
-                f.name()
-            )),
-            _ => Ok(f.as_ref().clone()),
+            DataType::Timestamp(unit, Some(tz))
+                if !readable(tz) && matches!(tz.as_ref(), "UTC" | "Etc/UTC" | "Z" | "GMT") =>
+            {
+                Ok(f.as_ref()
+                    .clone()
+                    .with_data_type(DataType::Timestamp(*unit, Some("+00:00".into()))))
+            }
+            _ => check_nested(f).map(|()| f.as_ref().clone()),
         })
         .collect::<Result<Vec<Field>, String>>()?;
     Ok(Schema::new(fields))
