@@ -51,10 +51,12 @@ pub(crate) fn json_schema(schema: &Schema) -> Result<Schema, String> {
         let mut stack = vec![field.data_type().clone()];
         while let Some(t) = stack.pop() {
             match t {
-                DataType::Timestamp(_, Some(tz)) if !readable(&tz) => return Err(format!(
+                DataType::Timestamp(_, Some(tz)) if !readable(&tz) => {
+                    return Err(format!(
                     "column {:?} holds a time zone {tz:?} the JSON encoder cannot read; cast it to an offset (+00:00)",
                     field.name()
-                )),
+                ))
+                }
                 DataType::Struct(fields) => stack.extend(fields.iter().map(|f| f.data_type().clone())),
                 DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) | DataType::Map(f, _) => {
                     stack.push(f.data_type().clone())
