@@ -47,10 +47,11 @@ mod path;
 mod registry;
 
 pub use catalogs::{Catalogs, TableEntry, TableSink};
-pub use compact::{CompactGroupSummary, CompactOptions, CompactProgress, CompactSummary};
+pub use compact::CompactSummary;
 pub use config::{lake_dir, CatalogConfig, CatalogKind, Config, DEFAULT_CATALOG, DEFAULT_LAKE_DIR};
 pub use describe::{HistoryEntry, QueryMarker, TableDescription};
 pub use error::CatalogError;
 pub use format::TableFormat;
 pub use name::TableName;
 pub use options::TableOptions;
+pub use weir_core::maintenance::{CompactGroup, CompactOptions, CompactProgress, CompactReport};

@@ -100,7 +100,7 @@ pub async fn run(catalogs: &Catalogs, name: &str, options: CompactOptions, json:
                     bar.groups = groups;
                     bar.total = bytes;
                 }
-                CompactProgress::Rewritten { bytes } => {
+                CompactProgress::Rewritten { bytes, .. } => {
                     bar.rewritten += 1;
                     bar.done += bytes;
                 }
@@ -121,16 +121,18 @@ pub async fn run(catalogs: &Catalogs, name: &str, options: CompactOptions, json:
     Ok(())
 }
 
-fn print_summary(s: &CompactSummary) {
+fn print_summary(summary: &CompactSummary) {
+    let s = &summary.report;
+    let target = s.target_file_size;
     if s.dry_run {
         println!(
             "{} ({}): would rewrite {} groups, {} files, {} (target {} files)",
-            s.name,
-            s.format.as_str(),
+            summary.name,
+            summary.format.as_str(),
             s.groups.len(),
             s.groups.iter().map(|g| g.files.len()).sum::<usize>(),
             size(s.groups.iter().map(|g| g.bytes).sum()),
-            size(s.target_file_size)
+            size(target)
         );
         for g in &s.groups {
             let partition: Vec<String> = g
@@ -138,7 +140,7 @@ fn print_summary(s: &CompactSummary) {
                 .iter()
                 .map(|(k, v)| format!("{k}={}", v.as_deref().unwrap_or("null")))
                 .collect();
-            let out = g.bytes.div_ceil(s.target_file_size.max(1));
+            let out = g.bytes.div_ceil(target.max(1));
             println!(
                 "  {}: {} files, {} -> about {out} file{}",
                 if partition.is_empty() {
@@ -155,9 +157,9 @@ fn print_summary(s: &CompactSummary) {
     }
     println!(
         "{} ({}): compacted in {:.1} s",
-        s.name,
-        s.format.as_str(),
-        s.duration_ms as f64 / 1000.0
+        summary.name,
+        summary.format.as_str(),
+        s.duration.as_secs_f64()
     );
     println!(
         "  groups:  {} rewritten, {} dropped (another writer removed an input)",
@@ -166,9 +168,9 @@ fn print_summary(s: &CompactSummary) {
     );
     println!(
         "  files:   {} -> {} (removed {}, added {})",
-        s.files_before, s.files_after, s.files_removed, s.files_added
+        s.files_before, summary.files_after, s.files_removed, s.files_added
     );
-    println!("  bytes:   {} -> {}", size(s.bytes_before), size(s.bytes_after));
+    println!("  bytes:   {} -> {}", size(s.bytes_before), size(summary.bytes_after));
     println!("  rows rewritten: {}", s.rows);
     let commits: Vec<String> = s.commits.iter().map(i64::to_string).collect();
     println!(

@@ -86,20 +86,25 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             dry_run,
             json,
         } => {
-            let options = weir::catalog::CompactOptions {
+            let mut options = weir::catalog::CompactOptions {
                 target_file_size: target_file_size
                     .as_deref()
                     .map(|t| compact::parse_size("--target-file-size", t))
                     .transpose()?,
-                min_input_files: *min_input_files,
-                max_concurrent_rewrites: *max_concurrent,
                 groups_per_commit: *commit_every,
                 partition: filters
                     .iter()
                     .map(|f| compact::parse_filter(f))
                     .collect::<Result<_, _>>()?,
                 dry_run: *dry_run,
+                ..Default::default()
             };
+            if let Some(n) = min_input_files {
+                options.min_input_files = (*n).max(2);
+            }
+            if let Some(n) = max_concurrent {
+                options.max_concurrent_rewrites = (*n).max(1);
+            }
             compact::run(&catalogs(&cli)?, name, options, *json).await
         }
         Command::RewriteManifests { name, dry_run, json } => {

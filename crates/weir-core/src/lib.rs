@@ -60,6 +60,7 @@ pub mod crash;
 mod driver;
 mod error;
 pub mod ids;
+pub mod maintenance;
 pub mod partition;
 pub mod progress;
 pub mod protocol;

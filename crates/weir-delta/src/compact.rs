@@ -20,9 +20,10 @@ use futures::StreamExt;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use serde::Serialize;
 use serde_json::{json, Value};
 use url::Url;
+
+use weir_core::maintenance::{CompactGroup, CompactOptions, CompactProgress, CompactReport};
 
 use crate::entry;
 use crate::error::DeltaSinkError;
@@ -43,18 +44,6 @@ const STRICT: arrow_cast::CastOptions<'static> = arrow_cast::CastOptions {
     safe: false,
     format_options: arrow_cast::display::FormatOptions::new(),
 };
-
-/// What a compaction reports as it goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CompactProgress {
-    /// The plan: groups, input files and bytes.
-    Planned { groups: usize, files: usize, bytes: u64 },
-    /// One group's files were rewritten (not yet committed).
-    Rewritten { group: usize, bytes: u64, files_out: usize },
-    /// A commit landed with this many groups.
-    Committed { version: u64, groups: usize },
-}
 
 type ProgressFn = Arc<dyn Fn(CompactProgress) + Send + Sync>;
 
@@ -89,13 +78,8 @@ type ProgressFn = Arc<dyn Fn(CompactProgress) + Send + Sync>;
 pub struct Compact {
     location: String,
     storage: std::collections::HashMap<String, String>,
-    target_file_size: Option<u64>,
-    min_input_files: usize,
-    max_concurrent_rewrites: usize,
-    groups_per_commit: Option<usize>,
-    partition_filter: BTreeMap<String, Option<String>>,
+    options: CompactOptions,
     compression: Compression,
-    dry_run: bool,
     progress: Option<ProgressFn>,
 }
 
@@ -103,68 +87,8 @@ impl std::fmt::Debug for Compact {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Compact")
             .field("location", &self.location)
-            .field("target_file_size", &self.target_file_size)
-            .field("min_input_files", &self.min_input_files)
-            .field("max_concurrent_rewrites", &self.max_concurrent_rewrites)
-            .field("groups_per_commit", &self.groups_per_commit)
-            .field("partition_filter", &self.partition_filter)
-            .field("dry_run", &self.dry_run)
+            .field("options", &self.options)
             .finish_non_exhaustive()
-    }
-}
-
-/// One group of the plan: small files of one partition, rewritten together.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CompactGroup {
-    /// The partition's values (empty for an unpartitioned table).
-    pub partition: BTreeMap<String, Option<String>>,
-    /// The input files, as paths in the table.
-    pub files: Vec<String>,
-    /// Their bytes.
-    pub bytes: u64,
-}
-
-/// What a compaction did (or, in a dry run, would do).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct CompactReport {
-    /// Whether this was a dry run (nothing written).
-    pub dry_run: bool,
-    /// The version the plan was made on.
-    pub read_version: u64,
-    /// The target file size used.
-    pub target_file_size: u64,
-    /// Live files and bytes at the planned version.
-    pub files_before: usize,
-    pub bytes_before: u64,
-    /// The planned groups.
-    pub groups: Vec<CompactGroup>,
-    /// Groups dropped because another writer removed one of their inputs.
-    pub groups_dropped: usize,
-    /// Other writers' commits this job's commits were rebased over.
-    pub concurrent_commits: usize,
-    /// The versions this job committed.
-    pub commits: Vec<u64>,
-    /// Files and bytes removed and added by those commits.
-    pub files_removed: usize,
-    pub bytes_removed: u64,
-    pub files_added: usize,
-    pub bytes_added: u64,
-    /// Rows rewritten.
-    pub rows: i64,
-    /// How long the job took.
-    pub duration: Duration,
-}
-
-impl CompactReport {
-    /// Live files after the job, counting only the planned version's files
-    /// (files other writers added meanwhile are not included).
-    pub fn files_after(&self) -> usize {
-        self.files_before + self.files_added - self.files_removed
-    }
-
-    /// Live bytes after the job, counted as [`files_after`](Self::files_after).
-    pub fn bytes_after(&self) -> u64 {
-        self.bytes_before + self.bytes_added - self.bytes_removed
     }
 }
 
@@ -194,15 +118,18 @@ impl Compact {
         Ok(Compact {
             location: location.to_string(),
             storage: Default::default(),
-            target_file_size: None,
-            min_input_files: 2,
-            max_concurrent_rewrites: std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
-            groups_per_commit: None,
-            partition_filter: BTreeMap::new(),
+            options: CompactOptions::default(),
             compression: Compression::default(),
-            dry_run: false,
             progress: None,
         })
+    }
+
+    /// Every option at once.
+    pub fn with_options(mut self, options: CompactOptions) -> Self {
+        self.options = options;
+        self.options.min_input_files = self.options.min_input_files.max(2);
+        self.options.max_concurrent_rewrites = self.options.max_concurrent_rewrites.max(1);
+        self
     }
 
     /// Object storage options (as `DeltaSink::with_storage_option`).
@@ -214,34 +141,34 @@ impl Compact {
     /// The size of the files written; files under three quarters of it are
     /// inputs.
     pub fn target_file_size(mut self, bytes: u64) -> Self {
-        self.target_file_size = Some(bytes.max(1));
+        self.options.target_file_size = Some(bytes.max(1));
         self
     }
 
     /// The fewest files a group must have to be rewritten (at least 2).
     pub fn min_input_files(mut self, files: usize) -> Self {
-        self.min_input_files = files.max(2);
+        self.options.min_input_files = files.max(2);
         self
     }
 
     /// How many groups are rewritten at once. Peak memory is about this
     /// many times the target file size, whatever the table's size.
     pub fn max_concurrent_rewrites(mut self, groups: usize) -> Self {
-        self.max_concurrent_rewrites = groups.max(1);
+        self.options.max_concurrent_rewrites = groups.max(1);
         self
     }
 
     /// Commit every `groups` groups (partial progress for large tables)
     /// instead of once at the end.
     pub fn groups_per_commit(mut self, groups: usize) -> Self {
-        self.groups_per_commit = Some(groups.max(1));
+        self.options.groups_per_commit = Some(groups.max(1));
         self
     }
 
     /// Only the partitions where `column` has `value` (`None`: null). Each
     /// call adds a condition; all must hold.
     pub fn partition(mut self, column: impl Into<String>, value: Option<String>) -> Self {
-        self.partition_filter.insert(column.into(), value);
+        self.options.partition.insert(column.into(), value);
         self
     }
 
@@ -253,7 +180,7 @@ impl Compact {
 
     /// Plans only: report the groups, write nothing.
     pub fn dry_run(mut self, yes: bool) -> Self {
-        self.dry_run = yes;
+        self.options.dry_run = yes;
         self
     }
 
@@ -298,7 +225,7 @@ impl Compact {
             )));
         }
         let partition_columns: Vec<String> = metadata.partition_columns().to_vec();
-        if let Some(c) = self.partition_filter.keys().find(|c| !partition_columns.contains(c)) {
+        if let Some(c) = self.options.partition.keys().find(|c| !partition_columns.contains(c)) {
             return Err(DeltaSinkError::Partition {
                 table: url.to_string(),
                 column: c.clone(),
@@ -309,6 +236,7 @@ impl Compact {
             });
         }
         let target = self
+            .options
             .target_file_size
             .unwrap_or_else(|| snapshot.table_config().target_file_size().get());
         let mut inputs = Vec::new();
@@ -335,8 +263,8 @@ impl Compact {
         }
         let groups = self.plan(inputs, &partition_columns, target);
         let mut report = CompactReport {
-            dry_run: self.dry_run,
-            read_version,
+            dry_run: self.options.dry_run,
+            read_version: Some(read_version as i64),
             target_file_size: target,
             files_before,
             bytes_before,
@@ -348,7 +276,7 @@ impl Compact {
             files: groups.iter().map(Vec::len).sum(),
             bytes: report.groups.iter().map(|g| g.bytes).sum(),
         });
-        if self.dry_run || groups.is_empty() {
+        if self.options.dry_run || groups.is_empty() {
             report.duration = started.elapsed();
             return Ok(report);
         }
@@ -376,7 +304,7 @@ impl Compact {
             prefix: format!("weir-compact-{}", uuid::Uuid::new_v4()),
         });
         let mut log = LogTail::start(table.log_store().as_ref(), read_version, &url).await?;
-        let per_commit = self.groups_per_commit.unwrap_or(groups.len());
+        let per_commit = self.options.groups_per_commit.unwrap_or(groups.len());
         let mut indexed: Vec<(usize, Vec<Input>)> = groups.into_iter().enumerate().collect();
         while !indexed.is_empty() {
             let rest = indexed.split_off(per_commit.min(indexed.len()));
@@ -390,16 +318,22 @@ impl Compact {
             report.groups_dropped += outcome.dropped;
             report.concurrent_commits += outcome.concurrent;
             if let Some(version) = outcome.version {
-                report.commits.push(version);
+                report.commits.push(version as i64);
                 for g in &outcome.committed {
-                    report.files_removed += g.inputs.len();
-                    report.bytes_removed += g.inputs.iter().map(|r| r.size.unwrap_or(0) as u64).sum::<u64>();
-                    report.files_added += g.outputs.len();
-                    report.bytes_added += g.outputs.iter().map(|a| a.size as u64).sum::<u64>();
-                    report.rows += g.outputs.iter().map(|a| a.rows).sum::<i64>();
+                    report.count_group(
+                        (
+                            g.inputs.len(),
+                            g.inputs.iter().map(|r| r.size.unwrap_or(0) as u64).sum(),
+                        ),
+                        (
+                            g.outputs.len(),
+                            g.outputs.iter().map(|a| a.size as u64).sum(),
+                            g.outputs.iter().map(|a| a.rows.max(0) as u64).sum(),
+                        ),
+                    );
                 }
                 self.report(CompactProgress::Committed {
-                    version,
+                    commit: version as i64,
                     groups: outcome.committed.len(),
                 });
                 let options = DeltaSinkOptions {
@@ -428,7 +362,8 @@ impl Compact {
         for input in inputs {
             let values = input.remove.partition_values.clone().unwrap_or_default();
             let selected = self
-                .partition_filter
+                .options
+                .partition
                 .iter()
                 .all(|(c, v)| values.get(c).is_some_and(|x| x == v));
             let size = input.remove.size.unwrap_or(i64::MAX) as u64;
@@ -457,7 +392,7 @@ impl Compact {
             }
             groups.push(group);
         }
-        groups.retain(|g| g.len() >= self.min_input_files);
+        groups.retain(|g| g.len() >= self.options.min_input_files);
         groups
     }
 
@@ -468,7 +403,7 @@ impl Compact {
             let job = job.clone();
             Rewrite(tokio::spawn(async move { job.rewrite(index, group).await }))
         });
-        let mut results = futures::stream::iter(tasks).buffer_unordered(self.max_concurrent_rewrites);
+        let mut results = futures::stream::iter(tasks).buffer_unordered(self.options.max_concurrent_rewrites);
         let mut done = Vec::new();
         let mut failure = None;
         while let Some(joined) = results.next().await {

@@ -80,9 +80,10 @@ mod stats;
 mod table;
 mod writer;
 
-pub use compact::{Compact, CompactGroup, CompactProgress, CompactReport};
+pub use compact::Compact;
 pub use describe::{describe, history, DeltaCommit, DeltaQueryMarker, DeltaTableSummary};
 pub use error::DeltaSinkError;
 pub use maintenance::{checkpoint_log, LogReport, Vacuum, VacuumReport, DEFAULT_VACUUM_RETENTION};
 pub use options::{Compression, DeltaSinkOptions};
 pub use sink::DeltaSink;
+pub use weir_core::maintenance::{CompactGroup, CompactOptions, CompactProgress, CompactReport};

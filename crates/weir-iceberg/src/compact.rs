@@ -15,8 +15,9 @@ use iceberg::writer::file_writer::location_generator::DefaultLocationGenerator;
 use iceberg::TableIdent;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
-use serde::Serialize;
 use weir_core::sink::DataWriter;
+
+use weir_core::maintenance::{CompactGroup, CompactOptions, CompactProgress, CompactReport};
 
 use crate::catalog::{after_swap, parse_ident, shown, Catalog, LoadedTable, Swap};
 use crate::commit::{Change, Producer, Replaced, Request};
@@ -36,18 +37,6 @@ const STRICT: arrow_cast::CastOptions<'static> = arrow_cast::CastOptions {
     safe: false,
     format_options: arrow_cast::display::FormatOptions::new(),
 };
-
-/// What a compaction reports as it goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CompactProgress {
-    /// The plan: groups, input files and bytes.
-    Planned { groups: usize, files: usize, bytes: u64 },
-    /// One group's files were rewritten (not yet committed).
-    Rewritten { group: usize, bytes: u64, files_out: usize },
-    /// A snapshot with this many groups was swapped in.
-    Committed { snapshot_id: i64, groups: usize },
-}
 
 type ProgressFn = Arc<dyn Fn(CompactProgress) + Send + Sync>;
 
@@ -81,12 +70,7 @@ type ProgressFn = Arc<dyn Fn(CompactProgress) + Send + Sync>;
 pub struct Compact {
     catalog: Arc<dyn Catalog>,
     ident: TableIdent,
-    target_file_size: Option<u64>,
-    min_input_files: usize,
-    max_concurrent_rewrites: usize,
-    groups_per_commit: Option<usize>,
-    partition_filter: BTreeMap<String, Option<String>>,
-    dry_run: bool,
+    options: CompactOptions,
     progress: Option<ProgressFn>,
 }
 
@@ -94,68 +78,8 @@ impl std::fmt::Debug for Compact {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Compact")
             .field("table", &shown(&self.ident))
-            .field("target_file_size", &self.target_file_size)
-            .field("min_input_files", &self.min_input_files)
-            .field("max_concurrent_rewrites", &self.max_concurrent_rewrites)
-            .field("groups_per_commit", &self.groups_per_commit)
-            .field("partition_filter", &self.partition_filter)
-            .field("dry_run", &self.dry_run)
+            .field("options", &self.options)
             .finish_non_exhaustive()
-    }
-}
-
-/// One group of the plan: small files of one partition, rewritten together.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CompactGroup {
-    /// The partition's values by partition field, as Iceberg shows them
-    /// (`ts_day` = `2024-05-01`); empty for an unpartitioned table.
-    pub partition: BTreeMap<String, Option<String>>,
-    /// The input files.
-    pub files: Vec<String>,
-    /// Their bytes.
-    pub bytes: u64,
-}
-
-/// What a compaction did (or, in a dry run, would do).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct CompactReport {
-    /// Whether this was a dry run (nothing written).
-    pub dry_run: bool,
-    /// The snapshot the plan was made on.
-    pub read_snapshot: Option<i64>,
-    /// The target file size used.
-    pub target_file_size: u64,
-    /// Live data files and bytes at the planned snapshot.
-    pub files_before: usize,
-    pub bytes_before: u64,
-    /// The planned groups.
-    pub groups: Vec<CompactGroup>,
-    /// Groups dropped because another writer removed one of their inputs.
-    pub groups_dropped: usize,
-    /// Other writers' commits this job's commits were built on top of.
-    pub concurrent_commits: usize,
-    /// The snapshots this job committed.
-    pub commits: Vec<i64>,
-    /// Files and bytes removed and added by those commits.
-    pub files_removed: usize,
-    pub bytes_removed: u64,
-    pub files_added: usize,
-    pub bytes_added: u64,
-    /// Rows rewritten.
-    pub rows: u64,
-    /// How long the job took.
-    pub duration: Duration,
-}
-
-impl CompactReport {
-    /// Live files after the job, counting only the planned snapshot's files.
-    pub fn files_after(&self) -> usize {
-        self.files_before + self.files_added - self.files_removed
-    }
-
-    /// Live bytes after the job, counted as [`files_after`](Self::files_after).
-    pub fn bytes_after(&self) -> u64 {
-        self.bytes_before + self.bytes_added - self.bytes_removed
     }
 }
 
@@ -174,53 +98,56 @@ impl Compact {
         Ok(Compact {
             catalog,
             ident: parse_ident(name)?,
-            target_file_size: None,
-            min_input_files: 2,
-            max_concurrent_rewrites: std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
-            groups_per_commit: None,
-            partition_filter: BTreeMap::new(),
-            dry_run: false,
+            options: CompactOptions::default(),
             progress: None,
         })
+    }
+
+    /// Every option at once.
+    pub fn with_options(mut self, options: CompactOptions) -> Self {
+        self.options = options;
+        self.options.min_input_files = self.options.min_input_files.max(2);
+        self.options.max_concurrent_rewrites = self.options.max_concurrent_rewrites.max(1);
+        self
     }
 
     /// The size of the files written; files under three quarters of it are
     /// inputs.
     pub fn target_file_size(mut self, bytes: u64) -> Self {
-        self.target_file_size = Some(bytes.max(1));
+        self.options.target_file_size = Some(bytes.max(1));
         self
     }
 
     /// The fewest files a group must have to be rewritten (at least 2).
     pub fn min_input_files(mut self, files: usize) -> Self {
-        self.min_input_files = files.max(2);
+        self.options.min_input_files = files.max(2);
         self
     }
 
     /// How many groups are rewritten at once. Peak memory is bounded by
     /// this many writers' row groups, whatever the table's size.
     pub fn max_concurrent_rewrites(mut self, groups: usize) -> Self {
-        self.max_concurrent_rewrites = groups.max(1);
+        self.options.max_concurrent_rewrites = groups.max(1);
         self
     }
 
     /// Commit every `groups` groups (partial progress for large tables)
     /// instead of once at the end.
     pub fn groups_per_commit(mut self, groups: usize) -> Self {
-        self.groups_per_commit = Some(groups.max(1));
+        self.options.groups_per_commit = Some(groups.max(1));
         self
     }
 
     /// Only the partitions whose partition field `field` shows `value`
     /// (`None`: null). Each call adds a condition; all must hold.
     pub fn partition(mut self, field: impl Into<String>, value: Option<String>) -> Self {
-        self.partition_filter.insert(field.into(), value);
+        self.options.partition.insert(field.into(), value);
         self
     }
 
     /// Plans only: report the groups, write nothing.
     pub fn dry_run(mut self, yes: bool) -> Self {
-        self.dry_run = yes;
+        self.options.dry_run = yes;
         self
     }
 
@@ -255,10 +182,11 @@ impl Compact {
         let base = load_existing(self.catalog.as_ref(), &self.ident).await?;
         let metadata = &base.metadata;
         let table_layout = self.layout(metadata)?;
-        let target = self.target_file_size.unwrap_or(table_layout.target_file_size);
+        let target = self.options.target_file_size.unwrap_or(table_layout.target_file_size);
         let spec = metadata.default_partition_spec().clone();
         let unknown: Vec<&String> = self
-            .partition_filter
+            .options
+            .partition
             .keys()
             .filter(|k| !spec.fields().iter().any(|f| &f.name == *k))
             .collect();
@@ -273,8 +201,8 @@ impl Compact {
         }
         let live = self.live_files(&base).await?;
         let mut report = CompactReport {
-            dry_run: self.dry_run,
-            read_snapshot: metadata.current_snapshot_id(),
+            dry_run: self.options.dry_run,
+            read_version: metadata.current_snapshot_id(),
             target_file_size: target,
             files_before: live.files.len(),
             bytes_before: live.files.iter().map(|(f, _)| f.file_size_in_bytes()).sum(),
@@ -287,7 +215,7 @@ impl Compact {
             files: groups.iter().map(Vec::len).sum(),
             bytes: report.groups.iter().map(|g| g.bytes).sum(),
         });
-        if self.dry_run || groups.is_empty() {
+        if self.options.dry_run || groups.is_empty() {
             report.duration = started.elapsed();
             return Ok(report);
         }
@@ -315,7 +243,7 @@ impl Compact {
             prefix: format!("weir-compact-{}", uuid::Uuid::new_v4()),
         });
         let mut since = metadata.current_snapshot_id();
-        let per_commit = self.groups_per_commit.unwrap_or(groups.len());
+        let per_commit = self.options.groups_per_commit.unwrap_or(groups.len());
         let mut indexed: Vec<(usize, Vec<DataFile>)> = groups.into_iter().enumerate().collect();
         while !indexed.is_empty() {
             let rest = indexed.split_off(per_commit.min(indexed.len()));
@@ -333,14 +261,17 @@ impl Compact {
                 since = Some(snapshot_id);
                 report.commits.push(snapshot_id);
                 for g in &committed {
-                    report.files_removed += g.inputs.len();
-                    report.bytes_removed += g.inputs.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
-                    report.files_added += g.outputs.len();
-                    report.bytes_added += g.outputs.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
-                    report.rows += g.outputs.iter().map(|f| f.record_count()).sum::<u64>();
+                    report.count_group(
+                        (g.inputs.len(), g.inputs.iter().map(|f| f.file_size_in_bytes()).sum()),
+                        (
+                            g.outputs.len(),
+                            g.outputs.iter().map(|f| f.file_size_in_bytes()).sum(),
+                            g.outputs.iter().map(|f| f.record_count()).sum(),
+                        ),
+                    );
                 }
                 self.report(CompactProgress::Committed {
-                    snapshot_id,
+                    commit: snapshot_id,
                     groups: committed.len(),
                 });
             }
@@ -417,7 +348,8 @@ impl Compact {
             }
             let values = partition_values(metadata, spec_id, &file);
             let selected = self
-                .partition_filter
+                .options
+                .partition
                 .iter()
                 .all(|(k, v)| values.get(k).is_some_and(|x| x == v));
             if selected {
@@ -438,7 +370,7 @@ impl Compact {
             }
             groups.push(group);
         }
-        groups.retain(|g| g.len() >= self.min_input_files);
+        groups.retain(|g| g.len() >= self.options.min_input_files);
         groups
     }
 
@@ -464,7 +396,7 @@ impl Compact {
             let job = job.clone();
             AbortOnDrop(tokio::spawn(async move { job.rewrite(index, group).await }))
         });
-        let mut results = futures::stream::iter(tasks).buffer_unordered(self.max_concurrent_rewrites);
+        let mut results = futures::stream::iter(tasks).buffer_unordered(self.options.max_concurrent_rewrites);
         let mut done = Vec::new();
         let mut failure = None;
         while let Some(joined) = results.next().await {

@@ -89,7 +89,7 @@ mod table;
 mod writer;
 
 pub use catalog::{check_ident, parse_ident, Catalog, LoadedTable, RestCatalog, SqlCatalog, Swap};
-pub use compact::{Compact, CompactGroup, CompactProgress, CompactReport};
+pub use compact::Compact;
 pub use error::IcebergSinkError;
 pub use expire::{ExpireReport, ExpireSnapshots};
 pub use manifests::{ManifestReport, RewriteManifests};
@@ -97,3 +97,4 @@ pub use orphans::{OrphanReport, RemoveOrphanFiles, DEFAULT_ORPHAN_AGE};
 pub use sink::{ExpiryPolicy, IcebergSink};
 pub use storage::{file_io, is_secret_setting, object_store_at, ObjectStorage, ObjectStoreFactory};
 pub use table::DEFAULT_TARGET_FILE_SIZE;
+pub use weir_core::maintenance::{CompactGroup, CompactOptions, CompactProgress, CompactReport};

@@ -71,7 +71,7 @@ async fn small_files_become_one_and_every_version_reads_the_same_rows() {
     );
 
     let done = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
-    assert_eq!(done.commits, vec![before as u64 + 1]);
+    assert_eq!(done.commits, vec![before + 1]);
     assert_eq!((done.files_removed, done.files_added, done.rows), (12, 1, 1200));
     assert_eq!(done.files_after(), 1);
     assert_eq!(live_files(&table), 1);
@@ -181,7 +181,7 @@ async fn a_compaction_stopped_before_its_commit_changes_nothing_and_a_rerun_fini
     assert_eq!(on_disk, 1, "the uncommitted output is an orphan");
 
     let done = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
-    assert_eq!(done.commits, vec![before as u64 + 1]);
+    assert_eq!(done.commits, vec![before + 1]);
     assert_eq!(live_files(&table), 1);
     assert_exactly_once(&ids_by_both_readers(&table), 0..800);
 
