@@ -124,3 +124,28 @@ impl CompactReport {
         self.rows += outputs.2;
     }
 }
+
+/// Casts that fail rather than turn a value that does not fit into null: a
+/// rewrite must never change a row.
+pub const STRICT_CAST: arrow_cast::CastOptions<'static> = arrow_cast::CastOptions {
+    safe: false,
+    format_options: arrow_cast::display::FormatOptions::new(),
+};
+
+/// A spawned rewrite, aborted when dropped: a job that is stopped does not
+/// go on writing files.
+#[derive(Debug)]
+pub struct AbortOnDrop<T>(pub tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> std::future::Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}

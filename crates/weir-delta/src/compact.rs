@@ -23,7 +23,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::{json, Value};
 use url::Url;
 
-use weir_core::maintenance::{CompactGroup, CompactOptions, CompactProgress, CompactReport};
+use weir_core::maintenance::{AbortOnDrop, CompactGroup, CompactOptions, CompactProgress, CompactReport, STRICT_CAST};
 
 use crate::entry;
 use crate::error::DeltaSinkError;
@@ -38,12 +38,6 @@ const MAX_COMMIT_ATTEMPTS: usize = 200;
 
 /// Rows per batch read from an input file.
 const READ_BATCH_ROWS: usize = 8192;
-
-/// Casts that fail rather than turn a value that does not fit into null.
-const STRICT: arrow_cast::CastOptions<'static> = arrow_cast::CastOptions {
-    safe: false,
-    format_options: arrow_cast::display::FormatOptions::new(),
-};
 
 type ProgressFn = Arc<dyn Fn(CompactProgress) + Send + Sync>;
 
@@ -401,7 +395,7 @@ impl Compact {
     async fn rewrite(&self, job: &Arc<Job>, chunk: Vec<(usize, Vec<Input>)>) -> Result<Vec<Rewritten>, DeltaSinkError> {
         let tasks = chunk.into_iter().map(|(index, group)| {
             let job = job.clone();
-            Rewrite(tokio::spawn(async move { job.rewrite(index, group).await }))
+            AbortOnDrop(tokio::spawn(async move { job.rewrite(index, group).await }))
         });
         let mut results = futures::stream::iter(tasks).buffer_unordered(self.options.max_concurrent_rewrites);
         let mut done = Vec::new();
@@ -433,23 +427,6 @@ impl Compact {
         }
         done.sort_by_key(|g| g.index);
         Ok(done)
-    }
-}
-
-/// A spawned rewrite, aborted when the job is dropped (a stopped job does
-/// not go on writing files).
-struct Rewrite(tokio::task::JoinHandle<Result<Rewritten, DeltaSinkError>>);
-
-impl Drop for Rewrite {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-impl std::future::Future for Rewrite {
-    type Output = Result<Result<Rewritten, DeltaSinkError>, tokio::task::JoinError>;
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.0).poll(cx)
     }
 }
 
@@ -615,7 +592,7 @@ impl Job {
                     c.data_type(),
                     field.data_type()
                 ))),
-                Some(c) => arrow_cast::cast_with_options(c, field.data_type(), &STRICT).map_err(|e| {
+                Some(c) => arrow_cast::cast_with_options(c, field.data_type(), &STRICT_CAST).map_err(|e| {
                     mismatch(format!("column {:?} cannot be read as {}: {e}", field.name(), field.data_type()))
                 }),
                 None if field.is_nullable() => Ok(new_null_array(field.data_type(), batch.num_rows())),

@@ -17,7 +17,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 use weir_core::sink::DataWriter;
 
-use weir_core::maintenance::{CompactGroup, CompactOptions, CompactProgress, CompactReport};
+use weir_core::maintenance::{AbortOnDrop, CompactGroup, CompactOptions, CompactProgress, CompactReport, STRICT_CAST};
 
 use crate::catalog::{after_swap, parse_ident, shown, Catalog, LoadedTable, Swap};
 use crate::commit::{Change, Producer, Replaced, Request};
@@ -31,12 +31,6 @@ const MAX_ATTEMPTS: usize = 200;
 
 /// Rows per batch read from an input file.
 const READ_BATCH_ROWS: usize = 8192;
-
-/// Casts that fail rather than turn a value that does not fit into null.
-const STRICT: arrow_cast::CastOptions<'static> = arrow_cast::CastOptions {
-    safe: false,
-    format_options: arrow_cast::display::FormatOptions::new(),
-};
 
 type ProgressFn = Arc<dyn Fn(CompactProgress) + Send + Sync>;
 
@@ -702,23 +696,6 @@ fn partition_values(metadata: &TableMetadata, spec_id: i32, file: &DataFile) -> 
         .collect()
 }
 
-/// A spawned rewrite, aborted when the job is dropped (a stopped job does
-/// not go on writing files).
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-impl<T> std::future::Future for AbortOnDrop<T> {
-    type Output = Result<T, tokio::task::JoinError>;
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.0).poll(cx)
-    }
-}
-
 /// What every rewrite of a job shares.
 struct Job {
     table: String,
@@ -845,7 +822,7 @@ impl Job {
                         batch.column(i).data_type(),
                         field.data_type()
                     )),
-                    Some(&i) => arrow_cast::cast_with_options(batch.column(i), field.data_type(), &STRICT)
+                    Some(&i) => arrow_cast::cast_with_options(batch.column(i), field.data_type(), &STRICT_CAST)
                         .map_err(|e| format!("column {:?} cannot be read as {}: {e}", field.name(), field.data_type())),
                     None if id.is_some_and(|id| self.identity_sources.contains(&id)) => Err(format!(
                         "column {:?} is missing from the file and an identity partition is made of it",
