@@ -39,6 +39,9 @@ const MAX_COMMIT_ATTEMPTS: usize = 200;
 /// Rows per batch read from an input file.
 const READ_BATCH_ROWS: usize = 8192;
 
+/// Inputs up to this size are fetched while the one before is rewritten.
+const PREFETCH_BYTES: u64 = 16 << 20;
+
 type ProgressFn = Arc<dyn Fn(CompactProgress) + Send + Sync>;
 
 /// Rewrites the small data files of a Delta table into files of the target
@@ -500,17 +503,27 @@ impl Job {
         let mut outputs = Vec::new();
         let mut open: Option<OpenFile> = None;
         let result = async {
-            for input in &group {
+            // The next input is fetched while this one is rewritten (if it
+            // is small enough that holding two stays within the bound).
+            let mut next: Option<AbortOnDrop<object_store::Result<Bytes>>> = None;
+            for (i, input) in group.iter().enumerate() {
                 let path = &input.remove.path;
-                let location = Path::parse(path).map_err(|e| self.store_err(path)(e.into()))?;
-                let bytes: Bytes = self
-                    .store
-                    .get(&location)
-                    .await
-                    .map_err(self.store_err(path))?
-                    .bytes()
-                    .await
-                    .map_err(self.store_err(path))?;
+                let bytes: Bytes = match next.take() {
+                    Some(fetch) => fetch.await.unwrap_or_else(|e| {
+                        Err(object_store::Error::Generic {
+                            store: "fetch",
+                            source: Box::new(e),
+                        })
+                    }),
+                    None => self.fetch(path).await,
+                }
+                .map_err(self.store_err(path))?;
+                if let Some(following) = group.get(i + 1) {
+                    if following.remove.size.is_some_and(|n| (n as u64) <= PREFETCH_BYTES) {
+                        let (store, path) = (self.store.clone(), following.remove.path.clone());
+                        next = Some(AbortOnDrop(tokio::spawn(async move { fetch(&store, &path).await })));
+                    }
+                }
                 let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
                     .and_then(|b| b.with_batch_size(READ_BATCH_ROWS).build())
                     .map_err(self.parquet_err(path))?;
@@ -573,6 +586,10 @@ impl Job {
         })
     }
 
+    async fn fetch(&self, path: &str) -> object_store::Result<Bytes> {
+        fetch(&self.store, path).await
+    }
+
     /// An input file's rows in the table's current columns: a column the
     /// file lacks (added later) is null, a type that differs is cast.
     fn conform(&self, batch: &RecordBatch, path: &str) -> Result<RecordBatch, DeltaSinkError> {
@@ -601,6 +618,12 @@ impl Job {
             .collect::<Result<Vec<_>, _>>()?;
         RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| mismatch(e.to_string()))
     }
+}
+
+/// An input file's bytes.
+async fn fetch(store: &Arc<dyn ObjectStore>, path: &str) -> object_store::Result<Bytes> {
+    let location = Path::parse(path).map_err(object_store::Error::from)?;
+    store.get(&location).await?.bytes().await
 }
 
 /// The log as far as the job has read it: the latest version, and a digest

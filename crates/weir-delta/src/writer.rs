@@ -35,6 +35,16 @@ pub(crate) struct AddFile {
     pub rows: i64,
 }
 
+/// A part upload's result, a failed task included.
+async fn joined(part: tokio::task::JoinHandle<object_store::Result<()>>) -> object_store::Result<()> {
+    part.await.unwrap_or_else(|e| {
+        Err(object_store::Error::Generic {
+            store: "upload",
+            source: Box::new(e),
+        })
+    })
+}
+
 /// What every writer of a batch shares.
 #[derive(Debug, Clone)]
 pub(crate) struct WriterContext {
@@ -57,6 +67,10 @@ const ROW_GROUP_BYTES: usize = 16 << 20;
 /// is put in one request.
 const PART_BYTES: usize = 8 << 20;
 
+/// Parts uploading while the writer goes on encoding; one more waits for
+/// the oldest.
+const PARTS_IN_FLIGHT: usize = 2;
+
 /// One data file being written. Its encoded bytes stay in memory until the
 /// file is closed and put in one request, or, for a large file, go up in
 /// parts of a multipart upload as closed row groups pass [`PART_BYTES`]: a
@@ -68,6 +82,8 @@ pub(crate) struct OpenFile {
     writer: ArrowWriter<Vec<u8>>,
     stats: FileStats,
     upload: Option<Box<dyn MultipartUpload>>,
+    /// Parts still uploading, oldest first.
+    in_flight: std::collections::VecDeque<tokio::task::JoinHandle<object_store::Result<()>>>,
     /// Bytes already sent as parts.
     sent: u64,
     row_group_bytes: usize,
@@ -109,6 +125,7 @@ impl OpenFile {
             writer,
             stats: FileStats::new(format.schema, format.num_indexed_cols, format.stats_columns),
             upload: None,
+            in_flight: std::collections::VecDeque::new(),
             sent: 0,
             row_group_bytes: ROW_GROUP_BYTES,
             part_bytes: PART_BYTES,
@@ -159,7 +176,14 @@ impl OpenFile {
             .as_mut()
             .expect("begun above")
             .put_part(PutPayload::from(bytes));
-        part.await.map_err(self.store_err(table))
+        // The part uploads while the writer encodes the next rows; at most
+        // PARTS_IN_FLIGHT parts are held.
+        self.in_flight.push_back(tokio::spawn(part));
+        while self.in_flight.len() > PARTS_IN_FLIGHT {
+            let oldest = self.in_flight.pop_front().expect("more than one");
+            joined(oldest).await.map_err(self.store_err(table))?;
+        }
+        Ok(())
     }
 
     /// The encoded size so far, buffered row group included.
@@ -169,6 +193,9 @@ impl OpenFile {
 
     /// Gives the file up: a multipart upload begun for it is aborted.
     pub(crate) async fn abort(mut self) {
+        for part in self.in_flight.drain(..) {
+            let _ = joined(part).await;
+        }
         if let Some(upload) = self.upload.as_mut() {
             if let Err(e) = upload.abort().await {
                 tracing::warn!(path = %self.path, error = %e, "could not abort the upload of an abandoned data file");
@@ -189,6 +216,7 @@ impl OpenFile {
             writer,
             stats,
             upload,
+            in_flight,
             sent,
             ..
         } = self;
@@ -206,6 +234,9 @@ impl OpenFile {
         match upload {
             Some(mut upload) => {
                 let sent = async {
+                    for part in in_flight {
+                        joined(part).await?;
+                    }
                     upload.put_part(PutPayload::from(bytes)).await?;
                     upload.complete().await
                 }
