@@ -10,11 +10,13 @@
 //! 3. Python deltalake's `optimize.compact()` on another copy (skipped with
 //!    a notice if the readers' Python environment is missing).
 //!
-//! Reported: times, weir's speed as a fraction of arrow-rs alone (target at
-//! least 0.8), Python's time over weir's, and each one's peak memory growth
-//! against the bound of target size x concurrency.
+//! Reported: the median times of three alternating rounds (each on a fresh
+//! copy, with the disk synced between phases), the median of the rounds'
+//! ratios of weir's speed to arrow-rs alone's (target at least 0.8),
+//! Python's time over weir's, and each one's peak memory growth against the
+//! bound of target size x concurrency.
 //!
-//! `cargo bench -p weir-benches --bench compact`; `WEIR_BENCH_FILES=200`
+//! `cargo bench -p weir-benches --bench compact`; `WEIR_BENCH_ROUNDS=5` runs more rounds, `WEIR_BENCH_FILES=200`
 //! makes a smaller table.
 
 use std::path::{Path, PathBuf};
@@ -26,6 +28,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use weir_benches::median;
 use weir_core::prelude::*;
 use weir_delta::{Compact, DeltaSink};
 use weir_test_support::with_payload;
@@ -34,6 +37,16 @@ const TARGET: u64 = 128 << 20;
 const CONCURRENCY: usize = 2;
 /// Rows of the rate source with its payload that make about 1 MiB.
 const ROWS_PER_FILE: u64 = 26_000;
+
+/// Alternating rounds of arrow-rs alone and weir (`WEIR_BENCH_ROUNDS`,
+/// default 3).
+fn rounds_setting() -> usize {
+    std::env::var("WEIR_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1)
+}
 
 fn files_setting() -> u64 {
     std::env::var("WEIR_BENCH_FILES")
@@ -62,6 +75,12 @@ fn memory() -> (u64, u64) {
 fn reset_peak() -> u64 {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     memory().0
+}
+
+/// Flushes written files to disk, so one measured phase does not pay for
+/// the writeback of what the one before wrote.
+fn settle() {
+    let _ = std::process::Command::new("sync").status();
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -196,42 +215,66 @@ async fn main() {
         mib(total),
         TARGET >> 20
     );
-    let weir_table = dir.path().join("weir");
     let python_table = dir.path().join("python");
-    copy_dir(&source, &weir_table);
     copy_dir(&source, &python_table);
 
-    let before = reset_peak();
-    let started = Instant::now();
-    let (arrow_files, arrow_rows) = arrow_alone(inputs, &dir.path().join("arrow"));
-    let arrow_time = started.elapsed().as_secs_f64();
-    let arrow_peak = memory().1.saturating_sub(before);
-    assert_eq!(arrow_rows, rows);
+    // Alternating rounds on a fresh copy each, the medians reported: the
+    // disk's own variation moves single runs by 10% and more.
+    let (mut arrow_times, mut weir_times, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut arrow_peak, mut weir_peak, mut arrow_files) = (0, 0, 0);
+    let mut report = Default::default();
+    for round in 0..rounds_setting() {
+        let weir_table = dir.path().join(format!("weir-{round}"));
+        let arrow_out = dir.path().join(format!("arrow-{round}"));
+        copy_dir(&source, &weir_table);
 
-    let before = reset_peak();
-    let started = Instant::now();
-    let report = Compact::new(weir_table.to_str().unwrap())
-        .unwrap()
-        .target_file_size(TARGET)
-        .max_concurrent_rewrites(CONCURRENCY)
-        .run()
-        .await
-        .unwrap();
-    let weir_time = started.elapsed().as_secs_f64();
-    let weir_peak = memory().1.saturating_sub(before);
-    assert_eq!(report.rows as u64, rows, "{report:?}");
-    assert_eq!(report.files_removed as u64, files);
+        settle();
+        let before = reset_peak();
+        let started = Instant::now();
+        let (files_out, arrow_rows) = arrow_alone(inputs.clone(), &arrow_out);
+        let arrow_time = started.elapsed().as_secs_f64();
+        arrow_peak = arrow_peak.max(memory().1.saturating_sub(before));
+        arrow_files = files_out;
+        assert_eq!(arrow_rows, rows);
 
-    println!("   arrow-rs alone (read + rewrite, no table): {arrow_time:>7.2} s   {arrow_files} files");
+        settle();
+        let before = reset_peak();
+        let started = Instant::now();
+        let done: weir_core::maintenance::CompactReport = Compact::new(weir_table.to_str().unwrap())
+            .unwrap()
+            .target_file_size(TARGET)
+            .max_concurrent_rewrites(CONCURRENCY)
+            .run()
+            .await
+            .unwrap();
+        let weir_time = started.elapsed().as_secs_f64();
+        weir_peak = weir_peak.max(memory().1.saturating_sub(before));
+        assert_eq!(done.rows, rows, "{done:?}");
+        assert_eq!(done.files_removed as u64, files);
+        println!(
+            "   round {round}: arrow-rs alone {arrow_time:.2} s, weir {weir_time:.2} s, ratio {:.2}",
+            arrow_time / weir_time
+        );
+        arrow_times.push(arrow_time);
+        weir_times.push(weir_time);
+        ratios.push(arrow_time / weir_time);
+        report = done;
+        let _ = std::fs::remove_dir_all(&weir_table);
+        let _ = std::fs::remove_dir_all(&arrow_out);
+    }
+    let (arrow_time, weir_time) = (median(&arrow_times), median(&weir_times));
+    let ratio = median(&ratios);
+
+    println!("   arrow-rs alone (read + rewrite, no table): {arrow_time:>7.2} s   {arrow_files} files (median)");
     println!(
-        "   weir Compact (rewrite + commit):           {weir_time:>7.2} s   {} files in {} commit",
+        "   weir Compact (rewrite + commit):           {weir_time:>7.2} s   {} files in {} commit (median)",
         report.files_added,
         report.commits.len()
     );
     println!(
-        "   weir's speed / arrow-rs alone's            {:>7.2}   (target >= 0.8)",
-        arrow_time / weir_time
+        "   weir's speed / arrow-rs alone's            {ratio:>7.2}   (median of the rounds' ratios; target >= 0.8)"
     );
+    settle();
     if let Some(py) = python_optimize(&python_table) {
         let secs = py["seconds"].as_f64().unwrap();
         println!(
