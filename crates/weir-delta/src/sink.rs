@@ -13,7 +13,8 @@ use deltalake::{DeltaTable, DeltaTableError};
 use url::Url;
 use weir_core::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
 use weir_core::sink::{
-    BatchContext, CommitMessage, CommitOutcome, CompactionPolicy, DataWriter, OutputMode, Periodic, QueryInfo, Sink,
+    log_compaction, BatchContext, CommitMessage, CommitOutcome, CompactionPolicy, DataWriter, OutputMode, Periodic,
+    QueryInfo, Sink,
 };
 use weir_core::{QueryId, QueryName};
 
@@ -175,34 +176,20 @@ impl DeltaSink {
             return;
         };
         let (location, storage) = (self.url.to_string(), self.options.storage_options.clone());
-        let compression = self.options.compression;
-        let target = policy.target_file_size.or(self.options.target_file_size);
+        let (compression, options) = (
+            self.options.compression,
+            policy.compact_options(self.options.target_file_size),
+        );
         runtime.spawn(async move {
             let _running = running;
-            let job = match crate::Compact::new(&location) {
-                Ok(job) => job
-                    .with_storage_options(storage)
-                    .min_input_files(policy.min_input_files)
-                    .max_concurrent_rewrites(1)
-                    .compression(compression),
-                Err(e) => {
-                    tracing::warn!(table = location, error = %e, "compaction could not start");
-                    return;
+            let outcome = match crate::Compact::new(&location) {
+                Ok(job) => {
+                    let job = job.with_storage_options(storage).with_options(options);
+                    job.compression(compression).run().await
                 }
+                Err(e) => Err(e),
             };
-            let job = match target {
-                Some(n) => job.target_file_size(n),
-                None => job,
-            };
-            match job.run().await {
-                Ok(r) => tracing::info!(
-                    table = location,
-                    files_removed = r.files_removed,
-                    files_added = r.files_added,
-                    "compacted"
-                ),
-                Err(e) => tracing::warn!(table = location, error = %e, "compaction failed; the next one retries"),
-            }
+            log_compaction(&location, outcome);
         });
     }
 

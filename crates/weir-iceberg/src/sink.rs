@@ -10,7 +10,8 @@ use iceberg::writer::file_writer::location_generator::DefaultLocationGenerator;
 use iceberg::TableIdent;
 use weir_core::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
 use weir_core::sink::{
-    BatchContext, CommitMessage, CommitOutcome, CompactionPolicy, DataWriter, OutputMode, Periodic, QueryInfo, Sink,
+    log_compaction, BatchContext, CommitMessage, CommitOutcome, CompactionPolicy, DataWriter, OutputMode, Periodic,
+    QueryInfo, Sink,
 };
 use weir_core::{QueryId, QueryName};
 
@@ -157,29 +158,14 @@ impl IcebergSink {
             return;
         };
         let (catalog, name) = (self.catalog.clone(), crate::catalog::shown(&self.ident));
-        let target = policy.target_file_size.or(self.target_file_size);
+        let options = policy.compact_options(self.target_file_size);
         runtime.spawn(async move {
             let _running = running;
-            let job = match crate::Compact::new(catalog, &name) {
-                Ok(job) => job.min_input_files(policy.min_input_files).max_concurrent_rewrites(1),
-                Err(e) => {
-                    tracing::warn!(table = name, error = %e, "compaction could not start");
-                    return;
-                }
+            let outcome = match crate::Compact::new(catalog, &name) {
+                Ok(job) => job.with_options(options).run().await,
+                Err(e) => Err(e),
             };
-            let job = match target {
-                Some(n) => job.target_file_size(n),
-                None => job,
-            };
-            match job.run().await {
-                Ok(r) => tracing::info!(
-                    table = name,
-                    files_removed = r.files_removed,
-                    files_added = r.files_added,
-                    "compacted"
-                ),
-                Err(e) => tracing::warn!(table = name, error = %e, "compaction failed; the next one retries"),
-            }
+            log_compaction(&name, outcome);
         });
     }
 

@@ -30,6 +30,34 @@ impl CompactionPolicy {
     }
 }
 
+impl CompactionPolicy {
+    /// The options of one background compaction: one rewrite at a time, so
+    /// the query keeps its cores; the policy's target size, else
+    /// `sink_target` (the sink's own), else the table's.
+    pub fn compact_options(&self, sink_target: Option<u64>) -> crate::maintenance::CompactOptions {
+        crate::maintenance::CompactOptions {
+            target_file_size: self.target_file_size.or(sink_target),
+            min_input_files: self.min_input_files.max(2),
+            max_concurrent_rewrites: 1,
+            ..Default::default()
+        }
+    }
+}
+
+/// Logs how a background compaction of `table` ended: its failure is the
+/// job's, never the query's, and the next one retries.
+pub fn log_compaction<E: std::fmt::Display>(table: &str, outcome: Result<crate::maintenance::CompactReport, E>) {
+    match outcome {
+        Ok(r) => tracing::info!(
+            table,
+            files_removed = r.files_removed,
+            files_added = r.files_added,
+            "compacted"
+        ),
+        Err(e) => tracing::warn!(table, error = %e, "compaction failed; the next one retries"),
+    }
+}
+
 /// Counts a sink's commits and lets at most one background job of a kind
 /// run at a time.
 #[derive(Debug, Default)]

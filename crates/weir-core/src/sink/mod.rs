@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-pub use background::{CompactionPolicy, Periodic, Running};
+pub use background::{log_compaction, CompactionPolicy, Periodic, Running};
 pub use console::ConsoleSink;
 pub use foreach::{ForeachSink, ForeachWriter, Row};
 pub use foreach_batch::ForeachBatchSink;
