@@ -29,6 +29,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use weir_benches::median;
+use weir_core::maintenance::CompactProgress;
 use weir_core::prelude::*;
 use weir_delta::{Compact, DeltaSink};
 use weir_test_support::with_payload;
@@ -69,6 +70,16 @@ fn memory() -> (u64, u64) {
             * 1024
     };
     (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// CPU seconds the process has used so far, all threads, user and system
+/// (Linux `/proc/self/stat`, in clock ticks of 1/100 s).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which is in parentheses.
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// Resets the peak resident set to the current one (Linux `clear_refs` 5).
@@ -230,30 +241,52 @@ async fn main() {
 
         settle();
         let before = reset_peak();
-        let started = Instant::now();
+        let (started, cpu) = (Instant::now(), cpu_seconds());
         let (files_out, arrow_rows) = arrow_alone(inputs.clone(), &arrow_out);
         let arrow_time = started.elapsed().as_secs_f64();
+        let arrow_cpu = cpu_seconds() - cpu;
         arrow_peak = arrow_peak.max(memory().1.saturating_sub(before));
         arrow_files = files_out;
         assert_eq!(arrow_rows, rows);
 
         settle();
         let before = reset_peak();
-        let started = Instant::now();
+        let (started, cpu) = (Instant::now(), cpu_seconds());
+        // When the plan was made, the last group rewritten, the commit made.
+        let marks = Arc::new(Mutex::new([0.0f64; 3]));
+        let seen = marks.clone();
         let done: weir_core::maintenance::CompactReport = Compact::new(weir_table.to_str().unwrap())
             .unwrap()
             .target_file_size(TARGET)
             .max_concurrent_rewrites(CONCURRENCY)
+            .on_progress(move |event| {
+                let at = started.elapsed().as_secs_f64();
+                let mut marks = seen.lock().unwrap();
+                match event {
+                    CompactProgress::Planned { .. } => marks[0] = at,
+                    CompactProgress::Rewritten { .. } => marks[1] = at,
+                    CompactProgress::Committed { .. } => marks[2] = at,
+                    _ => {}
+                }
+            })
             .run()
             .await
             .unwrap();
         let weir_time = started.elapsed().as_secs_f64();
+        let [planned, rewritten, committed] = *marks.lock().unwrap();
+        let weir_cpu = cpu_seconds() - cpu;
         weir_peak = weir_peak.max(memory().1.saturating_sub(before));
         assert_eq!(done.rows, rows, "{done:?}");
         assert_eq!(done.files_removed as u64, files);
         println!(
-            "   round {round}: arrow-rs alone {arrow_time:.2} s, weir {weir_time:.2} s, ratio {:.2}",
+            "   round {round}: arrow-rs alone {arrow_time:.2} s ({arrow_cpu:.1} s of CPU), weir {weir_time:.2} s ({weir_cpu:.1} s of CPU), ratio {:.2}",
             arrow_time / weir_time
+        );
+        println!(
+            "            weir: planning {planned:.2} s, rewriting {:.2} s, commit {:.2} s, after the commit {:.2} s",
+            rewritten - planned,
+            committed - rewritten,
+            weir_time - committed
         );
         arrow_times.push(arrow_time);
         weir_times.push(weir_time);

@@ -92,7 +92,7 @@ def txn(table, app_ids):
 def describe(table):
     from deltalake import DeltaTable
 
-    t = DeltaTable(table)
+    t = DeltaTable(table, storage_options=storage_options(table))
     schema = [[f.name, str(f.type), f.nullable] for f in t.schema().fields]
     import pyarrow as pa
 

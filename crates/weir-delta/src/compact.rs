@@ -4,6 +4,7 @@
 //! rebased over whatever other writers committed meanwhile.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,6 @@ use deltalake::kernel::{Action, CommitInfo, Remove};
 use deltalake::logstore::{CommitOrBytes, LogStore};
 use deltalake::table::config::TablePropertiesExt as _;
 use deltalake::{DeltaTable, DeltaTableError, ObjectStore};
-use futures::StreamExt;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -29,7 +29,7 @@ use crate::entry;
 use crate::error::DeltaSinkError;
 use crate::options::{Compression, DeltaSinkOptions};
 use crate::table::{self, Files};
-use crate::writer::{delete_files, AddFile, FileFormat, OpenFile};
+use crate::writer::{delete_files, AddFile, Destination, FileFormat, OpenFile};
 use weir_core::partition;
 
 /// How many times a commit is rebased over other writers' commits before
@@ -299,6 +299,7 @@ impl Compact {
             partition_columns,
             target,
             prefix: format!("weir-compact-{}", uuid::Uuid::new_v4()),
+            disk: local_disk(&url),
         });
         let mut log = LogTail::start(table.log_store().as_ref(), read_version, &url).await?;
         let per_commit = self.options.groups_per_commit.unwrap_or(groups.len());
@@ -393,19 +394,46 @@ impl Compact {
         groups
     }
 
-    /// Rewrites a chunk of groups, `max_concurrent_rewrites` at a time. On
-    /// an error the outputs of the chunk are deleted: none was committed.
+    /// Rewrites a chunk of groups, `max_concurrent_rewrites` at a time,
+    /// each rewrite on a blocking thread that takes the chunk's groups one
+    /// after another (as many threads as rewrites at once, so the
+    /// allocator's per-thread memory does not grow with the table). On an
+    /// error the other rewrites stop, and the outputs of the chunk are
+    /// deleted: none was committed.
     async fn rewrite(&self, job: &Arc<Job>, chunk: Vec<(usize, Vec<Input>)>) -> Result<Vec<Rewritten>, DeltaSinkError> {
-        let tasks = chunk.into_iter().map(|(index, group)| {
-            let job = job.clone();
-            AbortOnDrop(tokio::spawn(async move { job.rewrite(index, group).await }))
-        });
-        let mut results = futures::stream::iter(tasks).buffer_unordered(self.options.max_concurrent_rewrites);
+        let threads = self.options.max_concurrent_rewrites.clamp(1, chunk.len().max(1));
+        let queue = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from(chunk)));
+        let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+        let (sent, mut results) = tokio::sync::mpsc::unbounded_channel();
+        let runtime = tokio::runtime::Handle::current();
+        let mut workers = Vec::new();
+        for _ in 0..threads {
+            let (job, queue, stopped, sent, runtime) = (
+                job.clone(),
+                queue.clone(),
+                stop.0.clone(),
+                sent.clone(),
+                runtime.clone(),
+            );
+            workers.push(tokio::task::spawn_blocking(move || loop {
+                let Some((index, group)) = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else {
+                    break;
+                };
+                let rewritten = job.rewrite_blocking(&runtime, &stopped, index, group);
+                if rewritten.is_err() {
+                    stopped.store(true, Ordering::Relaxed);
+                }
+                if sent.send(rewritten).is_err() || stopped.load(Ordering::Relaxed) {
+                    break;
+                }
+            }));
+        }
+        drop(sent);
         let mut done = Vec::new();
         let mut failure = None;
-        while let Some(joined) = results.next().await {
-            match joined {
-                Ok(Ok(group)) => {
+        while let Some(rewritten) = results.recv().await {
+            match rewritten {
+                Ok(group) => {
                     self.report(CompactProgress::Rewritten {
                         group: group.index,
                         bytes: group.inputs.iter().map(|r| r.size.unwrap_or(0) as u64).sum(),
@@ -413,13 +441,15 @@ impl Compact {
                     });
                     done.push(group);
                 }
-                Ok(Err(e)) => failure = failure.or(Some(e)),
-                Err(e) => {
-                    failure = failure.or(Some(DeltaSinkError::CompactionStopped {
-                        table: job.table.clone(),
-                        reason: format!("a rewrite task failed: {e}"),
-                    }))
-                }
+                Err(e) => failure = failure.or(Some(e)),
+            }
+        }
+        for worker in workers {
+            if let Err(e) = worker.await {
+                failure = failure.or(Some(DeltaSinkError::CompactionStopped {
+                    table: job.table.clone(),
+                    reason: format!("a rewrite thread failed: {e}"),
+                }));
             }
         }
         if let Some(e) = failure {
@@ -459,6 +489,9 @@ struct Job {
     /// For the commit info.
     target: u64,
     prefix: String,
+    /// For a table on a local disk: its files as its store names them,
+    /// written straight from the encoder.
+    disk: Option<object_store::local::LocalFileSystem>,
 }
 
 impl Job {
@@ -481,89 +514,30 @@ impl Job {
     }
 
     /// Reads a group's files one at a time into one file: at most one input
-    /// file and the output (about the group's bytes, at most the target)
-    /// are in memory. (A writer's size estimate counts buffered rows
-    /// uncompressed, so rolling on it would cut files well short of the
-    /// target, and they would be compacted again and again.)
-    async fn rewrite(&self, index: usize, group: Vec<Input>) -> Result<Rewritten, DeltaSinkError> {
-        let values: Vec<Option<String>> = {
-            let pv = group[0].remove.partition_values.clone().unwrap_or_default();
-            self.partition_columns
-                .iter()
-                .map(|c| pv.get(c).cloned().flatten())
-                .collect()
-        };
-        let dir = partition::directory(&self.partition_columns, &values);
-        let format = FileFormat {
-            schema: &self.schema,
-            compression: self.compression,
-            num_indexed_cols: self.num_indexed_cols,
-            stats_columns: self.stats_columns.as_deref(),
-        };
-        let mut outputs = Vec::new();
-        let mut open: Option<OpenFile> = None;
-        let result = async {
-            // The next input is fetched while this one is rewritten (if it
-            // is small enough that holding two stays within the bound).
-            let mut next: Option<AbortOnDrop<object_store::Result<Bytes>>> = None;
-            for (i, input) in group.iter().enumerate() {
-                let path = &input.remove.path;
-                let bytes: Bytes = match next.take() {
-                    Some(fetch) => fetch.await.unwrap_or_else(|e| {
-                        Err(object_store::Error::Generic {
-                            store: "fetch",
-                            source: Box::new(e),
-                        })
-                    }),
-                    None => self.fetch(path).await,
-                }
-                .map_err(self.store_err(path))?;
-                if let Some(following) = group.get(i + 1) {
-                    if following.remove.size.is_some_and(|n| (n as u64) <= PREFETCH_BYTES) {
-                        let (store, path) = (self.store.clone(), following.remove.path.clone());
-                        next = Some(AbortOnDrop(tokio::spawn(async move { fetch(&store, &path).await })));
-                    }
-                }
-                let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-                    .and_then(|b| b.with_batch_size(READ_BATCH_ROWS).build())
-                    .map_err(self.parquet_err(path))?;
-                for batch in reader {
-                    let batch = batch.map_err(|e| self.parquet_err(path)(e.into()))?;
-                    let rows = self.conform(&batch, path)?;
-                    let file = match open.as_mut() {
-                        Some(f) => f,
-                        None => {
-                            let name = format!(
-                                "{}-{:04}-{:03}.{}.parquet",
-                                self.prefix,
-                                index,
-                                outputs.len(),
-                                self.compression.extension()
-                            );
-                            let path = if dir.is_empty() { name } else { format!("{dir}/{name}") };
-                            open.insert(OpenFile::create(&self.table, path, &values, &format)?)
-                        }
-                    };
-                    file.write(&self.table, &self.store, &rows).await?;
-                }
-            }
-            if let Some(file) = open.take() {
-                outputs.push(file.finish(&self.table, &self.store, &self.partition_columns).await?);
-            }
-            Ok::<_, DeltaSinkError>(())
-        }
-        .await;
-        if let Err(e) = result {
-            if let Some(file) = open.take() {
-                file.abort().await;
-            }
-            delete_files(&self.store, &outputs).await;
-            return Err(e);
-        }
+    /// file (and the next, fetched meanwhile) and the output's open row
+    /// group and part are in memory. (A writer's size estimate counts
+    /// buffered rows uncompressed, so rolling on it would cut files well
+    /// short of the target, and they would be compacted again and again.)
+    ///
+    /// It runs on a blocking thread (see [`Compact::rewrite`]): decoding and
+    /// encoding are CPU work, and a table on a local disk gets its file
+    /// written as row groups close. Store requests (fetches, parts, the
+    /// final put) are futures run on `runtime`; the next input's fetch and
+    /// the parts upload while this thread encodes. On an error, a row count
+    /// that differs from the inputs' statistics, or once `stopped` is set,
+    /// the output is deleted.
+    fn rewrite_blocking(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        stopped: &AtomicBool,
+        index: usize,
+        group: Vec<Input>,
+    ) -> Result<Rewritten, DeltaSinkError> {
+        let outputs = self.write_group(runtime, stopped, index, &group)?;
         let rows_out: i64 = outputs.iter().map(|a| a.rows).sum();
         let rows_in: Option<u64> = group.iter().map(|i| i.rows).sum();
         if rows_in.is_some_and(|n| n != rows_out as u64) {
-            delete_files(&self.store, &outputs).await;
+            runtime.block_on(delete_files(&self.store, &outputs));
             return Err(DeltaSinkError::CompactionStopped {
                 table: self.table.clone(),
                 reason: format!(
@@ -584,6 +558,122 @@ impl Job {
             inputs: group.into_iter().map(|i| i.remove).collect(),
             outputs,
         })
+    }
+
+    /// The group's output file(s), written; see [`rewrite_blocking`](Self::rewrite_blocking).
+    fn write_group(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        stopped: &AtomicBool,
+        index: usize,
+        group: &[Input],
+    ) -> Result<Vec<AddFile>, DeltaSinkError> {
+        let values: Vec<Option<String>> = {
+            let pv = group[0].remove.partition_values.clone().unwrap_or_default();
+            self.partition_columns
+                .iter()
+                .map(|c| pv.get(c).cloned().flatten())
+                .collect()
+        };
+        let output = {
+            let dir = partition::directory(&self.partition_columns, &values);
+            let name = format!(
+                "{}-{:04}-000.{}.parquet",
+                self.prefix,
+                index,
+                self.compression.extension()
+            );
+            if dir.is_empty() {
+                name
+            } else {
+                format!("{dir}/{name}")
+            }
+        };
+        let mut open: Option<OpenFile> = None;
+        let result = (|| {
+            let mut next: Option<AbortOnDrop<object_store::Result<Bytes>>> = None;
+            for (i, input) in group.iter().enumerate() {
+                let path = &input.remove.path;
+                let bytes: Bytes = match next.take() {
+                    Some(fetch) => runtime.block_on(fetch).unwrap_or_else(|e| {
+                        Err(object_store::Error::Generic {
+                            store: "fetch",
+                            source: Box::new(e),
+                        })
+                    }),
+                    None => runtime.block_on(self.fetch(path)),
+                }
+                .map_err(self.store_err(path))?;
+                // The next input is fetched while this one is rewritten (if
+                // it is small enough that holding two stays within the bound).
+                if let Some(following) = group.get(i + 1) {
+                    if following.remove.size.is_some_and(|n| (n as u64) <= PREFETCH_BYTES) {
+                        let (store, path) = (self.store.clone(), following.remove.path.clone());
+                        next = Some(AbortOnDrop(runtime.spawn(async move { fetch(&store, &path).await })));
+                    }
+                }
+                let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+                    .and_then(|b| b.with_batch_size(READ_BATCH_ROWS).build())
+                    .map_err(self.parquet_err(path))?;
+                for batch in reader {
+                    if stopped.load(Ordering::Relaxed) {
+                        return Err(DeltaSinkError::CompactionStopped {
+                            table: self.table.clone(),
+                            reason: "the job was stopped".into(),
+                        });
+                    }
+                    let batch = batch.map_err(|e| self.parquet_err(path)(e.into()))?;
+                    let rows = self.conform(&batch, path)?;
+                    let file = match open.as_mut() {
+                        Some(f) => f,
+                        None => open.insert(self.create(&output, &values)?),
+                    };
+                    file.encode(&self.table, &rows)?;
+                    if file.part_ready() {
+                        runtime.block_on(file.send_if_ready(&self.table, &self.store))?;
+                    }
+                }
+            }
+            let Some(mut file) = open.take() else {
+                return Ok(Vec::new());
+            };
+            if let Err(e) = file.close(&self.table) {
+                open = Some(file);
+                return Err(e);
+            }
+            Ok(vec![runtime.block_on(file.finish(
+                &self.table,
+                &self.store,
+                &self.partition_columns,
+            ))?])
+        })();
+        if result.is_err() {
+            if let Some(file) = open.take() {
+                runtime.block_on(file.abort());
+            }
+        }
+        result
+    }
+
+    /// The output file at `output` in the partition with `values`: on disk
+    /// for a table on a local disk, else in the store.
+    fn create(&self, output: &str, values: &[Option<String>]) -> Result<OpenFile, DeltaSinkError> {
+        let format = FileFormat {
+            schema: &self.schema,
+            compression: self.compression,
+            num_indexed_cols: self.num_indexed_cols,
+            stats_columns: self.stats_columns.as_deref(),
+        };
+        let destination = match &self.disk {
+            Some(disk) => Destination::Disk(
+                Path::parse(output)
+                    .map_err(object_store::Error::from)
+                    .and_then(|p| disk.path_to_filesystem(&p))
+                    .map_err(self.store_err(output))?,
+            ),
+            None => Destination::Store,
+        };
+        OpenFile::create_in(&self.table, output.to_string(), values, &format, destination)
     }
 
     async fn fetch(&self, path: &str) -> object_store::Result<Bytes> {
@@ -618,6 +708,26 @@ impl Job {
             .collect::<Result<Vec<_>, _>>()?;
         RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| mismatch(e.to_string()))
     }
+}
+
+/// Sets its flag when dropped: a rewrite on a blocking thread sees it and
+/// stops.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The local file system a table on a local disk is in, rooted at the
+/// table, so its files are named as its store names them.
+fn local_disk(url: &Url) -> Option<object_store::local::LocalFileSystem> {
+    if url.scheme() != "file" {
+        return None;
+    }
+    let root = url.to_file_path().ok()?;
+    object_store::local::LocalFileSystem::new_with_prefix(root).ok()
 }
 
 /// An input file's bytes.
@@ -931,6 +1041,7 @@ mod tests {
             partition_columns: Vec::new(),
             target: 1 << 20,
             prefix: "p".into(),
+            disk: None,
         }
     }
 

@@ -62,6 +62,11 @@ pub(crate) struct WriterContext {
 /// writer's memory does not grow with its file.
 const ROW_GROUP_BYTES: usize = 16 << 20;
 
+/// The same for a file written straight to disk, which holds no part in
+/// memory besides: larger row groups cost less to encode (each column
+/// chunk builds its dictionary again) and read well.
+const DISK_ROW_GROUP_BYTES: usize = 64 << 20;
+
 /// Once closed row groups have left this many encoded bytes, they go up as
 /// a part of a multipart upload (begun then); a file that never gets there
 /// is put in one request.
@@ -71,15 +76,64 @@ const PART_BYTES: usize = 8 << 20;
 /// the oldest.
 const PARTS_IN_FLIGHT: usize = 2;
 
-/// One data file being written. Its encoded bytes stay in memory until the
-/// file is closed and put in one request, or, for a large file, go up in
-/// parts of a multipart upload as closed row groups pass [`PART_BYTES`]: a
-/// writer holds about one row group and one part, whatever the file's
-/// size. (Parts differ in size; every store weir targets accepts that.)
+/// Where a data file's encoded bytes go.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Destination {
+    /// The table's object store: the bytes are held in memory and put in
+    /// one request, or sent in parts.
+    Store,
+    /// This file on a local disk (the table's own file, as its store would
+    /// name it), written as row groups close. Its writes block, so a file
+    /// bound for disk is encoded on a blocking thread only.
+    Disk(std::path::PathBuf),
+}
+
+/// The encoded bytes of a file being written.
+enum Output {
+    Memory(Vec<u8>),
+    Disk(std::fs::File),
+}
+
+impl std::io::Write for Output {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Output::Memory(v) => v.write(buf),
+            Output::Disk(f) => f.write(buf),
+        }
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        match self {
+            Output::Memory(v) => v.write_all(buf),
+            Output::Disk(f) => f.write_all(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Output::Memory(_) => Ok(()),
+            Output::Disk(f) => f.flush(),
+        }
+    }
+}
+
+/// One data file being written.
+///
+/// Bound for the store, its encoded bytes stay in memory until the file is
+/// closed and put in one request, or, for a large file, go up in parts of
+/// a multipart upload as closed row groups pass [`PART_BYTES`]: a writer
+/// holds about one row group and one part, whatever the file's size.
+/// (Parts differ in size; every store weir targets accepts that.) Bound
+/// for a local disk, closed row groups are written straight to the file.
 pub(crate) struct OpenFile {
     path: String,
     values: Vec<Option<String>>,
-    writer: ArrowWriter<Vec<u8>>,
+    /// Until the file is closed.
+    writer: Option<ArrowWriter<Output>>,
+    /// Once the file is closed: its last bytes, or its file on disk.
+    closed: Option<Output>,
+    /// The local file written, if the file goes to disk.
+    disk: Option<std::path::PathBuf>,
     stats: FileStats,
     upload: Option<Box<dyn MultipartUpload>>,
     /// Parts still uploading, oldest first.
@@ -100,19 +154,53 @@ pub(crate) struct FileFormat<'a> {
 
 impl OpenFile {
     /// A file at `path` (relative to the table root) in the partition with
-    /// `values`.
+    /// `values`, bound for the table's store.
     pub(crate) fn create(
         table: &str,
         path: String,
         values: &[Option<String>],
         format: &FileFormat<'_>,
     ) -> Result<Self, DeltaSinkError> {
+        Self::create_in(table, path, values, format, Destination::Store)
+    }
+
+    /// A file at `path` in the partition with `values`, bound for
+    /// `destination`.
+    pub(crate) fn create_in(
+        table: &str,
+        path: String,
+        values: &[Option<String>],
+        format: &FileFormat<'_>,
+        destination: Destination,
+    ) -> Result<Self, DeltaSinkError> {
         let compression = match format.compression {
             Compression::Zstd(level) => ParquetCompression::ZSTD(ZstdLevel::try_new(level).unwrap_or_default()),
             Compression::Snappy => ParquetCompression::SNAPPY,
         };
         let properties = WriterProperties::builder().set_compression(compression).build();
-        let writer = ArrowWriter::try_new(Vec::new(), format.schema.clone(), Some(properties)).map_err(|source| {
+        let row_group_bytes = match destination {
+            Destination::Store => ROW_GROUP_BYTES,
+            Destination::Disk(_) => DISK_ROW_GROUP_BYTES,
+        };
+        let (sink, disk) = match destination {
+            Destination::Store => (Output::Memory(Vec::new()), None),
+            Destination::Disk(file) => {
+                let created = file
+                    .parent()
+                    .map_or(Ok(()), std::fs::create_dir_all)
+                    .and_then(|()| std::fs::File::create_new(&file));
+                let created = created.map_err(|e| DeltaSinkError::Store {
+                    table: table.to_string(),
+                    path: path.clone(),
+                    source: object_store::Error::Generic {
+                        store: "LocalFileSystem",
+                        source: Box::new(e),
+                    },
+                })?;
+                (Output::Disk(created), Some(file))
+            }
+        };
+        let writer = ArrowWriter::try_new(sink, format.schema.clone(), Some(properties)).map_err(|source| {
             DeltaSinkError::Parquet {
                 table: table.to_string(),
                 path: path.clone(),
@@ -122,12 +210,14 @@ impl OpenFile {
         Ok(OpenFile {
             path,
             values: values.to_vec(),
-            writer,
+            writer: Some(writer),
+            closed: None,
+            disk,
             stats: FileStats::new(format.schema, format.num_indexed_cols, format.stats_columns),
             upload: None,
             in_flight: std::collections::VecDeque::new(),
             sent: 0,
-            row_group_bytes: ROW_GROUP_BYTES,
+            row_group_bytes,
             part_bytes: PART_BYTES,
         })
     }
@@ -150,12 +240,44 @@ impl OpenFile {
         store: &Arc<dyn ObjectStore>,
         rows: &RecordBatch,
     ) -> Result<(), DeltaSinkError> {
-        self.writer.write(rows).map_err(self.parquet_err(table))?;
+        self.encode(table, rows)?;
+        self.send_if_ready(table, store).await
+    }
+
+    /// Encodes rows of the file's schema, closing the row group once it is
+    /// large; CPU work only, for a blocking thread. The bytes stay in memory
+    /// until [`send_if_ready`](Self::send_if_ready) or `finish`.
+    pub(crate) fn encode(&mut self, table: &str, rows: &RecordBatch) -> Result<(), DeltaSinkError> {
+        let Some(writer) = self.writer.as_mut() else {
+            return Err(self.parquet_err(table)(closed()));
+        };
+        let written = writer.write(rows).and_then(|()| {
+            if writer.in_progress_size() >= self.row_group_bytes {
+                writer.flush()?;
+            }
+            Ok(())
+        });
+        written.map_err(self.parquet_err(table))?;
         self.stats.update(rows);
-        if self.writer.in_progress_size() >= self.row_group_bytes {
-            self.writer.flush().map_err(self.parquet_err(table))?;
+        Ok(())
+    }
+
+    /// Whether enough encoded bytes wait to go up as a part (never for a
+    /// file on disk).
+    pub(crate) fn part_ready(&self) -> bool {
+        match self.writer.as_ref().map(|w| w.inner()) {
+            Some(Output::Memory(bytes)) => bytes.len() >= self.part_bytes,
+            _ => false,
         }
-        if self.writer.inner().len() >= self.part_bytes {
+    }
+
+    /// Sends the encoded bytes as a part once there are enough of them.
+    pub(crate) async fn send_if_ready(
+        &mut self,
+        table: &str,
+        store: &Arc<dyn ObjectStore>,
+    ) -> Result<(), DeltaSinkError> {
+        if self.part_ready() {
             self.send_part(table, store).await?;
         }
         Ok(())
@@ -169,7 +291,10 @@ impl OpenFile {
             let location = Path::parse(&self.path).map_err(|e| self.store_err(table)(e.into()))?;
             self.upload = Some(store.put_multipart(&location).await.map_err(self.store_err(table))?);
         }
-        let bytes = std::mem::take(self.writer.inner_mut());
+        let Some(Output::Memory(buffer)) = self.writer.as_mut().map(|w| w.inner_mut()) else {
+            return Ok(());
+        };
+        let bytes = std::mem::take(buffer);
         self.sent += bytes.len() as u64;
         let part = self
             .upload
@@ -188,11 +313,19 @@ impl OpenFile {
 
     /// The encoded size so far, buffered row group included.
     pub(crate) fn size(&self) -> u64 {
-        (self.writer.bytes_written() + self.writer.in_progress_size()) as u64
+        self.writer
+            .as_ref()
+            .map_or(0, |w| (w.bytes_written() + w.in_progress_size()) as u64)
     }
 
-    /// Gives the file up: a multipart upload begun for it is aborted.
+    /// Gives the file up: a multipart upload begun for it is aborted, a
+    /// file on disk deleted.
     pub(crate) async fn abort(mut self) {
+        if let Some(file) = self.disk.take() {
+            if let Err(e) = std::fs::remove_file(&file) {
+                tracing::warn!(path = %self.path, error = %e, "could not delete an abandoned data file");
+            }
+        }
         for part in self.in_flight.drain(..) {
             let _ = joined(part).await;
         }
@@ -203,34 +336,67 @@ impl OpenFile {
         }
     }
 
-    /// Closes the file and puts it in the store.
+    /// Writes the last row group and the footer: CPU work, and for a file
+    /// on disk its last writes, so a blocking thread's. [`finish`](Self::finish)
+    /// closes a file not closed yet.
+    pub(crate) fn close(&mut self, table: &str) -> Result<(), DeltaSinkError> {
+        if let Some(writer) = self.writer.take() {
+            let sink = writer.into_inner().map_err(self.parquet_err(table))?;
+            self.closed = Some(sink);
+        }
+        Ok(())
+    }
+
+    /// Closes the file and puts it in the store (a file on disk is already
+    /// there). On an error nothing of the file is left.
     pub(crate) async fn finish(
-        self,
+        mut self,
         table: &str,
         store: &Arc<dyn ObjectStore>,
         partition_columns: &[String],
     ) -> Result<AddFile, DeltaSinkError> {
+        if let Err(e) = self.close(table) {
+            self.abort().await;
+            return Err(e);
+        }
         let OpenFile {
             path,
             values,
-            writer,
+            closed,
+            disk,
             stats,
             upload,
             in_flight,
             sent,
             ..
         } = self;
-        let bytes = writer.into_inner().map_err(|source| DeltaSinkError::Parquet {
-            table: table.to_string(),
-            path: path.clone(),
-            source,
-        })?;
-        let size = (sent + bytes.len() as u64) as i64;
         let store_err = |source| DeltaSinkError::Store {
             table: table.to_string(),
             path: path.clone(),
             source,
         };
+        let bytes = match closed {
+            Some(Output::Memory(bytes)) => bytes,
+            Some(Output::Disk(file)) => {
+                let size = file.metadata().map(|m| m.len());
+                drop(file);
+                let size = match size {
+                    Ok(size) => size,
+                    Err(e) => {
+                        if let Some(disk) = &disk {
+                            let _ = std::fs::remove_file(disk);
+                        }
+                        return Err(store_err(object_store::Error::Generic {
+                            store: "LocalFileSystem",
+                            source: Box::new(e),
+                        }));
+                    }
+                };
+                return Ok(added(path, size as i64, partition_columns, values, &stats));
+            }
+            None => unreachable!("closed above"),
+        };
+        let size = (sent + bytes.len() as u64) as i64;
         match upload {
             Some(mut upload) => {
                 let sent = async {
@@ -251,15 +417,30 @@ impl OpenFile {
                 store.put(&location, PutPayload::from(bytes)).await.map_err(store_err)?;
             }
         }
-        let partition_values = partition_columns.iter().cloned().zip(values).collect();
-        Ok(AddFile {
-            path,
-            size,
-            partition_values,
-            modification_time: chrono::Utc::now().timestamp_millis(),
-            stats: stats.to_json(),
-            rows: stats.num_records(),
-        })
+        Ok(added(path, size, partition_columns, values, &stats))
+    }
+}
+
+/// The error of a write to a file already closed (a bug of weir's).
+fn closed() -> parquet::errors::ParquetError {
+    parquet::errors::ParquetError::General("the data file is already closed".into())
+}
+
+/// What the `add` action of a written file needs.
+fn added(
+    path: String,
+    size: i64,
+    partition_columns: &[String],
+    values: Vec<Option<String>>,
+    stats: &FileStats,
+) -> AddFile {
+    AddFile {
+        path,
+        size,
+        partition_values: partition_columns.iter().cloned().zip(values).collect(),
+        modification_time: chrono::Utc::now().timestamp_millis(),
+        stats: stats.to_json(),
+        rows: stats.num_records(),
     }
 }
 

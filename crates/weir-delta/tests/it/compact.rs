@@ -351,6 +351,83 @@ async fn compaction_runs_again_and_again_beside_a_stream_that_never_fails() {
     assert_exactly_once(&ids_by_both_readers(&table), 0..total);
 }
 
+/// Rewrites run on blocking threads and drive their reads and writes on
+/// the caller's runtime: a current-thread runtime (as `#[tokio::test]`
+/// makes) works too.
+#[tokio::test]
+async fn compaction_runs_on_a_current_thread_runtime() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    stream(&table, &dir.path().join("chk"), 5).await;
+    let done = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
+    assert_eq!(
+        (done.files_removed, done.files_added, done.rows),
+        (6, 1, 600),
+        "{done:?}"
+    );
+    assert_eq!(live_files(&table), 1);
+    assert_exactly_once(&ids_by_both_readers(&table), 0..600);
+}
+
+/// The `weir-compact-` files under the table, in any partition.
+fn compaction_outputs(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if e.file_type().unwrap().is_dir() {
+            found.extend(compaction_outputs(&e.path()));
+        } else if name.starts_with("weir-compact-") {
+            found.push(name);
+        }
+    }
+    found
+}
+
+/// A damaged input file stops the job with an error that names it; the
+/// rewrites of other groups stop too, and nothing the job wrote is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_input_stops_the_job_and_leaves_nothing_behind() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    let q = bucketed(60)
+        .write_stream()
+        .checkpoint_location(dir.path().join("chk"))
+        .stop_after_batch(BatchId(5))
+        .start(
+            DeltaSink::try_new(table.to_str().unwrap())
+                .unwrap()
+                .with_partition_by(["bucket"]),
+        )
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    let before = described(&table)["version"].as_i64().unwrap();
+    // The last file of bucket b2 loses its footer.
+    let b2 = table.join("bucket=b2");
+    let mut files: Vec<_> = std::fs::read_dir(&b2).unwrap().flatten().map(|e| e.path()).collect();
+    files.sort();
+    let damaged = files.last().unwrap().clone();
+    let bytes = std::fs::read(&damaged).unwrap();
+    std::fs::write(&damaged, &bytes[..bytes.len() / 2]).unwrap();
+
+    let e = Compact::new(table.to_str().unwrap())
+        .unwrap()
+        .max_concurrent_rewrites(3)
+        .run()
+        .await
+        .unwrap_err();
+    let name = damaged.file_name().unwrap().to_string_lossy().to_string();
+    assert!(e.to_string().contains(&name), "the error names the file: {e}");
+    assert_eq!(described(&table)["version"].as_i64().unwrap(), before);
+    assert_eq!(compaction_outputs(&table), Vec::<String>::new());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_larger_than_a_part_goes_up_in_parts_and_reads_whole() {
     if python().is_none() {

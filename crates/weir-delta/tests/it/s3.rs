@@ -93,3 +93,53 @@ impl SinkHarness for S3Harness {
 }
 
 weir_test_support::sink_conformance_tests!(s3_harness);
+
+/// Compaction of a table in S3: the output is larger than an upload part,
+/// so the rewrite thread sends it in parts of a multipart upload, and the
+/// table reads back with every row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_in_s3_sends_a_large_file_in_parts_and_keeps_every_row() {
+    use weir_core::prelude::*;
+    let h = s3_harness().await;
+    if let Some(reason) = h.skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let q = weir_test_support::with_payload(100_000)
+        .write_stream()
+        .checkpoint_location(dir.path().join("chk"))
+        .stop_after_batch(BatchId(4))
+        .start(h.sink_at("compacted"))
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    let table = format!("{}/compacted", h.prefix);
+    let done = weir_delta::Compact::new(&table)
+        .unwrap()
+        .with_storage_options(
+            [
+                ("AWS_ENDPOINT_URL".to_string(), h.endpoint.clone().unwrap_or_default()),
+                ("AWS_ALLOW_HTTP".to_string(), "true".to_string()),
+            ]
+            .into(),
+        )
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(
+        (done.files_removed, done.files_added),
+        (done.files_before, 1),
+        "{done:?}"
+    );
+    assert!(done.bytes_added > 16 << 20, "the file is past two parts: {done:?}");
+    let json = crate::readers::read(&["describe", &table]).expect("the readers are installed with S3");
+    assert_eq!(json["files"].as_array().unwrap().len(), 1, "{json}");
+    let ids: Vec<i64> = crate::readers::read(&["ids", "deltalake", &table]).unwrap()["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    weir_test_support::assert_exactly_once(&ids, 0..500_000);
+}
