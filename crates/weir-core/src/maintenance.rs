@@ -2,7 +2,9 @@
 //! progress they report, their plan and their report. The jobs themselves
 //! live with each format (`weir_delta::Compact`, `weir_iceberg::Compact`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -147,5 +149,197 @@ impl<T> std::future::Future for AbortOnDrop<T> {
     type Output = Result<T, tokio::task::JoinError>;
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
         std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+/// Runs `work` on each of `items` on `threads` threads of its own (named
+/// `name`), each taking items one after another, and hands every result to
+/// `done` as it arrives.
+///
+/// This is how rewrites run: decoding and encoding are CPU work that would
+/// hold the runtime's workers (and whatever they should poll meanwhile),
+/// and the allocator keeps memory per thread, so a fixed set of threads
+/// keeps a job's memory bounded by `threads`, whatever the number of
+/// items. The threads are not the runtime's blocking pool, so `work` may
+/// wait there for futures that need that pool (`Handle::block_on`).
+///
+/// `work` gets a flag that is set once an item failed, a thread panicked,
+/// or the returned future was dropped; it should then stop at its next
+/// step, clean up, and return `Ok(None)`, which is not reported. An error
+/// is reported before the flag is set, so the first error is the cause,
+/// not another thread's stop. A thread that panicked is reported as
+/// `Err` once every thread has ended.
+pub async fn on_threads<T, R, E>(
+    name: &str,
+    items: Vec<T>,
+    threads: usize,
+    work: impl Fn(T, &AtomicBool) -> Result<Option<R>, E> + Send + Sync + 'static,
+    mut done: impl FnMut(Result<R, E>),
+) -> Result<(), String>
+where
+    T: Send + 'static,
+    R: Send + 'static,
+    E: Send + 'static,
+{
+    let threads = threads.clamp(1, items.len().max(1));
+    let queue = Arc::new(Mutex::new(VecDeque::from(items)));
+    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+    let work = Arc::new(work);
+    let (sent, mut results) = tokio::sync::mpsc::unbounded_channel();
+    let mut handles = Vec::new();
+    for n in 0..threads {
+        let (queue, stopped, work, tx) = (queue.clone(), stop.0.clone(), work.clone(), sent.clone());
+        let spawned = std::thread::Builder::new().name(format!("{name}-{n}")).spawn(move || {
+            // A panic stops the other threads too.
+            let _panicking = StopOnPanic(stopped.clone());
+            while !stopped.load(Ordering::Relaxed) {
+                let Some(item) = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else {
+                    break;
+                };
+                match work(item, &stopped) {
+                    Ok(Some(result)) => {
+                        if tx.send(Ok(result)).is_err() {
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        stopped.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+        match spawned {
+            Ok(handle) => handles.push(handle),
+            Err(e) => {
+                stop.0.store(true, Ordering::Relaxed);
+                drop(sent);
+                while let Some(result) = results.recv().await {
+                    done(result);
+                }
+                return Err(format!("could not start a thread: {e}"));
+            }
+        }
+    }
+    drop(sent);
+    while let Some(result) = results.recv().await {
+        done(result);
+    }
+    // Every thread has dropped its sender: each has ended or is ending.
+    let mut failure = Ok(());
+    for handle in handles {
+        if let Err(panic) = handle.join() {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            failure = failure.and(Err(format!("a {name} thread panicked: {message}")));
+        }
+    }
+    failure
+}
+
+/// Sets its flag when dropped: work on other threads sees it and stops.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Sets its flag if dropped while its thread panics.
+struct StopOnPanic(Arc<AtomicBool>);
+
+impl Drop for StopOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn every_item_is_done_once_on_the_threads() {
+        let mut seen = Vec::new();
+        let outcome = on_threads(
+            "test",
+            (0..100u32).collect(),
+            3,
+            |n, _| Ok::<_, String>(Some((n, std::thread::current().name().unwrap().to_string()))),
+            |r| seen.push(r.unwrap()),
+        )
+        .await;
+        assert_eq!(outcome, Ok(()));
+        let mut ids: Vec<u32> = seen.iter().map(|(n, _)| *n).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..100).collect::<Vec<_>>());
+        assert!(seen.iter().all(|(_, t)| t.starts_with("test-")));
+    }
+
+    #[tokio::test]
+    async fn an_error_is_reported_first_and_stops_the_others() {
+        let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = started.clone();
+        let mut errors = Vec::new();
+        let outcome = on_threads(
+            "test",
+            (0..1000u32).collect(),
+            2,
+            move |n, stopped| {
+                counted.fetch_add(1, Ordering::Relaxed);
+                if n == 3 {
+                    return Err(format!("item {n} failed"));
+                }
+                // Work that watches the flag, as a rewrite does per batch.
+                for _ in 0..200 {
+                    if stopped.load(Ordering::Relaxed) {
+                        return Ok(None);
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                }
+                Ok(Some(n))
+            },
+            |r| {
+                if let Err(e) = r {
+                    errors.push(e);
+                }
+            },
+        )
+        .await;
+        assert_eq!(outcome, Ok(()));
+        assert_eq!(errors, vec!["item 3 failed".to_string()]);
+        assert!(started.load(Ordering::Relaxed) < 1000, "the others stopped");
+    }
+
+    #[tokio::test]
+    async fn a_panic_stops_the_others_and_is_reported() {
+        let outcome = on_threads(
+            "test",
+            (0..1000u32).collect(),
+            2,
+            |n, stopped| {
+                if n == 5 {
+                    panic!("item {n} is malformed");
+                }
+                for _ in 0..200 {
+                    if stopped.load(Ordering::Relaxed) {
+                        return Ok::<_, String>(None);
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                }
+                Ok(Some(n))
+            },
+            |_| {},
+        )
+        .await;
+        let e = outcome.unwrap_err();
+        assert!(e.contains("item 5 is malformed"), "{e}");
     }
 }

@@ -23,7 +23,9 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::{json, Value};
 use url::Url;
 
-use weir_core::maintenance::{AbortOnDrop, CompactGroup, CompactOptions, CompactProgress, CompactReport, STRICT_CAST};
+use weir_core::maintenance::{
+    on_threads, AbortOnDrop, CompactGroup, CompactOptions, CompactProgress, CompactReport, STRICT_CAST,
+};
 
 use crate::entry;
 use crate::error::DeltaSinkError;
@@ -395,44 +397,21 @@ impl Compact {
     }
 
     /// Rewrites a chunk of groups, `max_concurrent_rewrites` at a time,
-    /// each rewrite on a blocking thread that takes the chunk's groups one
-    /// after another (as many threads as rewrites at once, so the
-    /// allocator's per-thread memory does not grow with the table). On an
-    /// error the other rewrites stop, and the outputs of the chunk are
-    /// deleted: none was committed.
+    /// on threads of the job's own (see [`on_threads`]). On an error or a
+    /// panic the other rewrites stop, and the outputs of the chunk are
+    /// deleted: none was committed. (If the job's future is dropped, groups
+    /// stop at their next batch; files already finished stay as orphans.)
     async fn rewrite(&self, job: &Arc<Job>, chunk: Vec<(usize, Vec<Input>)>) -> Result<Vec<Rewritten>, DeltaSinkError> {
-        let threads = self.options.max_concurrent_rewrites.clamp(1, chunk.len().max(1));
-        let queue = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from(chunk)));
-        let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
-        let (sent, mut results) = tokio::sync::mpsc::unbounded_channel();
         let runtime = tokio::runtime::Handle::current();
-        let mut workers = Vec::new();
-        for _ in 0..threads {
-            let (job, queue, stopped, sent, runtime) = (
-                job.clone(),
-                queue.clone(),
-                stop.0.clone(),
-                sent.clone(),
-                runtime.clone(),
-            );
-            workers.push(tokio::task::spawn_blocking(move || loop {
-                let Some((index, group)) = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else {
-                    break;
-                };
-                let rewritten = job.rewrite_blocking(&runtime, &stopped, index, group);
-                if rewritten.is_err() {
-                    stopped.store(true, Ordering::Relaxed);
-                }
-                if sent.send(rewritten).is_err() || stopped.load(Ordering::Relaxed) {
-                    break;
-                }
-            }));
-        }
-        drop(sent);
+        let worker = job.clone();
         let mut done = Vec::new();
         let mut failure = None;
-        while let Some(rewritten) = results.recv().await {
-            match rewritten {
+        let ended = on_threads(
+            "weir-compact",
+            chunk,
+            self.options.max_concurrent_rewrites,
+            move |(index, group), stopped| worker.rewrite_blocking(&runtime, stopped, index, group),
+            |rewritten| match rewritten {
                 Ok(group) => {
                     self.report(CompactProgress::Rewritten {
                         group: group.index,
@@ -441,16 +420,15 @@ impl Compact {
                     });
                     done.push(group);
                 }
-                Err(e) => failure = failure.or(Some(e)),
-            }
-        }
-        for worker in workers {
-            if let Err(e) = worker.await {
-                failure = failure.or(Some(DeltaSinkError::CompactionStopped {
-                    table: job.table.clone(),
-                    reason: format!("a rewrite thread failed: {e}"),
-                }));
-            }
+                Err(e) => failure = failure.take().or(Some(e)),
+            },
+        )
+        .await;
+        if let Err(reason) = ended {
+            failure = failure.or(Some(DeltaSinkError::CompactionStopped {
+                table: job.table.clone(),
+                reason,
+            }));
         }
         if let Some(e) = failure {
             for g in &done {
@@ -519,7 +497,7 @@ impl Job {
     /// buffered rows uncompressed, so rolling on it would cut files well
     /// short of the target, and they would be compacted again and again.)
     ///
-    /// It runs on a blocking thread (see [`Compact::rewrite`]): decoding and
+    /// It runs on a thread of the job's (see [`Compact::rewrite`]): decoding and
     /// encoding are CPU work, and a table on a local disk gets its file
     /// written as row groups close. Store requests (fetches, parts, the
     /// final put) are futures run on `runtime`; the next input's fetch and
@@ -532,8 +510,10 @@ impl Job {
         stopped: &AtomicBool,
         index: usize,
         group: Vec<Input>,
-    ) -> Result<Rewritten, DeltaSinkError> {
-        let outputs = self.write_group(runtime, stopped, index, &group)?;
+    ) -> Result<Option<Rewritten>, DeltaSinkError> {
+        let Some(outputs) = self.write_group(runtime, stopped, index, &group)? else {
+            return Ok(None);
+        };
         let rows_out: i64 = outputs.iter().map(|a| a.rows).sum();
         let rows_in: Option<u64> = group.iter().map(|i| i.rows).sum();
         if rows_in.is_some_and(|n| n != rows_out as u64) {
@@ -553,21 +533,21 @@ impl Job {
             rows = rows_out,
             "rewrote a group"
         );
-        Ok(Rewritten {
+        Ok(Some(Rewritten {
             index,
             inputs: group.into_iter().map(|i| i.remove).collect(),
             outputs,
-        })
+        }))
     }
 
-    /// The group's output file(s), written; see [`rewrite_blocking`](Self::rewrite_blocking).
+    /// The group's output file(s), written (`None` once `stopped` is set); see [`rewrite_blocking`](Self::rewrite_blocking).
     fn write_group(
         &self,
         runtime: &tokio::runtime::Handle,
         stopped: &AtomicBool,
         index: usize,
         group: &[Input],
-    ) -> Result<Vec<AddFile>, DeltaSinkError> {
+    ) -> Result<Option<Vec<AddFile>>, DeltaSinkError> {
         let values: Vec<Option<String>> = {
             let pv = group[0].remove.partition_values.clone().unwrap_or_default();
             self.partition_columns
@@ -617,10 +597,7 @@ impl Job {
                     .map_err(self.parquet_err(path))?;
                 for batch in reader {
                     if stopped.load(Ordering::Relaxed) {
-                        return Err(DeltaSinkError::CompactionStopped {
-                            table: self.table.clone(),
-                            reason: "the job was stopped".into(),
-                        });
+                        return Ok(None);
                     }
                     let batch = batch.map_err(|e| self.parquet_err(path)(e.into()))?;
                     let rows = self.conform(&batch, path)?;
@@ -635,19 +612,16 @@ impl Job {
                 }
             }
             let Some(mut file) = open.take() else {
-                return Ok(Vec::new());
+                return Ok(Some(Vec::new()));
             };
             if let Err(e) = file.close(&self.table) {
                 open = Some(file);
                 return Err(e);
             }
-            Ok(vec![runtime.block_on(file.finish(
-                &self.table,
-                &self.store,
-                &self.partition_columns,
-            ))?])
+            let finished = runtime.block_on(file.finish(&self.table, &self.store, &self.partition_columns))?;
+            Ok(Some(vec![finished]))
         })();
-        if result.is_err() {
+        if !matches!(result, Ok(Some(_))) {
             if let Some(file) = open.take() {
                 runtime.block_on(file.abort());
             }
@@ -707,16 +681,6 @@ impl Job {
             })
             .collect::<Result<Vec<_>, _>>()?;
         RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| mismatch(e.to_string()))
-    }
-}
-
-/// Sets its flag when dropped: a rewrite on a blocking thread sees it and
-/// stops.
-struct StopOnDrop(Arc<AtomicBool>);
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
     }
 }
 

@@ -200,13 +200,19 @@ impl OpenFile {
                 (Output::Disk(created), Some(file))
             }
         };
-        let writer = ArrowWriter::try_new(sink, format.schema.clone(), Some(properties)).map_err(|source| {
-            DeltaSinkError::Parquet {
-                table: table.to_string(),
-                path: path.clone(),
-                source,
+        let writer = match ArrowWriter::try_new(sink, format.schema.clone(), Some(properties)) {
+            Ok(writer) => writer,
+            Err(source) => {
+                if let Some(file) = &disk {
+                    let _ = std::fs::remove_file(file);
+                }
+                return Err(DeltaSinkError::Parquet {
+                    table: table.to_string(),
+                    path: path.clone(),
+                    source,
+                });
             }
-        })?;
+        };
         Ok(OpenFile {
             path,
             values: values.to_vec(),
@@ -337,8 +343,8 @@ impl OpenFile {
     }
 
     /// Writes the last row group and the footer: CPU work, and for a file
-    /// on disk its last writes, so a blocking thread's. [`finish`](Self::finish)
-    /// closes a file not closed yet.
+    /// on disk its last writes, so for a thread that may block.
+    /// [`finish`](Self::finish) closes a file not closed yet.
     pub(crate) fn close(&mut self, table: &str) -> Result<(), DeltaSinkError> {
         if let Some(writer) = self.writer.take() {
             let sink = writer.into_inner().map_err(self.parquet_err(table))?;
@@ -359,17 +365,17 @@ impl OpenFile {
             self.abort().await;
             return Err(e);
         }
-        let OpenFile {
-            path,
-            values,
-            closed,
-            disk,
-            stats,
-            upload,
-            in_flight,
-            sent,
-            ..
-        } = self;
+        // Taken out, so dropping what is left deletes nothing.
+        let disk = self.disk.take();
+        let closed = self.closed.take();
+        let upload = self.upload.take();
+        let in_flight = std::mem::take(&mut self.in_flight);
+        let (path, values, sent) = (
+            std::mem::take(&mut self.path),
+            std::mem::take(&mut self.values),
+            self.sent,
+        );
+        let stats = &self.stats;
         let store_err = |source| DeltaSinkError::Store {
             table: table.to_string(),
             path: path.clone(),
@@ -392,7 +398,7 @@ impl OpenFile {
                         }));
                     }
                 };
-                return Ok(added(path, size as i64, partition_columns, values, &stats));
+                return Ok(added(path, size as i64, partition_columns, values, stats));
             }
             None => unreachable!("closed above"),
         };
@@ -417,7 +423,19 @@ impl OpenFile {
                 store.put(&location, PutPayload::from(bytes)).await.map_err(store_err)?;
             }
         }
-        Ok(added(path, size, partition_columns, values, &stats))
+        Ok(added(path, size, partition_columns, values, stats))
+    }
+}
+
+impl Drop for OpenFile {
+    /// A file on disk that was neither finished nor aborted (its writer
+    /// panicked, or its job was dropped) is deleted. (A multipart upload
+    /// cannot be aborted without a runtime; the store's lifecycle rules
+    /// remove incomplete uploads.)
+    fn drop(&mut self) {
+        if let Some(file) = self.disk.take() {
+            let _ = std::fs::remove_file(file);
+        }
     }
 }
 
@@ -637,5 +655,57 @@ mod tests {
             .map(|b| b.unwrap().num_rows())
             .sum();
         assert_eq!((rows, added.rows), (100_000, 100_000));
+    }
+
+    /// A file bound for disk is written there as row groups close; one that
+    /// is dropped unfinished (a panicking writer) is deleted, a finished one
+    /// stays with the size on disk.
+    #[tokio::test]
+    async fn a_file_on_disk_is_kept_when_finished_and_deleted_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let format = FileFormat {
+            schema: &schema,
+            compression: Compression::Snappy,
+            num_indexed_cols: 32,
+            stats_columns: None,
+        };
+        let batch =
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(0..1000))]).unwrap();
+        let open = |name: &str| {
+            let on_disk = dir.path().join("p=1").join(name);
+            let file = OpenFile::create_in(
+                "t",
+                format!("p=1/{name}"),
+                &[],
+                &format,
+                Destination::Disk(on_disk.clone()),
+            );
+            (file.unwrap(), on_disk)
+        };
+
+        let (mut dropped, dropped_path) = open("dropped.parquet");
+        dropped.encode("t", &batch).unwrap();
+        assert!(dropped_path.exists());
+        drop(dropped);
+        assert!(!dropped_path.exists(), "an unfinished file is deleted");
+
+        let (mut kept, kept_path) = open("kept.parquet");
+        kept.encode("t", &batch).unwrap();
+        assert!(!kept.part_ready(), "a file on disk sends no parts");
+        let added = kept.finish("t", &store, &[]).await.unwrap();
+        assert_eq!(std::fs::metadata(&kept_path).unwrap().len() as i64, added.size);
+        let rows: usize = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&kept_path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap()
+            .map(|b| b.unwrap().num_rows())
+            .sum();
+        assert_eq!((rows, added.rows), (1000, 1000));
+        assert!(
+            futures::StreamExt::next(&mut store.list(None)).await.is_none(),
+            "nothing went through the store"
+        );
     }
 }

@@ -3,11 +3,11 @@
 //! validated on every attempt against the table as it is then.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow_array::{new_null_array, RecordBatch};
-use futures::StreamExt;
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::io::FileIO;
 use iceberg::spec::{DataFile, ManifestContentType, ManifestStatus, TableMetadata};
@@ -17,7 +17,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 use weir_core::sink::DataWriter;
 
-use weir_core::maintenance::{AbortOnDrop, CompactGroup, CompactOptions, CompactProgress, CompactReport, STRICT_CAST};
+use weir_core::maintenance::{on_threads, CompactGroup, CompactOptions, CompactProgress, CompactReport, STRICT_CAST};
 
 use crate::catalog::{after_swap, parse_ident, shown, Catalog, LoadedTable, Swap};
 use crate::commit::{Change, Producer, Replaced, Request};
@@ -379,23 +379,26 @@ impl Compact {
         }
     }
 
-    /// Rewrites a chunk of groups, `max_concurrent_rewrites` at a time. On
-    /// an error the chunk's outputs are deleted: none was committed.
+    /// Rewrites a chunk of groups, `max_concurrent_rewrites` at a time,
+    /// each on a thread of the job's own that drives the rewrite there (see
+    /// [`on_threads`]). On an error or a panic the other rewrites stop, and
+    /// the chunk's outputs are deleted: none was committed.
     async fn rewrite(
         &self,
         job: &Arc<Job>,
         chunk: Vec<(usize, Vec<DataFile>)>,
     ) -> Result<Vec<Rewritten>, IcebergSinkError> {
-        let tasks = chunk.into_iter().map(|(index, group)| {
-            let job = job.clone();
-            AbortOnDrop(tokio::spawn(async move { job.rewrite(index, group).await }))
-        });
-        let mut results = futures::stream::iter(tasks).buffer_unordered(self.options.max_concurrent_rewrites);
+        let runtime = tokio::runtime::Handle::current();
+        let worker = job.clone();
         let mut done = Vec::new();
         let mut failure = None;
-        while let Some(joined) = results.next().await {
-            match joined {
-                Ok(Ok(group)) => {
+        let ended = on_threads(
+            "weir-compact",
+            chunk,
+            self.options.max_concurrent_rewrites,
+            move |(index, group), stopped| runtime.block_on(worker.rewrite(index, group, stopped)),
+            |rewritten| match rewritten {
+                Ok(group) => {
                     self.report(CompactProgress::Rewritten {
                         group: group.index,
                         bytes: group.inputs.iter().map(|f| f.file_size_in_bytes()).sum(),
@@ -403,14 +406,15 @@ impl Compact {
                     });
                     done.push(group);
                 }
-                Ok(Err(e)) => failure = failure.or(Some(e)),
-                Err(e) => {
-                    failure = failure.or(Some(IcebergSinkError::CompactionStopped {
-                        table: self.shown(),
-                        reason: format!("a rewrite task failed: {e}"),
-                    }))
-                }
-            }
+                Err(e) => failure = failure.take().or(Some(e)),
+            },
+        )
+        .await;
+        if let Err(reason) = ended {
+            failure = failure.or(Some(IcebergSinkError::CompactionStopped {
+                table: self.shown(),
+                reason,
+            }));
         }
         if let Some(e) = failure {
             for g in &done {
@@ -709,8 +713,14 @@ struct Job {
 
 impl Job {
     /// Reads a group's files one at a time into the sink's writer (field
-    /// ids, metrics), as one file.
-    async fn rewrite(&self, index: usize, group: Vec<DataFile>) -> Result<Rewritten, IcebergSinkError> {
+    /// ids, metrics), as one file; `None` (and nothing left) once `halted`
+    /// is set.
+    async fn rewrite(
+        &self,
+        index: usize,
+        group: Vec<DataFile>,
+        halted: &AtomicBool,
+    ) -> Result<Option<Rewritten>, IcebergSinkError> {
         let ctx = WriterContext {
             table: self.table.clone(),
             file_io: self.file_io.clone(),
@@ -742,17 +752,27 @@ impl Job {
                     .and_then(|b| b.with_batch_size(READ_BATCH_ROWS).build())
                     .map_err(|e| stopped(e.to_string()))?;
                 for batch in reader {
+                    if halted.load(Ordering::Relaxed) {
+                        return Ok(false);
+                    }
                     let batch = batch.map_err(|e| stopped(e.to_string()))?;
                     let rows = self.conform(&batch).map_err(stopped)?;
                     out.write(rows).await.map_err(|e| stopped(e.to_string()))?;
                 }
             }
-            Ok::<_, IcebergSinkError>(())
+            Ok::<_, IcebergSinkError>(true)
         }
         .await;
-        if let Err(e) = written {
-            let _ = out.abort().await;
-            return Err(e);
+        match written {
+            Ok(true) => {}
+            Ok(false) => {
+                let _ = out.abort().await;
+                return Ok(None);
+            }
+            Err(e) => {
+                let _ = out.abort().await;
+                return Err(e);
+            }
         }
         let message = out.commit().await.map_err(|e| IcebergSinkError::CompactionStopped {
             table: self.table.clone(),
@@ -783,11 +803,11 @@ impl Job {
                 reason: format!("group {index} read {rows_in} rows by its files' metadata but wrote {rows_out}"),
             });
         }
-        Ok(Rewritten {
+        Ok(Some(Rewritten {
             index,
             inputs: group,
             outputs,
-        })
+        }))
     }
 
     /// A data file's rows as the table's current columns, matched by field
