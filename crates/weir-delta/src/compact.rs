@@ -244,12 +244,13 @@ impl Compact {
             files_before += 1;
             bytes_before += u64::try_from(f.size()).unwrap_or(0);
             let remove = f.remove_action(false);
-            if !table::plain_path(&remove.path) {
+            if !table::unambiguous_path(&remove.path) {
                 return Err(DeltaSinkError::Location {
                     location: self.location.clone(),
                     reason: format!(
-                        "the table has files whose paths hold characters partition folders escape ({}), which \
-                         compaction cannot address safely; nothing was changed",
+                        "the table has a file whose path holds a character (such as a space) that engines write \
+                         differently into the log ({}), so a removal of it might not match its addition; \
+                         compaction refuses such tables and nothing was changed",
                         remove.path
                     ),
                 });

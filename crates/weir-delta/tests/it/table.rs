@@ -21,7 +21,7 @@ fn rate(rows: u64) -> ReadStream {
 }
 
 /// The rate source with one more string column, made from each event id.
-fn with_string_column(rows_per_batch: u64, name: &'static str, value: fn(i64) -> String) -> ReadStream {
+pub(crate) fn with_string_column(rows_per_batch: u64, name: &'static str, value: fn(i64) -> String) -> ReadStream {
     rate(rows_per_batch).map_batches(move |b| {
         let ids = b.column(0).as_primitive::<Int64Type>();
         let values: StringArray = ids.iter().map(|v| v.map(value)).collect();
