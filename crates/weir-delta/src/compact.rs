@@ -571,7 +571,9 @@ impl Job {
             }
         };
         let mut open: Option<OpenFile> = None;
-        let result = (|| {
+        // A panic (a malformed input can make the decoder panic) still gives
+        // the open file up, its upload aborted, before it goes on.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut next: Option<AbortOnDrop<object_store::Result<Bytes>>> = None;
             for (i, input) in group.iter().enumerate() {
                 let path = &input.remove.path;
@@ -621,13 +623,13 @@ impl Job {
             }
             let finished = runtime.block_on(file.finish(&self.table, &self.store, &self.partition_columns))?;
             Ok(Some(vec![finished]))
-        })();
-        if !matches!(result, Ok(Some(_))) {
+        }));
+        if !matches!(result, Ok(Ok(Some(_)))) {
             if let Some(file) = open.take() {
                 runtime.block_on(file.abort());
             }
         }
-        result
+        result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     }
 
     /// The output file at `output` in the partition with `values`: on disk

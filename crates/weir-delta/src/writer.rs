@@ -84,7 +84,8 @@ pub(crate) enum Destination {
     Store,
     /// This file on a local disk (the table's own file, as its store would
     /// name it), written as row groups close. Its writes block, so a file
-    /// bound for disk is encoded on a blocking thread only.
+    /// bound for disk is encoded only on a thread that may block (not a
+    /// runtime worker).
     Disk(std::path::PathBuf),
 }
 
@@ -251,8 +252,9 @@ impl OpenFile {
     }
 
     /// Encodes rows of the file's schema, closing the row group once it is
-    /// large; CPU work only, for a blocking thread. The bytes stay in memory
-    /// until [`send_if_ready`](Self::send_if_ready) or `finish`.
+    /// large; CPU work, for a thread that may block (not a runtime worker:
+    /// a file on disk is written here). Bound for the store, the bytes stay
+    /// in memory until [`send_if_ready`](Self::send_if_ready) or `finish`.
     pub(crate) fn encode(&mut self, table: &str, rows: &RecordBatch) -> Result<(), DeltaSinkError> {
         let Some(writer) = self.writer.as_mut() else {
             return Err(self.parquet_err(table)(closed()));
@@ -328,6 +330,8 @@ impl OpenFile {
     /// file on disk deleted.
     pub(crate) async fn abort(mut self) {
         if let Some(file) = self.disk.take() {
+            drop(self.writer.take());
+            drop(self.closed.take());
             if let Err(e) = std::fs::remove_file(&file) {
                 tracing::warn!(path = %self.path, error = %e, "could not delete an abandoned data file");
             }
@@ -434,6 +438,9 @@ impl Drop for OpenFile {
     /// remove incomplete uploads.)
     fn drop(&mut self) {
         if let Some(file) = self.disk.take() {
+            // Closed first: some systems do not delete an open file.
+            drop(self.writer.take());
+            drop(self.closed.take());
             let _ = std::fs::remove_file(file);
         }
     }

@@ -761,17 +761,23 @@ impl Job {
                 }
             }
             Ok::<_, IcebergSinkError>(true)
-        }
-        .await;
+        };
+        // A panic (a malformed input can make the decoder panic) still
+        // deletes what the writer wrote before it goes on.
+        let written = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(written)).await;
         match written {
-            Ok(true) => {}
-            Ok(false) => {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => {
                 let _ = out.abort().await;
                 return Ok(None);
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 let _ = out.abort().await;
                 return Err(e);
+            }
+            Err(panic) => {
+                let _ = out.abort().await;
+                std::panic::resume_unwind(panic);
             }
         }
         let message = out.commit().await.map_err(|e| IcebergSinkError::CompactionStopped {
