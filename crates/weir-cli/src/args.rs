@@ -242,6 +242,7 @@ pub enum Progress {
 }
 
 #[derive(Debug, Args)]
+#[group(id = "compaction", multiple = true, required = false)]
 pub struct StreamArgs {
     /// The source.
     #[arg(long, value_enum)]
@@ -278,11 +279,16 @@ pub struct StreamArgs {
     pub take_over_output: bool,
     /// Compact small files in the background every N commits (either
     /// format; the compaction's commits change no row).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", group = "compaction")]
     pub compact_every: Option<u64>,
-    /// With --compact-every: the fewest small files of a partition worth a
-    /// rewrite.
-    #[arg(long, value_name = "N", default_value_t = 10, requires = "compact_every")]
+    /// Compact small files in the background once the query has written N
+    /// data files since the last compaction began (with --compact-every:
+    /// whichever comes first).
+    #[arg(long, value_name = "N", group = "compaction")]
+    pub compact_after_files: Option<u64>,
+    /// With --compact-every or --compact-after-files: the fewest small
+    /// files of a partition worth a rewrite.
+    #[arg(long, value_name = "N", default_value_t = 10, requires = "compaction")]
     pub compact_min_files: usize,
     /// Iceberg: expire old snapshots in the background every N commits.
     #[arg(long, value_name = "N")]

@@ -105,8 +105,13 @@ pub async fn run(catalogs: &Catalogs, args: &StreamArgs) -> Result<(), Failure> 
             older_than: None,
         });
     }
-    if let Some(every) = args.compact_every {
-        options = options.compaction(weir::sink::CompactionPolicy::every(every, args.compact_min_files));
+    if args.compact_every.is_some() || args.compact_after_files.is_some() {
+        let mut policy = match args.compact_every {
+            Some(every) => weir::sink::CompactionPolicy::every(every, args.compact_min_files),
+            None => weir::sink::CompactionPolicy::after_files(u64::MAX, args.compact_min_files),
+        };
+        policy.after_files = args.compact_after_files.map(|n| n.max(1));
+        options = options.compaction(policy);
     }
     let query = Arc::new(writer.to_table_in(catalogs, &args.to, options).await?);
     // Ctrl-C: the running batch finishes (or, if the process is killed,

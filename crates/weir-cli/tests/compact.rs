@@ -190,3 +190,56 @@ fn stream_compacts_in_the_background_with_compact_every() {
     assert!(optimize >= 1, "no compaction committed");
     assert_exactly_once(&delta_ids(&table), 0..400);
 }
+
+/// `--compact-after-files`: once the query has written that many files, a
+/// background compaction replaces them (an Iceberg `replace` snapshot),
+/// and pyiceberg reads every row once.
+#[test]
+fn stream_compacts_an_iceberg_table_after_enough_files() {
+    let Some(dir) = lake_with_readers() else { return };
+    let lake = dir.path();
+    stream(
+        lake,
+        "bronze.files",
+        "30",
+        &[
+            "--format",
+            "iceberg",
+            "--trigger-interval",
+            "50ms",
+            "--compact-after-files",
+            "8",
+            "--compact-min-files",
+            "4",
+        ],
+    );
+    let db = lake.join("weir-lake/catalog.db");
+    let d = iceberg(&["describe", db.to_str().unwrap(), "bronze.files"]).expect("readers present");
+    let replaced = d["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["summary"]["weir.operation"] == "compact")
+        .count();
+    assert!(replaced >= 1, "no compaction committed: {d}");
+    assert!(d["files"].as_u64().unwrap() < 30, "{d}");
+    let ids = json_ids(&iceberg(&["ids", "pyiceberg", db.to_str().unwrap(), "bronze.files"]).expect("readers present"));
+    assert_exactly_once(&ids, 0..300);
+
+    let e = failure(
+        lake,
+        &[
+            "stream",
+            "--from",
+            "rate",
+            "--to",
+            "bronze.x",
+            "--compact-min-files",
+            "3",
+        ],
+    );
+    assert!(
+        e.contains("--compact-every") || e.contains("--compact-after-files"),
+        "{e}"
+    );
+}

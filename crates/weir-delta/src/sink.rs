@@ -165,14 +165,15 @@ impl DeltaSink {
         self
     }
 
-    /// After a commit: every `every_commits` commits, a compaction in the
-    /// background, one at a time; its failure is logged, never the batch's.
-    fn maybe_compact(&self) {
+    /// After a commit that added `files` data files: when the policy says
+    /// so, a compaction in the background, one at a time; its failure is
+    /// logged, never the batch's.
+    fn maybe_compact(&self, files: usize) {
         let Some(policy) = self.compaction else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let Some(running) = self.state.compacting.after_commit(policy.every_commits) else {
+        let Some(running) = policy.due(&self.state.compacting, files as u64) else {
             return;
         };
         let (location, storage) = (self.url.to_string(), self.options.storage_options.clone());
@@ -300,6 +301,7 @@ impl DeltaSink {
             // log checkpoint instead (see `after_commit`).
             .with_cleanup_expired_logs(Some(false));
         let operation = entry::streaming_update(ctx);
+        let added = actions.iter().filter(|a| matches!(a, Action::Add(_))).count();
         // The commit has landed once the prepared commit resolves. Its
         // post-commit hook (which rebuilds a snapshot of every file) is not
         // run; `after_commit` writes log checkpoints instead.
@@ -310,7 +312,7 @@ impl DeltaSink {
             .await?
             .await?;
         let version = landed.version;
-        self.after_commit(table, version).await;
+        self.after_commit(table, version, added).await;
         Ok(version as i64)
     }
 
@@ -318,9 +320,9 @@ impl DeltaSink {
     /// writes a log checkpoint and removes log files past the table's
     /// retention. Failures are logged: the batch is committed, and the next
     /// due commit tries again.
-    async fn after_commit(&self, table: &DeltaTable, version: u64) {
+    async fn after_commit(&self, table: &DeltaTable, version: u64, files: usize) {
         table::checkpoint_if_due(table, &self.url, &self.options, version).await;
-        self.maybe_compact();
+        self.maybe_compact(files);
     }
 
     /// Brings the marker cache to the log's latest version, reading only
@@ -601,7 +603,7 @@ impl Sink for DeltaSink {
                         .map_err(|e| core(self.err(e)))?
                     {
                         tracing::info!(attempt, "the lost race was this attempt's own commit");
-                        self.maybe_compact();
+                        self.maybe_compact(files.len());
                         return Ok(CommitOutcome::Committed { version: None });
                     }
                 }
@@ -616,7 +618,7 @@ impl Sink for DeltaSink {
                     .map_err(core)?
                 {
                     tracing::debug!(version, attempt, files = files.len(), "committed to Delta");
-                    self.after_commit(table, version).await;
+                    self.after_commit(table, version, files.len()).await;
                     return Ok(CommitOutcome::Committed {
                         version: Some(version as i64),
                     });

@@ -147,14 +147,15 @@ impl IcebergSink {
         self
     }
 
-    /// After a commit: every `every_commits` commits, a compaction in the
-    /// background, one at a time; its failure is logged, never the batch's.
-    fn maybe_compact(&self) {
+    /// After a commit that added `files` data files: when the policy says
+    /// so, a compaction in the background, one at a time; its failure is
+    /// logged, never the batch's.
+    fn maybe_compact(&self, files: usize) {
         let Some(policy) = self.compaction else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let Some(running) = self.state.compacting.after_commit(policy.every_commits) else {
+        let Some(running) = policy.due(&self.state.compacting, files as u64) else {
             return;
         };
         let (catalog, name) = (self.catalog.clone(), crate::catalog::shown(&self.ident));
@@ -463,7 +464,7 @@ impl Sink for IcebergSink {
                     crate::catalog::after_swap(self.catalog.as_ref(), &table, produced.expired).await;
                     *slot = Some(*table);
                     self.maybe_expire();
-                    self.maybe_compact();
+                    self.maybe_compact(producer.files().len());
                     return Ok(CommitOutcome::Committed { version });
                 }
                 Ok(Swap::Conflict) => {
@@ -488,7 +489,7 @@ impl Sink for IcebergSink {
                         let version = now.metadata.current_snapshot_id();
                         *slot = Some(now);
                         self.maybe_expire();
-                        self.maybe_compact();
+                        self.maybe_compact(producer.files().len());
                         return Ok(CommitOutcome::Committed { version });
                     }
                     Ok(now) if now.metadata_location == base.metadata_location => {
