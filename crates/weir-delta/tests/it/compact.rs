@@ -98,18 +98,7 @@ async fn partitions_are_compacted_apart_with_a_filter_and_partial_progress() {
     }
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("t");
-    let q = bucketed(60)
-        .write_stream()
-        .checkpoint_location(dir.path().join("chk"))
-        .stop_after_batch(BatchId(5))
-        .start(
-            DeltaSink::try_new(table.to_str().unwrap())
-                .unwrap()
-                .with_partition_by(["bucket"]),
-        )
-        .await
-        .unwrap();
-    q.await_termination().await.unwrap();
+    partitioned(&table, &dir.path().join("chk"), bucketed(60), "bucket").await;
     assert_eq!(live_files(&table), 18);
 
     let only_b1 = Compact::new(table.to_str().unwrap())
@@ -371,8 +360,9 @@ fn raw_log_paths(table: &Path) -> (Vec<String>, Vec<String>) {
     (adds, removes)
 }
 
-async fn partitioned_by(table: &Path, chk: &Path, column: &'static str, value: fn(i64) -> String) {
-    let q = with_string_column(10, column, value)
+/// Six batches of `rows` partitioned by `column`.
+async fn partitioned(table: &Path, chk: &Path, rows: ReadStream, column: &str) {
+    let q = rows
         .write_stream()
         .checkpoint_location(chk)
         .stop_after_batch(BatchId(5))
@@ -397,7 +387,8 @@ async fn escaped_partition_folders_are_compacted_and_spaces_are_refused() {
     }
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("t");
-    partitioned_by(&table, &dir.path().join("chk"), "hour", |v| format!("10:{:02}", v % 2)).await;
+    let hours = with_string_column(10, "hour", |v| format!("10:{:02}", v % 2));
+    partitioned(&table, &dir.path().join("chk"), hours, "hour").await;
     assert!(table.join("hour=10%3A00").is_dir());
     let before = live_files(&table);
     let done = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
@@ -412,7 +403,8 @@ async fn escaped_partition_folders_are_compacted_and_spaces_are_refused() {
     assert_exactly_once(&ids_by_both_readers(&table), 0..60);
 
     let spaced = dir.path().join("s");
-    partitioned_by(&spaced, &dir.path().join("chk2"), "day", |v| format!("day {}", v % 2)).await;
+    let days = with_string_column(10, "day", |v| format!("day {}", v % 2));
+    partitioned(&spaced, &dir.path().join("chk2"), days, "day").await;
     let version = described(&spaced)["version"].as_i64().unwrap();
     let e = Compact::new(spaced.to_str().unwrap()).unwrap().run().await.unwrap_err();
     assert!(e.to_string().contains("might not match its addition"), "{e}");
@@ -465,18 +457,7 @@ async fn a_damaged_input_stops_the_job_and_leaves_nothing_behind() {
     }
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("t");
-    let q = bucketed(60)
-        .write_stream()
-        .checkpoint_location(dir.path().join("chk"))
-        .stop_after_batch(BatchId(5))
-        .start(
-            DeltaSink::try_new(table.to_str().unwrap())
-                .unwrap()
-                .with_partition_by(["bucket"]),
-        )
-        .await
-        .unwrap();
-    q.await_termination().await.unwrap();
+    partitioned(&table, &dir.path().join("chk"), bucketed(60), "bucket").await;
     let before = described(&table)["version"].as_i64().unwrap();
     // The last file of bucket b2 loses its footer.
     let b2 = table.join("bucket=b2");
