@@ -3,7 +3,7 @@
 //! in log entries of weir's own, each written with a put-if-absent and
 //! rebased over whatever other writers committed meanwhile.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -238,23 +238,13 @@ impl Compact {
             .options
             .target_file_size
             .unwrap_or_else(|| snapshot.table_config().target_file_size().get());
+        let raw_paths = raw_paths(snapshot).map_err(err)?;
         let mut inputs = Vec::new();
         let (mut files_before, mut bytes_before) = (0usize, 0u64);
         for f in snapshot.log_data().iter() {
             files_before += 1;
             bytes_before += u64::try_from(f.size()).unwrap_or(0);
             let remove = f.remove_action(false);
-            if !table::unambiguous_path(&remove.path) {
-                return Err(DeltaSinkError::Location {
-                    location: self.location.clone(),
-                    reason: format!(
-                        "the table has a file whose path holds a character (such as a space) that engines write \
-                         differently into the log ({}), so a removal of it might not match its addition; \
-                         compaction refuses such tables and nothing was changed",
-                        remove.path
-                    ),
-                });
-            }
             inputs.push(Input {
                 modified: f.modification_time(),
                 rows: f.num_records().map(|n| n as u64),
@@ -303,6 +293,7 @@ impl Compact {
             target,
             prefix: format!("weir-compact-{}", uuid::Uuid::new_v4()),
             disk: local_disk(&url),
+            raw_paths,
         });
         let mut log = LogTail::start(table.log_store().as_ref(), read_version, &url).await?;
         let per_commit = self.options.groups_per_commit.unwrap_or(groups.len());
@@ -471,6 +462,9 @@ struct Job {
     /// For a table on a local disk: its files as its store names them,
     /// written straight from the encoder.
     disk: Option<object_store::local::LocalFileSystem>,
+    /// The log's own path of each live file whose path is not plain, by
+    /// its decoded path (see [`raw_paths`]).
+    raw_paths: HashMap<String, String>,
 }
 
 impl Job {
@@ -972,16 +966,47 @@ fn optimize_entry(
     info.info.insert("operationMetrics".into(), metrics);
     info.info.insert("weir.operation".into(), json!("compact"));
     info.info.insert("weir.attemptId".into(), Value::from(attempt));
-    let actions = std::iter::once(Action::CommitInfo(info))
-        .chain(removes.into_iter().map(|r| {
-            Action::Remove(Remove {
-                deletion_timestamp: Some(now),
-                data_change: false,
-                ..r.clone()
-            })
-        }))
-        .chain(adds.into_iter().map(|a| entry::add(a, false)));
-    entry::encode(actions)
+    // A remove names its file exactly as the add did: engines encode some
+    // characters (a space, ...) differently, and readers match the two
+    // strings as written.
+    let mut actions = vec![serde_json::to_value(Action::CommitInfo(info))?];
+    for r in removes {
+        let mut remove = serde_json::to_value(Action::Remove(Remove {
+            deletion_timestamp: Some(now),
+            data_change: false,
+            ..r.clone()
+        }))?;
+        if let Some(raw) = job.raw_paths.get(&r.path) {
+            remove["remove"]["path"] = Value::from(raw.as_str());
+        }
+        actions.push(remove);
+    }
+    for a in adds {
+        actions.push(serde_json::to_value(entry::add(a, false))?);
+    }
+    entry::encode(actions.into_iter())
+}
+
+/// The log's own path of every live file whose path has a character
+/// outside `[A-Za-z0-9._-=/]` (which engines may escape in different
+/// ways), by its decoded path: the `path` column of the table's add
+/// actions is as written in the log.
+fn raw_paths(snapshot: &deltalake::table::state::DeltaTableState) -> Result<HashMap<String, String>, DeltaTableError> {
+    let adds = snapshot.add_actions_table(false)?;
+    let Some(column) = adds.column_by_name("path") else {
+        return Err(DeltaTableError::Generic("the add actions have no path column".into()));
+    };
+    let column = arrow_cast::cast(column, &arrow_schema::DataType::Utf8)?;
+    let paths = column
+        .as_any()
+        .downcast_ref::<arrow_array::StringArray>()
+        .ok_or_else(|| DeltaTableError::Generic("the add actions' paths are not strings".into()))?;
+    Ok(paths
+        .iter()
+        .flatten()
+        .filter(|raw| !table::plain_path(raw))
+        .map(|raw| (decoded(raw), raw.to_string()))
+        .collect())
 }
 
 #[cfg(test)]
@@ -1009,6 +1034,7 @@ mod tests {
             target: 1 << 20,
             prefix: "p".into(),
             disk: None,
+            raw_paths: HashMap::new(),
         }
     }
 

@@ -73,7 +73,7 @@ pub(crate) fn append(
 }
 
 /// A log entry: one JSON action per line.
-pub(crate) fn encode(actions: impl Iterator<Item = Action>) -> Result<Bytes, serde_json::Error> {
+pub(crate) fn encode<A: serde::Serialize>(actions: impl Iterator<Item = A>) -> Result<Bytes, serde_json::Error> {
     let mut entry = Vec::with_capacity(4096);
     for (i, action) in actions.enumerate() {
         if i > 0 {

@@ -390,16 +390,6 @@ pub(crate) fn plain_path(path: &str) -> bool {
     path.chars().all(|c| c.is_ascii_alphanumeric() || "._-=/".contains(c))
 }
 
-/// Whether every writer writes a data file's path into the log the same
-/// way, so that a `remove` weir writes for it matches the `add` whatever
-/// engine wrote that: the characters of [`plain_path`], and `%` (Hive's
-/// escapes in partition folders, `%3A` for `:`), which every writer
-/// encodes as `%25`. A space, which some writers encode and others do not,
-/// is not.
-pub(crate) fn unambiguous_path(path: &str) -> bool {
-    path.chars().all(|c| c.is_ascii_alphanumeric() || "._-=/%".contains(c))
-}
-
 /// Which columns get statistics: `delta.dataSkippingNumIndexedCols` (-1 for
 /// all columns, default 32), unless `delta.dataSkippingStatsColumns` names
 /// them.
