@@ -2,11 +2,12 @@
 //! retention needs, and files of failed writes) and log upkeep (a
 //! checkpoint, and cleanup of log entries past the log retention).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use deltalake::operations::vacuum::VacuumMode;
 use deltalake::table::config::TablePropertiesExt as _;
+use object_store::ObjectStoreExt;
 use serde::Serialize;
 
 use crate::error::DeltaSinkError;
@@ -20,7 +21,9 @@ pub const DEFAULT_VACUUM_RETENTION: Duration = Duration::from_secs(7 * 86_400);
 /// Deletes the files of a Delta table that no version within the retention
 /// references: files removed (by compaction, overwrites) longer ago than
 /// the retention, and files no commit ever added (failed writes) older
-/// than it.
+/// than it. deltalake plans it; weir checks that the plan names no live
+/// file (paths compared fully decoded, since escaped partition folders are
+/// spelled differently in the log and the listing) before deleting.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), weir_delta::DeltaSinkError> {
@@ -93,25 +96,6 @@ impl Vacuum {
             table: url.to_string(),
             source,
         };
-        // A live file whose path holds characters that partition folders
-        // escape (`:` as `%3A`, ...) is matched against the listing decoded
-        // on one side only, and could be taken for an untracked file.
-        let escaped = t
-            .snapshot()
-            .map_err(err)?
-            .log_data()
-            .iter()
-            .map(|f| f.path().to_string())
-            .find(|p| !table::plain_path(p));
-        if let Some(escaped) = escaped {
-            return Err(DeltaSinkError::Location {
-                location: self.location.clone(),
-                reason: format!(
-                    "the table has files whose paths hold characters partition folders escape ({escaped}), which \
-                     this vacuum cannot match safely against the listing; nothing was deleted"
-                ),
-            });
-        }
         let minimum = t
             .snapshot()
             .map_err(err)?
@@ -128,16 +112,64 @@ impl Vacuum {
                 ),
             });
         }
+        // deltalake plans; weir checks the plan against the live files and
+        // deletes. Paths with escapes (`zone=10%3A00`) reach the plan in
+        // more than one spelling, so the check compares them decoded.
+        let live: HashSet<String> = t
+            .snapshot()
+            .map_err(err)?
+            .log_data()
+            .iter()
+            .map(|f| fully_decoded(&f.path()))
+            .collect();
         let retention = chrono::Duration::from_std(self.retention).unwrap_or(chrono::TimeDelta::MAX);
-        let (_, metrics) = t
+        let (t, metrics) = t
             .vacuum()
             .with_retention_period(retention)
             .with_mode(VacuumMode::Full)
             .with_enforce_retention_duration(false)
-            .with_dry_run(self.dry_run)
+            .with_dry_run(true)
             .await
             .map_err(err)?;
-        let mut files = metrics.files_deleted;
+        if let Some(path) = live_in_plan(&live, &metrics.files_deleted) {
+            return Err(DeltaSinkError::Location {
+                location: self.location.clone(),
+                reason: format!(
+                    "vacuum's plan names {path}, a file the table still references; nothing was deleted (a \
+                     mismatch of path spellings between the log and the store's listing)"
+                ),
+            });
+        }
+        let store = t.log_store().object_store(None);
+        let mut files = Vec::new();
+        for planned in metrics.files_deleted {
+            let location = object_store::path::Path::parse(&planned).map_err(|e| DeltaSinkError::Store {
+                table: url.to_string(),
+                path: planned.clone(),
+                source: e.into(),
+            })?;
+            // A path with escapes may be spelled as no object is (a
+            // removal's path encoded once more than the listing's): it is
+            // looked up first, and not reported if it is not there.
+            let mut found = Ok(());
+            if !table::plain_path(&planned) {
+                found = store.head(&location).await.map(|_| ());
+            }
+            if found.is_ok() && !self.dry_run {
+                found = store.delete(&location).await;
+            }
+            match found {
+                Ok(()) => files.push(planned),
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(source) => {
+                    return Err(DeltaSinkError::Store {
+                        table: url.to_string(),
+                        path: planned,
+                        source,
+                    })
+                }
+            }
+        }
         files.sort();
         tracing::info!(table = %url, files = files.len(), dry_run = self.dry_run, "vacuumed");
         Ok(VacuumReport {
@@ -172,4 +204,48 @@ pub async fn checkpoint_log(location: &str, storage: &HashMap<String, String>) -
         checkpoint_version: t.snapshot().map_err(err)?.version(),
         entries_deleted,
     })
+}
+
+/// The first planned path that is, decoded, one of the `live` files'
+/// (fully decoded) paths.
+fn live_in_plan<'a>(live: &HashSet<String>, plan: &'a [String]) -> Option<&'a String> {
+    plan.iter().find(|p| live.contains(&fully_decoded(p)))
+}
+
+/// A path with every percent escape decoded, however many times it was
+/// encoded: the one spelling of a file the log, the listing and a removal
+/// may each spell differently.
+fn fully_decoded(path: &str) -> String {
+    let mut path = path.to_string();
+    loop {
+        let next = percent_encoding::percent_decode_str(&path)
+            .decode_utf8_lossy()
+            .into_owned();
+        if next == path {
+            return path;
+        }
+        path = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_file_is_found_in_the_plan_however_it_is_spelled() {
+        // The log's path decoded once, as the snapshot gives it.
+        let live: HashSet<String> = [fully_decoded("zone=10%3A00 utc/live.parquet")].into();
+        for spelling in [
+            "zone=10%3A00 utc/live.parquet",
+            "zone=10%253A00 utc/live.parquet",
+            "zone=10%253A00%2520utc/live.parquet",
+            "zone=10:00 utc/live.parquet",
+        ] {
+            let plan = vec!["zone=10%3A00 utc/old.parquet".to_string(), spelling.to_string()];
+            assert_eq!(live_in_plan(&live, &plan), Some(&plan[1]), "{spelling}");
+        }
+        let plan = vec!["zone=10%3A00 utc/old.parquet".to_string()];
+        assert_eq!(live_in_plan(&live, &plan), None);
+    }
 }
