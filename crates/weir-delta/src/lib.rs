@@ -59,8 +59,11 @@
 //!   log entries of its own, written with a put-if-absent and rebased over
 //!   whatever other writers committed meanwhile: appends never fail it, a
 //!   group whose input another writer removed is dropped, and nothing is
-//!   committed on a view that is no longer true.
-//! - [`Vacuum`] deletes files no version within the retention needs;
+//!   committed on a view that is no longer true. Each `remove` names its
+//!   file exactly as the log's `add` did. Rewrites run on threads of the
+//!   job's own; memory is bounded by the rewrites at once, not the table.
+//! - [`Vacuum`] deletes files no version within the retention needs, never
+//!   a file the plan cannot tell apart from a live one;
 //!   [`checkpoint_log`] writes a log checkpoint on demand.
 //!
 //! Output modes: Append, and Complete (one commit removes every current file
