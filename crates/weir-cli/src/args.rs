@@ -242,7 +242,8 @@ pub enum Progress {
 }
 
 #[derive(Debug, Args)]
-#[group(id = "compaction", multiple = true, required = false)]
+#[group(skip)]
+#[command(group(clap::ArgGroup::new("compaction").multiple(true).args(["compact_every", "compact_after_files"])))]
 pub struct StreamArgs {
     /// The source.
     #[arg(long, value_enum)]
@@ -279,12 +280,12 @@ pub struct StreamArgs {
     pub take_over_output: bool,
     /// Compact small files in the background every N commits (either
     /// format; the compaction's commits change no row).
-    #[arg(long, value_name = "N", group = "compaction")]
+    #[arg(long, value_name = "N")]
     pub compact_every: Option<u64>,
     /// Compact small files in the background once the query has written N
     /// data files since the last compaction began (with --compact-every:
     /// whichever comes first).
-    #[arg(long, value_name = "N", group = "compaction")]
+    #[arg(long, value_name = "N")]
     pub compact_after_files: Option<u64>,
     /// With --compact-every or --compact-after-files: the fewest small
     /// files of a partition worth a rewrite.

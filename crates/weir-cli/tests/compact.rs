@@ -234,6 +234,8 @@ fn stream_compacts_an_iceberg_table_after_enough_files() {
             "rate",
             "--to",
             "bronze.x",
+            "--checkpoint",
+            "bronze.x",
             "--compact-min-files",
             "3",
         ],

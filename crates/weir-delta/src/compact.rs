@@ -992,21 +992,30 @@ fn optimize_entry(
 /// ways), by its decoded path: the `path` column of the table's add
 /// actions is as written in the log.
 fn raw_paths(snapshot: &deltalake::table::state::DeltaTableState) -> Result<HashMap<String, String>, DeltaTableError> {
-    let adds = snapshot.add_actions_table(false)?;
-    let Some(column) = adds.column_by_name("path") else {
-        return Err(DeltaTableError::Generic("the add actions have no path column".into()));
-    };
-    let column = arrow_cast::cast(column, &arrow_schema::DataType::Utf8)?;
-    let paths = column
-        .as_any()
-        .downcast_ref::<arrow_array::StringArray>()
-        .ok_or_else(|| DeltaTableError::Generic("the add actions' paths are not strings".into()))?;
-    Ok(paths
-        .iter()
-        .flatten()
-        .filter(|raw| !table::plain_path(raw))
-        .map(|raw| (decoded(raw), raw.to_string()))
-        .collect())
+    let mut raw_paths = HashMap::new();
+    for adds in snapshot.add_actions_batches(false)? {
+        let Some(column) = adds.column_by_name("path") else {
+            return Err(DeltaTableError::Generic("the add actions have no path column".into()));
+        };
+        let column = arrow_cast::cast(column, &arrow_schema::DataType::Utf8)?;
+        let paths = column
+            .as_any()
+            .downcast_ref::<arrow_array::StringArray>()
+            .ok_or_else(|| DeltaTableError::Generic("the add actions' paths are not strings".into()))?;
+        for raw in paths.iter().flatten().filter(|raw| !table::plain_path(raw)) {
+            // Two live files spelled apart but one decoded (`a b`, `a%20b`)
+            // would get one remove's spelling: such a table is refused.
+            if let Some(other) = raw_paths.insert(decoded(raw), raw.to_string()) {
+                if other != raw {
+                    return Err(DeltaTableError::Generic(format!(
+                        "two live files, {other} and {raw}, have the same path decoded; compaction cannot tell \
+                         their removals apart, and nothing was changed"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(raw_paths)
 }
 
 #[cfg(test)]

@@ -63,7 +63,8 @@
 //!   file exactly as the log's `add` did. Rewrites run on threads of the
 //!   job's own; memory is bounded by the rewrites at once, not the table.
 //! - [`Vacuum`] deletes files no version within the retention needs, never
-//!   a file the plan cannot tell apart from a live one;
+//!   a file the plan cannot tell apart from a live or recently removed one
+//!   (tables with deletion vectors are refused);
 //!   [`checkpoint_log`] writes a log checkpoint on demand.
 //!
 //! Output modes: Append, and Complete (one commit removes every current file

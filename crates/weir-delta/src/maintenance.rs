@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use deltalake::operations::vacuum::VacuumMode;
 use deltalake::table::config::TablePropertiesExt as _;
+use deltalake::DeltaTableError;
 use object_store::ObjectStoreExt;
 use serde::Serialize;
 
@@ -21,9 +22,11 @@ pub const DEFAULT_VACUUM_RETENTION: Duration = Duration::from_secs(7 * 86_400);
 /// Deletes the files of a Delta table that no version within the retention
 /// references: files removed (by compaction, overwrites) longer ago than
 /// the retention, and files no commit ever added (failed writes) older
-/// than it. deltalake plans it; weir checks that the plan names no live
-/// file (paths compared fully decoded, since escaped partition folders are
-/// spelled differently in the log and the listing) before deleting.
+/// than it. deltalake plans it; weir checks the plan against the table as
+/// it is after planning (paths compared fully decoded, since escaped
+/// partition folders are spelled differently in the log, the listing and a
+/// removal): a live file in the plan refuses the vacuum, a file removed
+/// within the retention is kept. Tables with deletion vectors are refused.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), weir_delta::DeltaSinkError> {
@@ -113,22 +116,25 @@ impl Vacuum {
             });
         }
         // deltalake plans; weir checks the plan against the live files and
-        // deletes. Paths with escapes (`zone=10%3A00`) reach the plan in
-        // more than one spelling, so the check compares them decoded.
-        let live: HashSet<String> = t
-            .snapshot()
-            .map_err(err)?
-            .log_data()
-            .iter()
-            .map(|f| fully_decoded(&f.path()))
-            .collect();
+        // the recent removals, and deletes. Paths with escapes
+        // (`zone=10%3A00`) reach the plan in more than one spelling, so the
+        // checks compare them decoded.
+        let mut live = live_files(&t).map_err(|e| self.refused(e))?;
         let retention = chrono::Duration::from_std(self.retention).unwrap_or(chrono::TimeDelta::MAX);
+        let started = chrono::Utc::now().timestamp_millis();
         let (t, metrics) = t
             .vacuum()
             .with_retention_period(retention)
             .with_mode(VacuumMode::Full)
             .with_enforce_retention_duration(false)
             .with_dry_run(true)
+            .await
+            .map_err(err)?;
+        // The table as it is now: files committed or removed while the plan
+        // was made count too.
+        let (_, now) = table::load_existing(&self.location, &self.storage, Files::Tracked).await?;
+        live.extend(live_files(&now).map_err(|e| self.refused(e))?);
+        let kept = recently_removed(&now, started - retention.num_milliseconds())
             .await
             .map_err(err)?;
         if let Some(path) = live_in_plan(&live, &metrics.files_deleted) {
@@ -143,6 +149,11 @@ impl Vacuum {
         let store = t.log_store().object_store(None);
         let mut files = Vec::new();
         for planned in metrics.files_deleted {
+            if kept.contains(&fully_decoded(&planned)) {
+                // Removed within the retention; the plan matched its
+                // removal in another spelling.
+                continue;
+            }
             let location = object_store::path::Path::parse(&planned).map_err(|e| DeltaSinkError::Store {
                 table: url.to_string(),
                 path: planned.clone(),
@@ -204,6 +215,47 @@ pub async fn checkpoint_log(location: &str, storage: &HashMap<String, String>) -
         checkpoint_version: t.snapshot().map_err(err)?.version(),
         entries_deleted,
     })
+}
+
+impl Vacuum {
+    fn refused(&self, reason: String) -> DeltaSinkError {
+        DeltaSinkError::Location {
+            location: self.location.clone(),
+            reason,
+        }
+    }
+}
+
+/// The live files' paths, fully decoded; refused for a table with deletion
+/// vectors, whose files this vacuum does not yet tell apart.
+fn live_files(table: &deltalake::DeltaTable) -> Result<HashSet<String>, String> {
+    let snapshot = table.snapshot().map_err(|e| e.to_string())?;
+    let mut live = HashSet::new();
+    for f in snapshot.log_data().iter() {
+        if f.remove_action(false).deletion_vector.is_some() {
+            return Err(format!(
+                "the table has deletion vectors ({} has one), whose files vacuum does not keep apart yet; nothing \
+                 was deleted",
+                f.path()
+            ));
+        }
+        live.insert(fully_decoded(&f.path()));
+    }
+    Ok(live)
+}
+
+/// The paths, fully decoded, of files removed at or after `since` (Unix
+/// milliseconds): readers of versions within the retention need them.
+async fn recently_removed(table: &deltalake::DeltaTable, since: i64) -> Result<HashSet<String>, DeltaTableError> {
+    use futures::TryStreamExt;
+    let snapshot = table.snapshot()?;
+    let log_store = table.log_store();
+    snapshot
+        .all_tombstones(log_store.as_ref())
+        .try_filter(|t| std::future::ready(t.deletion_timestamp().unwrap_or(0) >= since))
+        .map_ok(|t| fully_decoded(&t.path()))
+        .try_collect()
+        .await
 }
 
 /// The first planned path that is, decoded, one of the `live` files'

@@ -422,6 +422,8 @@ impl Sink for IcebergSink {
                 *slot = Some(base);
                 if ours {
                     tracing::info!(attempt, "the lost swap was this attempt's own");
+                    self.maybe_expire();
+                    self.maybe_compact(producer.files().len());
                     return Ok(CommitOutcome::Committed { version });
                 }
                 self.delete(std::mem::take(&mut lost)).await;

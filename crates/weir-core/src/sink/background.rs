@@ -48,9 +48,14 @@ impl CompactionPolicy {
     }
 
     /// Counts a commit that wrote `files` data files in `periodic`; `Some`
-    /// when a compaction is due and none is running.
+    /// when a compaction is due and none is running. (`every_commits` 0
+    /// with no `after_files` is taken as every commit.)
     pub fn due(&self, periodic: &Periodic, files: u64) -> Option<Running> {
-        periodic.after_commit_of(files, self.every_commits, self.after_files)
+        let every = match (self.every_commits, self.after_files) {
+            (0, None) => 1,
+            (every, _) => every,
+        };
+        periodic.after_commit_of(files, every, self.after_files)
     }
 }
 
@@ -120,7 +125,9 @@ impl Periodic {
         if !due || self.running.swap(true, Ordering::AcqRel) {
             return None;
         }
-        self.files.store(0, Ordering::Relaxed);
+        // Counting starts again from this job; files another commit counted
+        // meanwhile stay counted.
+        self.files.fetch_sub(written, Ordering::Relaxed);
         Some(Running(self.running.clone()))
     }
 }
