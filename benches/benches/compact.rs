@@ -10,6 +10,9 @@
 //! 3. Python deltalake's `optimize.compact()` on another copy (skipped with
 //!    a notice if the readers' Python environment is missing).
 //!
+//! Then one round on an Iceberg table of the same kind of files: weir's
+//! Iceberg `Compact` against arrow-rs alone.
+//!
 //! Reported: the median times of three alternating rounds (each on a fresh
 //! copy, with the disk synced between phases), the median of the rounds'
 //! ratios of weir's speed to arrow-rs alone's (target at least 0.8),
@@ -331,5 +334,91 @@ async fn main() {
         mib(bound),
         mib(total),
         if weir_peak <= bound { "within the bound" } else { "OVER the bound" }
+    );
+
+    iceberg_round(files).await;
+}
+
+/// Every Parquet file under `dir`, in name order, with its size.
+fn parquet_under(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            out.extend(parquet_under(&path));
+        } else if path.extension().is_some_and(|x| x == "parquet") {
+            out.push((path, e.metadata().unwrap().len()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// One round on an Iceberg table (SQL catalog on SQLite, local warehouse)
+/// of the same files: weir's Iceberg `Compact` against arrow-rs alone.
+/// (An Iceberg table names its files by absolute path, so the rounds
+/// above, on copies, are not repeated here.)
+async fn iceberg_round(files: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = format!("sqlite://{}", dir.path().join("catalog.db").display());
+    let catalog = Arc::new(
+        weir_iceberg::SqlCatalog::connect("lake", &uri, dir.path().join("wh").to_str().unwrap())
+            .await
+            .unwrap(),
+    );
+    println!("making an Iceberg table of {files} files ...");
+    with_payload(ROWS_PER_FILE)
+        .write_stream()
+        .checkpoint_location(dir.path().join("chk"))
+        .writer_parallelism(1)
+        .stop_after_batch(BatchId(files - 1))
+        .start(weir_iceberg::IcebergSink::try_new(catalog.clone(), "bench.t").unwrap())
+        .await
+        .unwrap()
+        .await_termination()
+        .await
+        .unwrap();
+    let inputs = parquet_under(&dir.path().join("wh"));
+    assert_eq!(inputs.len() as u64, files);
+
+    settle();
+    let before = reset_peak();
+    let (started, cpu) = (Instant::now(), cpu_seconds());
+    let (_, arrow_rows) = arrow_alone(inputs, &dir.path().join("arrow"));
+    let arrow_time = started.elapsed().as_secs_f64();
+    let arrow_cpu = cpu_seconds() - cpu;
+    let arrow_peak = memory().1.saturating_sub(before);
+    assert_eq!(arrow_rows, files * ROWS_PER_FILE);
+
+    settle();
+    let before = reset_peak();
+    let (started, cpu) = (Instant::now(), cpu_seconds());
+    let catalog: Arc<dyn weir_iceberg::Catalog> = catalog;
+    let done = weir_iceberg::Compact::new(catalog, "bench.t")
+        .unwrap()
+        .target_file_size(TARGET)
+        .max_concurrent_rewrites(CONCURRENCY)
+        .run()
+        .await
+        .unwrap();
+    let weir_time = started.elapsed().as_secs_f64();
+    let weir_cpu = cpu_seconds() - cpu;
+    let weir_peak = memory().1.saturating_sub(before);
+    assert_eq!(done.rows, files * ROWS_PER_FILE, "{done:?}");
+    println!("Iceberg, one round on the same kind of table:");
+    println!(
+        "   arrow-rs alone {arrow_time:.2} s ({arrow_cpu:.1} s of CPU), weir's Iceberg Compact {weir_time:.2} s ({weir_cpu:.1} s of CPU, {} files in {} commit)",
+        done.files_added,
+        done.commits.len()
+    );
+    println!(
+        "   weir's speed / arrow-rs alone's            {:>7.2}",
+        arrow_time / weir_time
+    );
+    println!(
+        "   peak memory growth: weir {:.0} MiB, arrow-rs alone {:.0} MiB (bound {:.0} MiB)",
+        mib(weir_peak),
+        mib(arrow_peak),
+        mib(TARGET * CONCURRENCY as u64)
     );
 }
