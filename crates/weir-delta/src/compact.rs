@@ -245,6 +245,17 @@ impl Compact {
             files_before += 1;
             bytes_before += u64::try_from(f.size()).unwrap_or(0);
             let remove = f.remove_action(false);
+            if table::absolute_path(&remove.path) {
+                return Err(DeltaSinkError::Location {
+                    location: self.location.clone(),
+                    reason: format!(
+                        "the table has a file outside its folder's naming ({}, an absolute path, as a shallow clone \
+                         has); compaction addresses files under the table and refuses such tables; nothing was \
+                         changed",
+                        remove.path
+                    ),
+                });
+            }
             inputs.push(Input {
                 modified: f.modification_time(),
                 rows: f.num_records().map(|n| n as u64),

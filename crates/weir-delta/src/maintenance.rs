@@ -239,6 +239,13 @@ fn live_files(table: &deltalake::DeltaTable) -> Result<HashSet<String>, String> 
                 f.path()
             ));
         }
+        if table::absolute_path(&f.path()) {
+            return Err(format!(
+                "the table has a file outside its folder's naming ({}, an absolute path, as a shallow clone has), \
+                 which vacuum cannot match against the listing; nothing was deleted",
+                f.path()
+            ));
+        }
         live.insert(fully_decoded(&f.path()));
     }
     Ok(live)

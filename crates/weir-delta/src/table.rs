@@ -390,6 +390,14 @@ pub(crate) fn plain_path(path: &str) -> bool {
     path.chars().all(|c| c.is_ascii_alphanumeric() || "._-=/".contains(c))
 }
 
+/// Whether a data file's (decoded) path is absolute (`s3://...`,
+/// `file:/...`, `/...`) rather than relative to the table, as shallow
+/// clones write: compaction and vacuum address files by their place under
+/// the table and refuse such tables.
+pub(crate) fn absolute_path(path: &str) -> bool {
+    path.starts_with('/') || url::Url::parse(path).is_ok()
+}
+
 /// Which columns get statistics: `delta.dataSkippingNumIndexedCols` (-1 for
 /// all columns, default 32), unless `delta.dataSkippingStatsColumns` names
 /// them.

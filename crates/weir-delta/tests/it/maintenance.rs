@@ -308,3 +308,42 @@ async fn vacuum_refuses_a_table_with_deletion_vectors() {
         "{compacted:?}"
     );
 }
+
+/// A table whose log names its files by absolute path (as shallow clones
+/// do) is refused by compaction and vacuum alike, with nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absolute_file_paths_are_refused_by_compaction_and_vacuum() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    stream(&table, &dir.path().join("chk"), OutputMode::Append, 2).await;
+    let root = url::Url::from_directory_path(std::fs::canonicalize(&table).unwrap()).unwrap();
+    for e in std::fs::read_dir(table.join("_delta_log")).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "json") {
+            let text = std::fs::read_to_string(e.path()).unwrap();
+            std::fs::write(
+                e.path(),
+                text.replace("\"path\":\"part-", &format!("\"path\":\"{root}part-")),
+            )
+            .unwrap();
+        }
+    }
+    let before = parquet_files(&table).len();
+    let entries = std::fs::read_dir(table.join("_delta_log")).unwrap().count();
+
+    let e = weir_delta::Compact::new(table.to_str().unwrap())
+        .unwrap()
+        .run()
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("an absolute path"), "{e}");
+    let e = Vacuum::new(table.to_str().unwrap())
+        .unwrap()
+        .retention(Duration::ZERO)
+        .force(true)
+        .run()
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("an absolute path"), "{e}");
+    assert_eq!(parquet_files(&table).len(), before);
+    assert_eq!(std::fs::read_dir(table.join("_delta_log")).unwrap().count(), entries);
+}
