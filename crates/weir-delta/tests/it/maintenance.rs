@@ -38,6 +38,15 @@ fn parquet_files(table: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// A vacuum of `table` with no retention (forced): what no version
+/// references goes at once.
+fn forced_vacuum(table: &Path) -> Vacuum {
+    Vacuum::new(table.to_str().unwrap())
+        .unwrap()
+        .retention(Duration::ZERO)
+        .force(true)
+}
+
 /// A file no commit added, as a failed write leaves, `age` old.
 fn stray(table: &Path, age: Duration) -> PathBuf {
     let path = table.join(format!("part-stray-{}.parquet", age.as_secs()));
@@ -219,12 +228,7 @@ async fn vacuum_matches_escaped_and_spaced_partition_folders() {
         .unwrap();
     assert_eq!(plan.files, vec!["zone=10%3A00 utc/part-stray.parquet".to_string()]);
 
-    let vacuum = || {
-        Vacuum::new(table.to_str().unwrap())
-            .unwrap()
-            .retention(Duration::ZERO)
-            .force(true)
-    };
+    let vacuum = || forced_vacuum(&table);
     let plan = vacuum().dry_run(true).run().await.unwrap();
     assert_eq!(plan.files, expected, "the compacted inputs and the stray, no live file");
     assert_eq!(
@@ -284,13 +288,7 @@ async fn vacuum_refuses_a_table_with_deletion_vectors() {
     stream(&table, &dir.path().join("chk"), OutputMode::Append, 2).await;
     let with_vector = add_a_deletion_vector(&table);
     let before = parquet_files(&table).len();
-    let e = Vacuum::new(table.to_str().unwrap())
-        .unwrap()
-        .retention(Duration::ZERO)
-        .force(true)
-        .run()
-        .await
-        .unwrap_err();
+    let e = forced_vacuum(&table).run().await.unwrap_err();
     assert!(e.to_string().contains("deletion vectors"), "{e}");
     assert_eq!(parquet_files(&table).len(), before);
     let compacted = weir_delta::Compact::new(table.to_str().unwrap())
@@ -336,13 +334,7 @@ async fn absolute_file_paths_are_refused_by_compaction_and_vacuum() {
         .await
         .unwrap_err();
     assert!(e.to_string().contains("an absolute path"), "{e}");
-    let e = Vacuum::new(table.to_str().unwrap())
-        .unwrap()
-        .retention(Duration::ZERO)
-        .force(true)
-        .run()
-        .await
-        .unwrap_err();
+    let e = forced_vacuum(&table).run().await.unwrap_err();
     assert!(e.to_string().contains("an absolute path"), "{e}");
     assert_eq!(parquet_files(&table).len(), before);
     assert_eq!(std::fs::read_dir(table.join("_delta_log")).unwrap().count(), entries);

@@ -12,6 +12,12 @@ use weir_core::sink::Sink;
 use weir_delta::DeltaSink;
 use weir_test_support::SinkHarness;
 
+/// The event ids of the table at `table` (an S3 URL), by Python deltalake.
+fn deltalake_ids(table: &str) -> Vec<i64> {
+    let json = crate::readers::read(&["ids", "deltalake", table]).expect("the readers are installed with S3");
+    weir_test_support::readers::json_ids(&json)
+}
+
 struct S3Harness {
     endpoint: Option<String>,
     prefix: String,
@@ -96,14 +102,7 @@ impl SinkHarness for S3Harness {
     }
 
     async fn read_event_ids(&self) -> Vec<i64> {
-        let table = format!("{}/table", self.prefix);
-        let json = crate::readers::read(&["ids", "deltalake", &table]).expect("the readers are installed with S3");
-        json["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_i64().unwrap())
-            .collect()
+        deltalake_ids(&format!("{}/table", self.prefix))
     }
 
     fn skip_reason(&self) -> Option<String> {
@@ -152,13 +151,7 @@ async fn compaction_in_s3_sends_a_large_file_in_parts_and_keeps_every_row() {
     assert!(done.bytes_added > 16 << 20, "the file is past two parts: {done:?}");
     let json = crate::readers::read(&["describe", &table]).expect("the readers are installed with S3");
     assert_eq!(json["files"].as_array().unwrap().len(), 1, "{json}");
-    let ids: Vec<i64> = crate::readers::read(&["ids", "deltalake", &table]).unwrap()["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_i64().unwrap())
-        .collect();
-    weir_test_support::assert_exactly_once(&ids, 0..500_000);
+    weir_test_support::assert_exactly_once(&deltalake_ids(&table), 0..500_000);
 }
 
 /// Vacuum in S3 of a table whose partition folders hold escapes and spaces:
@@ -219,11 +212,5 @@ async fn vacuum_in_s3_matches_escaped_and_spaced_partition_folders() {
     let done = vacuum().run().await.unwrap();
     assert_eq!(done.files, expected);
     assert_eq!(h.data_files("zoned").await, live);
-    let ids: Vec<i64> = crate::readers::read(&["ids", "deltalake", &table]).unwrap()["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_i64().unwrap())
-        .collect();
-    weir_test_support::assert_exactly_once(&ids, 0..40);
+    weir_test_support::assert_exactly_once(&deltalake_ids(&table), 0..40);
 }
