@@ -153,8 +153,10 @@ impl<T> std::future::Future for AbortOnDrop<T> {
 }
 
 /// Runs `work` on each of `items` on `threads` threads of its own (named
-/// `name`), each taking items one after another, and hands every result to
-/// `done` as it arrives.
+/// `name`), each taking items one after another; `done` sees each result
+/// as it arrives (for progress). Returns every result, or the first
+/// failure with the results of the items that did finish (whose outputs
+/// the caller must clean up).
 ///
 /// This is how rewrites run: decoding and encoding are CPU work that would
 /// hold the runtime's workers (and whatever they should poll meanwhile),
@@ -165,17 +167,18 @@ impl<T> std::future::Future for AbortOnDrop<T> {
 ///
 /// `work` gets a flag that is set once an item failed, a thread panicked,
 /// or the returned future was dropped; it should then stop at its next
-/// step, clean up, and return `Ok(None)`, which is not reported. An error
-/// is reported before the flag is set, so the first error is the cause,
-/// not another thread's stop. A thread that panicked is reported as
-/// `Err` once every thread has ended.
+/// step, clean up, and return `Ok(None)`. An error is reported before the
+/// flag is set, so the first error is the cause, not another thread's
+/// stop. A thread that panicked, or could not start, fails the run with
+/// `stopped(reason)` once every thread has ended.
 pub async fn on_threads<T, R, E>(
     name: &str,
     items: Vec<T>,
     threads: usize,
     work: impl Fn(T, &AtomicBool) -> Result<Option<R>, E> + Send + Sync + 'static,
-    mut done: impl FnMut(Result<R, E>),
-) -> Result<(), String>
+    mut done: impl FnMut(&R),
+    stopped: impl FnOnce(String) -> E,
+) -> Result<Vec<R>, (E, Vec<R>)>
 where
     T: Send + 'static,
     R: Send + 'static,
@@ -187,16 +190,17 @@ where
     let work = Arc::new(work);
     let (sent, mut results) = tokio::sync::mpsc::unbounded_channel();
     let mut handles = Vec::new();
+    let mut failure = None;
     for n in 0..threads {
-        let (queue, stopped, work, tx) = (queue.clone(), stop.0.clone(), work.clone(), sent.clone());
+        let (queue, halted, work, tx) = (queue.clone(), stop.0.clone(), work.clone(), sent.clone());
         let spawned = std::thread::Builder::new().name(format!("{name}-{n}")).spawn(move || {
             // A panic stops the other threads too.
-            let _panicking = StopOnPanic(stopped.clone());
-            while !stopped.load(Ordering::Relaxed) {
+            let _panicking = StopOnPanic(halted.clone());
+            while !halted.load(Ordering::Relaxed) {
                 let Some(item) = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else {
                     break;
                 };
-                match work(item, &stopped) {
+                match work(item, &halted) {
                     Ok(Some(result)) => {
                         if tx.send(Ok(result)).is_err() {
                             break;
@@ -205,7 +209,7 @@ where
                     Ok(None) => break,
                     Err(e) => {
                         let _ = tx.send(Err(e));
-                        stopped.store(true, Ordering::Relaxed);
+                        halted.store(true, Ordering::Relaxed);
                     }
                 }
             }
@@ -214,20 +218,23 @@ where
             Ok(handle) => handles.push(handle),
             Err(e) => {
                 stop.0.store(true, Ordering::Relaxed);
-                drop(sent);
-                while let Some(result) = results.recv().await {
-                    done(result);
-                }
-                return Err(format!("could not start a thread: {e}"));
+                failure = Some(format!("could not start a thread: {e}"));
+                break;
             }
         }
     }
     drop(sent);
+    let (mut finished, mut first_error) = (Vec::new(), None);
     while let Some(result) = results.recv().await {
-        done(result);
+        match result {
+            Ok(r) => {
+                done(&r);
+                finished.push(r);
+            }
+            Err(e) => first_error = first_error.or(Some(e)),
+        }
     }
     // Every thread has dropped its sender: each has ended or is ending.
-    let mut failure = Ok(());
     for handle in handles {
         if let Err(panic) = handle.join() {
             let message = panic
@@ -235,10 +242,14 @@ where
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic".into());
-            failure = failure.and(Err(format!("a {name} thread panicked: {message}")));
+            failure = failure.or(Some(format!("a {name} thread panicked: {message}")));
         }
     }
-    failure
+    match (first_error, failure) {
+        (Some(e), _) => Err((e, finished)),
+        (None, Some(reason)) => Err((stopped(reason), finished)),
+        (None, None) => Ok(finished),
+    }
 }
 
 /// Sets its flag when dropped: work on other threads sees it and stops.
@@ -267,28 +278,40 @@ mod tests {
 
     #[tokio::test]
     async fn every_item_is_done_once_on_the_threads() {
-        let mut seen = Vec::new();
-        let outcome = on_threads(
+        let mut seen = 0;
+        let done = on_threads(
             "test",
             (0..100u32).collect(),
             3,
             |n, _| Ok::<_, String>(Some((n, std::thread::current().name().unwrap().to_string()))),
-            |r| seen.push(r.unwrap()),
+            |_| seen += 1,
+            |reason| reason,
         )
-        .await;
-        assert_eq!(outcome, Ok(()));
-        let mut ids: Vec<u32> = seen.iter().map(|(n, _)| *n).collect();
+        .await
+        .unwrap();
+        assert_eq!(seen, 100);
+        let mut ids: Vec<u32> = done.iter().map(|(n, _)| *n).collect();
         ids.sort_unstable();
         assert_eq!(ids, (0..100).collect::<Vec<_>>());
-        assert!(seen.iter().all(|(_, t)| t.starts_with("test-")));
+        assert!(done.iter().all(|(_, t)| t.starts_with("test-")));
+    }
+
+    /// Work that watches the flag, as a rewrite does per batch.
+    fn watching(n: u32, stopped: &AtomicBool) -> Result<Option<u32>, String> {
+        for _ in 0..200 {
+            if stopped.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+        Ok(Some(n))
     }
 
     #[tokio::test]
     async fn an_error_is_reported_first_and_stops_the_others() {
         let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = started.clone();
-        let mut errors = Vec::new();
-        let outcome = on_threads(
+        let (e, finished) = on_threads(
             "test",
             (0..1000u32).collect(),
             2,
@@ -297,30 +320,21 @@ mod tests {
                 if n == 3 {
                     return Err(format!("item {n} failed"));
                 }
-                // Work that watches the flag, as a rewrite does per batch.
-                for _ in 0..200 {
-                    if stopped.load(Ordering::Relaxed) {
-                        return Ok(None);
-                    }
-                    std::thread::sleep(std::time::Duration::from_micros(50));
-                }
-                Ok(Some(n))
+                watching(n, stopped)
             },
-            |r| {
-                if let Err(e) = r {
-                    errors.push(e);
-                }
-            },
+            |_| {},
+            |reason| reason,
         )
-        .await;
-        assert_eq!(outcome, Ok(()));
-        assert_eq!(errors, vec!["item 3 failed".to_string()]);
+        .await
+        .unwrap_err();
+        assert_eq!(e, "item 3 failed");
+        assert!(!finished.contains(&3));
         assert!(started.load(Ordering::Relaxed) < 1000, "the others stopped");
     }
 
     #[tokio::test]
     async fn a_panic_stops_the_others_and_is_reported() {
-        let outcome = on_threads(
+        let (e, _) = on_threads(
             "test",
             (0..1000u32).collect(),
             2,
@@ -328,18 +342,13 @@ mod tests {
                 if n == 5 {
                     panic!("item {n} is malformed");
                 }
-                for _ in 0..200 {
-                    if stopped.load(Ordering::Relaxed) {
-                        return Ok::<_, String>(None);
-                    }
-                    std::thread::sleep(std::time::Duration::from_micros(50));
-                }
-                Ok(Some(n))
+                watching(n, stopped)
             },
             |_| {},
+            |reason| reason,
         )
-        .await;
-        let e = outcome.unwrap_err();
+        .await
+        .unwrap_err();
         assert!(e.contains("item 5 is malformed"), "{e}");
     }
 }

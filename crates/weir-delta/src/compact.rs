@@ -407,38 +407,33 @@ impl Compact {
     async fn rewrite(&self, job: &Arc<Job>, chunk: Vec<(usize, Vec<Input>)>) -> Result<Vec<Rewritten>, DeltaSinkError> {
         let runtime = tokio::runtime::Handle::current();
         let worker = job.clone();
-        let mut done = Vec::new();
-        let mut failure = None;
-        let ended = on_threads(
+        let rewritten = on_threads(
             "weir-compact",
             chunk,
             self.options.max_concurrent_rewrites,
             move |(index, group), stopped| worker.rewrite_blocking(&runtime, stopped, index, group),
-            |rewritten| match rewritten {
-                Ok(group) => {
-                    self.report(CompactProgress::Rewritten {
-                        group: group.index,
-                        bytes: group.inputs.iter().map(|r| r.size.unwrap_or(0) as u64).sum(),
-                        files_out: group.outputs.len(),
-                    });
-                    done.push(group);
-                }
-                Err(e) => failure = failure.take().or(Some(e)),
+            |group: &Rewritten| {
+                self.report(CompactProgress::Rewritten {
+                    group: group.index,
+                    bytes: group.inputs.iter().map(|r| r.size.unwrap_or(0) as u64).sum(),
+                    files_out: group.outputs.len(),
+                })
+            },
+            |reason| DeltaSinkError::CompactionStopped {
+                table: job.table.clone(),
+                reason,
             },
         )
         .await;
-        if let Err(reason) = ended {
-            failure = failure.or(Some(DeltaSinkError::CompactionStopped {
-                table: job.table.clone(),
-                reason,
-            }));
-        }
-        if let Some(e) = failure {
-            for g in &done {
-                delete_files(&job.store, &g.outputs).await;
+        let mut done = match rewritten {
+            Ok(done) => done,
+            Err((e, done)) => {
+                for g in &done {
+                    delete_files(&job.store, &g.outputs).await;
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
         done.sort_by_key(|g| g.index);
         Ok(done)
     }

@@ -265,7 +265,7 @@ impl OpenFile {
             }
             Ok(())
         });
-        written.map_err(self.parquet_err(table))?;
+        written.map_err(|e| self.parquet_err(table)(e))?;
         self.stats.update(rows);
         Ok(())
     }

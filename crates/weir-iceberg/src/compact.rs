@@ -390,38 +390,33 @@ impl Compact {
     ) -> Result<Vec<Rewritten>, IcebergSinkError> {
         let runtime = tokio::runtime::Handle::current();
         let worker = job.clone();
-        let mut done = Vec::new();
-        let mut failure = None;
-        let ended = on_threads(
+        let rewritten = on_threads(
             "weir-compact",
             chunk,
             self.options.max_concurrent_rewrites,
             move |(index, group), stopped| runtime.block_on(worker.rewrite(index, group, stopped)),
-            |rewritten| match rewritten {
-                Ok(group) => {
-                    self.report(CompactProgress::Rewritten {
-                        group: group.index,
-                        bytes: group.inputs.iter().map(|f| f.file_size_in_bytes()).sum(),
-                        files_out: group.outputs.len(),
-                    });
-                    done.push(group);
-                }
-                Err(e) => failure = failure.take().or(Some(e)),
+            |group: &Rewritten| {
+                self.report(CompactProgress::Rewritten {
+                    group: group.index,
+                    bytes: group.inputs.iter().map(|f| f.file_size_in_bytes()).sum(),
+                    files_out: group.outputs.len(),
+                })
+            },
+            |reason| IcebergSinkError::CompactionStopped {
+                table: self.shown(),
+                reason,
             },
         )
         .await;
-        if let Err(reason) = ended {
-            failure = failure.or(Some(IcebergSinkError::CompactionStopped {
-                table: self.shown(),
-                reason,
-            }));
-        }
-        if let Some(e) = failure {
-            for g in &done {
-                writer::delete_files(&job.file_io, &g.outputs).await;
+        let mut done = match rewritten {
+            Ok(done) => done,
+            Err((e, done)) => {
+                for g in &done {
+                    writer::delete_files(&job.file_io, &g.outputs).await;
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
         done.sort_by_key(|g| g.index);
         Ok(done)
     }

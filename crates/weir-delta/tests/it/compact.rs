@@ -12,6 +12,7 @@ use weir_delta::{Compact, CompactProgress, DeltaSink, Vacuum};
 use weir_test_support::readers::{alter, event_ids_with, json_ids, python, read};
 use weir_test_support::{assert_exactly_once, with_payload};
 
+use crate::readers::{log_actions, log_entries, rewrite_log};
 use crate::table::{bucketed, with_string_column};
 
 async fn stream(table: &Path, chk: &Path, last: u64) {
@@ -342,22 +343,14 @@ async fn compaction_runs_again_and_again_beside_a_stream_that_never_fails() {
 
 /// The raw `path` strings of the log's `add` and `remove` actions.
 fn raw_log_paths(table: &Path) -> (Vec<String>, Vec<String>) {
-    let (mut adds, mut removes) = (Vec::new(), Vec::new());
-    for e in std::fs::read_dir(table.join("_delta_log")).unwrap().flatten() {
-        if e.path().extension().is_none_or(|x| x != "json") {
-            continue;
-        }
-        for line in std::fs::read_to_string(e.path()).unwrap().lines() {
-            let action: serde_json::Value = serde_json::from_str(line).unwrap();
-            if let Some(p) = action["add"]["path"].as_str() {
-                adds.push(p.to_string());
-            }
-            if let Some(p) = action["remove"]["path"].as_str() {
-                removes.push(p.to_string());
-            }
-        }
-    }
-    (adds, removes)
+    let actions = log_actions(table);
+    let paths = |kind: &str| -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| a[kind]["path"].as_str().map(str::to_string))
+            .collect()
+    };
+    (paths("add"), paths("remove"))
 }
 
 /// Six batches of `rows` partitioned by `column`.
@@ -415,12 +408,7 @@ async fn escaped_partition_folders_and_spaces_are_compacted() {
     let spaced = dir.path().join("s");
     let days = with_string_column(10, "day", |v| format!("day {}", v % 2));
     partitioned(&spaced, &dir.path().join("chk2"), days, "day").await;
-    for e in std::fs::read_dir(spaced.join("_delta_log")).unwrap().flatten() {
-        if e.path().extension().is_some_and(|x| x == "json") {
-            let text = std::fs::read_to_string(e.path()).unwrap();
-            std::fs::write(e.path(), text.replace("day=day ", "day=day%20")).unwrap();
-        }
-    }
+    rewrite_log(&spaced, |text| text.replace("day=day ", "day=day%20"));
     assert_exactly_once(&ids_by_both_readers(&spaced), 0..60);
     compacts_with_removes_as_written(&spaced, 2, 60).await;
     let (_, removes) = raw_log_paths(&spaced);
@@ -521,14 +509,7 @@ async fn a_file_larger_than_a_part_goes_up_in_parts_and_reads_whole() {
 
 /// The operations of the table's log entries, oldest first.
 fn operations(table: &Path) -> Vec<String> {
-    let mut entries: Vec<_> = std::fs::read_dir(table.join("_delta_log"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    entries.sort();
-    entries
+    log_entries(table)
         .iter()
         .filter_map(|p| {
             let text = std::fs::read_to_string(p).ok()?;

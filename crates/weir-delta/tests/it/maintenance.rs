@@ -11,6 +11,8 @@ use weir_delta::{checkpoint_log, DeltaSink, Vacuum};
 use weir_test_support::assert_exactly_once;
 use weir_test_support::readers::{json_ids, python, read};
 
+use crate::readers::{log_entries, rewrite_log};
+
 async fn stream(table: &Path, chk: &Path, mode: OutputMode, last: u64) {
     let q = read_stream(RateSource::rows_per_batch(100))
         .write_stream()
@@ -247,14 +249,7 @@ async fn vacuum_matches_escaped_and_spaced_partition_folders() {
 /// DELETE would: a commit upgrading the protocol, removing the file and
 /// adding it again with the vector. Returns the file's path.
 fn add_a_deletion_vector(table: &Path) -> String {
-    let log = table.join("_delta_log");
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(&log)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    entries.sort();
+    let entries = log_entries(table);
     let first = std::fs::read_to_string(entries.last().unwrap()).unwrap();
     let add = first
         .lines()
@@ -274,7 +269,8 @@ fn add_a_deletion_vector(table: &Path) -> String {
         serde_json::json!({"add": with_vector}),
     ];
     let text: Vec<String> = actions.iter().map(|a| a.to_string()).collect();
-    std::fs::write(log.join(format!("{:020}.json", entries.len())), text.join("\n")).unwrap();
+    let next = table.join("_delta_log").join(format!("{:020}.json", entries.len()));
+    std::fs::write(next, text.join("\n")).unwrap();
     add["path"].as_str().unwrap().to_string()
 }
 
@@ -315,16 +311,9 @@ async fn absolute_file_paths_are_refused_by_compaction_and_vacuum() {
     let table = dir.path().join("t");
     stream(&table, &dir.path().join("chk"), OutputMode::Append, 2).await;
     let root = url::Url::from_directory_path(std::fs::canonicalize(&table).unwrap()).unwrap();
-    for e in std::fs::read_dir(table.join("_delta_log")).unwrap().flatten() {
-        if e.path().extension().is_some_and(|x| x == "json") {
-            let text = std::fs::read_to_string(e.path()).unwrap();
-            std::fs::write(
-                e.path(),
-                text.replace("\"path\":\"part-", &format!("\"path\":\"{root}part-")),
-            )
-            .unwrap();
-        }
-    }
+    rewrite_log(&table, |text| {
+        text.replace("\"path\":\"part-", &format!("\"path\":\"{root}part-"))
+    });
     let before = parquet_files(&table).len();
     let entries = std::fs::read_dir(table.join("_delta_log")).unwrap().count();
 

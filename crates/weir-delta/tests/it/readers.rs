@@ -39,3 +39,37 @@ pub async fn event_ids(table: &Path) -> Vec<i64> {
     }
     ids
 }
+
+/// The table's JSON log entries, oldest first.
+pub fn log_entries(table: &Path) -> Vec<std::path::PathBuf> {
+    let mut entries: Vec<_> = std::fs::read_dir(table.join("_delta_log"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    entries.sort();
+    entries
+}
+
+/// The actions of the table's JSON log entries, oldest entry first.
+pub fn log_actions(table: &Path) -> Vec<serde_json::Value> {
+    log_entries(table)
+        .iter()
+        .flat_map(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            text.lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Rewrites every JSON log entry's text with `change`, as another engine
+/// might have written it.
+pub fn rewrite_log(table: &Path, change: impl Fn(&str) -> String) {
+    for entry in log_entries(table) {
+        let text = std::fs::read_to_string(&entry).unwrap();
+        std::fs::write(&entry, change(&text)).unwrap();
+    }
+}
