@@ -7,6 +7,11 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# Incremental artifacts would only grow the build on a fresh clone, where
+# every crate is compiled once; the build's disk use is the run's largest.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+disk() { df -h . | awk 'NR == 2 { print "disk: " $4 " free of " $2 }'; }
+
 if ! cargo nextest --version >/dev/null 2>&1; then
     step "installing cargo-nextest"
     cargo install cargo-nextest --locked
@@ -24,6 +29,8 @@ fi
 step "services: SeaweedFS (S3) and PostgreSQL"
 services=$(mktemp -d)
 cleanup() {
+    disk || true
+    du -sh target 2>/dev/null || true
     scripts/services/seaweedfs.sh stop "$services" || true
     scripts/services/postgres.sh stop "$services" || true
     rm -rf "$services" "${lake:-}" || true
@@ -31,6 +38,9 @@ cleanup() {
 trap cleanup EXIT
 eval "$(scripts/services/seaweedfs.sh start "$services")"
 eval "$(scripts/services/postgres.sh start "$services")"
+
+step "before the build"
+disk
 
 step "formatting"
 cargo fmt --all -- --check

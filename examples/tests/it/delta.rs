@@ -1,7 +1,7 @@
 //! The Delta sink under SIGKILL and under two concurrent copies of a query,
 //! read back by Python deltalake and DuckDB.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,5 +1,4 @@
 //! What the command's tests share: a lake directory and the command on it.
-#![allow(dead_code)]
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -2,7 +2,7 @@
 //! and restarted, twenty times and more, then run to the end; every
 //! payment id must be in its output exactly once, none missing.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

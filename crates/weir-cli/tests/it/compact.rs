@@ -1,12 +1,10 @@
 //! `weir compact`, run as a process: the plan, the summary, both formats,
 //! and compactions killed at random moments.
 
-mod common;
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use weir_test_support::assert_exactly_once;
 use weir_test_support::readers::{iceberg, json_ids};
 

@@ -1,10 +1,8 @@
 //! `weir files`, run as a process on a file sink's output.
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use weir_core::prelude::*;
 use weir_files::FileSink;
 

@@ -1,13 +1,11 @@
 //! The `weir` command, run as a process: streams into tables by name, read
 //! back by Python deltalake and pyiceberg; kills, Ctrl-C, and bad input.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use weir_test_support::assert_exactly_once;
 use weir_test_support::readers::{iceberg, json_ids};
 

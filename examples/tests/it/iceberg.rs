@@ -1,7 +1,7 @@
 //! The Iceberg sink under SIGKILL and under two concurrent copies of a
 //! query, read back through the same SQLite catalog by pyiceberg and DuckDB.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

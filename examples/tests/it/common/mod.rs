@@ -1,9 +1,6 @@
 //! Shared by the process tests: a seeded generator of kill moments, the
 //! kill-and-restart loop, and two copies of a query run at once.
 
-// Each test binary uses a part of this module.
-#![allow(dead_code)]
-
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A small deterministic generator (a 64-bit LCG).

@@ -1,0 +1,6 @@
+//! The `weir` command's integration tests, in one binary.
+
+mod cli;
+mod common;
+mod compact;
+mod files;

@@ -1,0 +1,9 @@
+//! The examples' integration tests, in one binary: the programs run as
+//! users run them, killed and restarted, and their tables read back by
+//! independent readers.
+
+mod common;
+mod delta;
+mod iceberg;
+mod kill;
+mod payments;
