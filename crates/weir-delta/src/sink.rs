@@ -13,8 +13,8 @@ use deltalake::{DeltaTable, DeltaTableError};
 use url::Url;
 use weir_core::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
 use weir_core::sink::{
-    log_compaction, BatchContext, CommitMessage, CommitOutcome, CompactionPolicy, DataWriter, OutputMode, Periodic,
-    QueryInfo, Sink,
+    log_compaction, Background, BatchContext, Close, CommitMessage, CommitOutcome, CompactionPolicy, DataWriter,
+    OutputMode, Periodic, QueryInfo, Sink,
 };
 use weir_core::{QueryId, QueryName};
 
@@ -86,6 +86,8 @@ struct State {
     prepared: RwLock<Option<Prepared>>,
     /// Commits and the running background compaction.
     compacting: Periodic,
+    /// The background compaction, ended with the query.
+    background: Background,
 }
 
 #[derive(Debug, Clone)]
@@ -166,8 +168,8 @@ impl DeltaSink {
     }
 
     /// After a commit that added `files` data files: when the policy says
-    /// so, a compaction in the background, one at a time; its failure is
-    /// logged, never the batch's.
+    /// so, a compaction in the background, one at a time (one due while it
+    /// runs follows it); its failure is logged, never the batch's.
     fn maybe_compact(&self, files: usize) {
         let Some(policy) = self.compaction else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -181,16 +183,22 @@ impl DeltaSink {
             self.options.compression,
             policy.compact_options(self.options.target_file_size),
         );
-        runtime.spawn(async move {
-            let _running = running;
-            let outcome = match crate::Compact::new(&location) {
-                Ok(job) => {
-                    let job = job.with_storage_options(storage).with_options(options);
-                    job.compression(compression).run().await
+        self.state.background.spawn(&runtime, async move {
+            let mut running = running;
+            loop {
+                let outcome = match crate::Compact::new(&location) {
+                    Ok(job) => {
+                        let job = job.with_storage_options(storage.clone()).with_options(options.clone());
+                        job.compression(compression).run().await
+                    }
+                    Err(e) => Err(e),
+                };
+                log_compaction(&location, outcome);
+                match policy.next(running) {
+                    Some(next) => running = next,
+                    None => break,
                 }
-                Err(e) => Err(e),
-            };
-            log_compaction(&location, outcome);
+            }
         });
     }
 
@@ -661,6 +669,11 @@ impl Sink for DeltaSink {
                 delete_files(&store, &files).await;
             }
         }
+        Ok(())
+    }
+
+    async fn close(&self, how: Close) -> weir_core::Result<()> {
+        self.state.background.close(how).await;
         Ok(())
     }
 }

@@ -10,8 +10,8 @@ use iceberg::writer::file_writer::location_generator::DefaultLocationGenerator;
 use iceberg::TableIdent;
 use weir_core::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
 use weir_core::sink::{
-    log_compaction, BatchContext, CommitMessage, CommitOutcome, CompactionPolicy, DataWriter, OutputMode, Periodic,
-    QueryInfo, Sink,
+    log_compaction, Background, BatchContext, Close, CommitMessage, CommitOutcome, CompactionPolicy, DataWriter,
+    OutputMode, Periodic, QueryInfo, Sink,
 };
 use weir_core::{QueryId, QueryName};
 
@@ -86,6 +86,8 @@ struct State {
     expiring: Periodic,
     /// The same for the compaction policy.
     compacting: Periodic,
+    /// The running background jobs, ended with the query.
+    background: Background,
 }
 
 #[derive(Debug, Clone)]
@@ -148,8 +150,8 @@ impl IcebergSink {
     }
 
     /// After a commit that added `files` data files: when the policy says
-    /// so, a compaction in the background, one at a time; its failure is
-    /// logged, never the batch's.
+    /// so, a compaction in the background, one at a time (one due while it
+    /// runs follows it); its failure is logged, never the batch's.
     fn maybe_compact(&self, files: usize) {
         let Some(policy) = self.compaction else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -160,13 +162,19 @@ impl IcebergSink {
         };
         let (catalog, name) = (self.catalog.clone(), crate::catalog::shown(&self.ident));
         let options = policy.compact_options(self.target_file_size);
-        runtime.spawn(async move {
-            let _running = running;
-            let outcome = match crate::Compact::new(catalog, &name) {
-                Ok(job) => job.with_options(options).run().await,
-                Err(e) => Err(e),
-            };
-            log_compaction(&name, outcome);
+        self.state.background.spawn(&runtime, async move {
+            let mut running = running;
+            loop {
+                let outcome = match crate::Compact::new(catalog.clone(), &name) {
+                    Ok(job) => job.with_options(options.clone()).run().await,
+                    Err(e) => Err(e),
+                };
+                log_compaction(&name, outcome);
+                match policy.next(running) {
+                    Some(next) => running = next,
+                    None => break,
+                }
+            }
         });
     }
 
@@ -181,19 +189,25 @@ impl IcebergSink {
             return;
         };
         let (catalog, name) = (self.catalog.clone(), crate::catalog::shown(&self.ident));
-        runtime.spawn(async move {
-            let _running = running;
-            let mut job = match crate::ExpireSnapshots::new(catalog, &name) {
-                Ok(job) => job.retain_last(policy.retain_last),
-                Err(e) => {
-                    tracing::warn!(table = name, error = %e, "snapshot expiry could not start");
-                    return;
+        self.state.background.spawn(&runtime, async move {
+            let mut running = running;
+            loop {
+                let job = crate::ExpireSnapshots::new(catalog.clone(), &name).map(|job| {
+                    let job = job.retain_last(policy.retain_last);
+                    job.older_than(policy.older_than.unwrap_or(Duration::ZERO))
+                });
+                let outcome = match job {
+                    Ok(job) => job.run().await,
+                    Err(e) => Err(e),
+                };
+                match outcome {
+                    Ok(report) => tracing::info!(table = name, expired = report.expired.len(), "expired snapshots"),
+                    Err(e) => tracing::warn!(table = name, error = %e, "snapshot expiry failed; the next one retries"),
                 }
-            };
-            job = job.older_than(policy.older_than.unwrap_or(Duration::ZERO));
-            match job.run().await {
-                Ok(report) => tracing::info!(table = name, expired = report.expired.len(), "expired snapshots"),
-                Err(e) => tracing::warn!(table = name, error = %e, "snapshot expiry failed; the next one retries"),
+                match running.next(policy.every_commits.max(1), None) {
+                    Some(next) => running = next,
+                    None => break,
+                }
             }
         });
     }
@@ -520,6 +534,11 @@ impl Sink for IcebergSink {
         if let Ok(files) = writer::decode(&messages, &layout.spec, &partition_type, &layout.schema) {
             writer::delete_files(self.catalog.file_io(), &files).await;
         }
+        Ok(())
+    }
+
+    async fn close(&self, how: Close) -> weir_core::Result<()> {
+        self.state.background.close(how).await;
         Ok(())
     }
 }

@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::ids::{BatchId, QueryId, QueryName, RunId};
 use crate::progress::{PhaseDurations, QueryProgress, SinkProgress, SourceProgress};
 use crate::protocol::{decide_start, Refusal, SinkIdentity, SinkMarker, StartFacts, StartPlan};
-use crate::sink::{BatchContext, CommitOutcome, OutputMode, QueryInfo, Sink};
+use crate::sink::{BatchContext, Close, CommitOutcome, OutputMode, QueryInfo, Sink};
 use crate::source::{Offset, ReadLimit, SourceContext};
 
 /// How long an idle query with a zero interval waits before asking again.
@@ -190,9 +190,19 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
         driver.record(batch, None, end.as_ref()).await?;
     }
     driver.checkpoint.purge(driver.retain).await?;
+    let stopping = stop_rx.clone();
     let task = tokio::spawn(
         async move {
-            let result = driver.run(plan, stop_rx).await;
+            let mut result = driver.run(plan, stop_rx).await;
+            // Background work finishes only when the query ran to its end.
+            let how = match (&result, *stopping.borrow()) {
+                (Ok(()), false) => Close::Finish,
+                _ => Close::Cancel,
+            };
+            let closed = driver.sink.close(how).await;
+            if let (Ok(()), Err(e)) = (&result, closed) {
+                result = Err(e);
+            }
             if let Err(e) = &result {
                 tracing::error!(error = %e, "query stopped with an error");
                 task_shared.set_error(e);

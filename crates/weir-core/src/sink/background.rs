@@ -1,14 +1,64 @@
 //! Maintenance a sink runs beside its query, off the commit path.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+/// How a query's end closes its sink ([`super::Sink::close`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Close {
+    /// The query ran to its end (its last batch, or all the data there
+    /// was): background work the sink started for it finishes first.
+    Finish,
+    /// The query was stopped, or failed: background work stops at its next
+    /// await. A job stopped before its commit changes nothing (a file it
+    /// finished is an orphan for vacuum); the next one does the work.
+    Cancel,
+}
+
+/// The background jobs a sink started beside its query, ended by the
+/// sink's [`super::Sink::close`] so that none outlives the query.
+#[derive(Debug, Default)]
+pub struct Background {
+    jobs: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Background {
+    /// Runs `job` on `runtime`, beside the query.
+    pub fn spawn(&self, runtime: &Handle, job: impl Future<Output = ()> + Send + 'static) {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        jobs.retain(|j| !j.is_finished());
+        jobs.push(runtime.spawn(job));
+    }
+
+    /// Ends every job: waits for each to finish (`Close::Finish`), or stops
+    /// each at its next await (`Close::Cancel`) and waits until it is gone.
+    /// A job's panic is logged; it was never the query's.
+    pub async fn close(&self, how: Close) {
+        let jobs = std::mem::take(&mut *self.jobs.lock().unwrap_or_else(|e| e.into_inner()));
+        for job in jobs {
+            if how == Close::Cancel {
+                job.abort();
+            }
+            if let Err(e) = job.await {
+                if e.is_panic() {
+                    tracing::error!(error = %e, "a background job panicked");
+                }
+            }
+        }
+    }
+}
 
 /// Compaction a table sink runs in the background as its query commits:
-/// after every `every_commits` commits, or once the query has written
-/// `after_files` data files since the last compaction began (the small
-/// files it made), one compaction job of the table (never two at once),
-/// whose commits change no row. Its failure is logged, never the query's;
-/// the next one retries.
+/// once the query has made `every_commits` commits, or written
+/// `after_files` data files (the small files it made), since the last
+/// compaction began, one compaction job of the table (never two at once),
+/// whose commits change no row. A job due while one runs starts at the
+/// first commit after that one ends. Its failure is logged, never the
+/// query's; the next one retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompactionPolicy {
     /// Commits between two compactions (0: not by commits).
@@ -48,14 +98,23 @@ impl CompactionPolicy {
     }
 
     /// Counts a commit that wrote `files` data files in `periodic`; `Some`
-    /// when a compaction is due and none is running. (`every_commits` 0
-    /// with no `after_files` is taken as every commit.)
+    /// when a compaction is due and none is running.
     pub fn due(&self, periodic: &Periodic, files: u64) -> Option<Running> {
-        let every = match (self.every_commits, self.after_files) {
+        periodic.after_commit_of(files, self.commits(), self.after_files)
+    }
+
+    /// Ends a compaction; `Some` when the next one became due while it ran.
+    pub fn next(&self, running: Running) -> Option<Running> {
+        running.next(self.commits(), self.after_files)
+    }
+
+    /// `every_commits`, where 0 with no `after_files` is taken as every
+    /// commit.
+    fn commits(&self) -> u64 {
+        match (self.every_commits, self.after_files) {
             (0, None) => 1,
             (every, _) => every,
-        };
-        periodic.after_commit_of(files, every, self.after_files)
+        }
     }
 }
 
@@ -87,54 +146,120 @@ pub fn log_compaction<E: std::fmt::Display>(table: &str, outcome: Result<crate::
     }
 }
 
-/// Counts a sink's commits (and the files they wrote) and lets at most one
-/// background job of a kind run at a time.
+/// Counts a sink's commits (and the files they wrote) since the last
+/// background job of a kind began, and lets at most one run at a time.
 #[derive(Debug, Default)]
-pub struct Periodic {
+pub struct Periodic(Arc<Counts>);
+
+#[derive(Debug, Default)]
+struct Counts {
+    /// Commits since the last job began.
     commits: AtomicU64,
     /// Files written since the last job began.
     files: AtomicU64,
-    running: Arc<AtomicBool>,
+    running: AtomicBool,
 }
 
 /// Held by a running background job; the next one may start once it is
-/// dropped (however the job ends, a panic included).
+/// dropped (however the job ends, a panic included) or passed to
+/// [`Running::next`].
 #[derive(Debug)]
-pub struct Running(Arc<AtomicBool>);
+pub struct Running(Arc<Counts>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+        self.0.running.store(false, Ordering::Release);
     }
 }
 
 impl Periodic {
-    /// Counts a commit; `Some` when this is a multiple of `every` commits
-    /// and no job of this kind is running.
+    /// Counts a commit; `Some` when `every` commits were made since the
+    /// last job began and no job of this kind is running.
     pub fn after_commit(&self, every: u64) -> Option<Running> {
         self.after_commit_of(0, every.max(1), None)
     }
 
-    /// Counts a commit that wrote `files` files; `Some` when this is a
-    /// multiple of `every` commits (0: never), or `after_files` files were
-    /// written since the last job began, and no job of this kind is running.
+    /// Counts a commit that wrote `files` files; `Some` when `every`
+    /// commits were made (0: never) or `after_files` files written since
+    /// the last job began, and no job of this kind is running.
     pub fn after_commit_of(&self, files: u64, every: u64, after_files: Option<u64>) -> Option<Running> {
-        let commits = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
-        let written = self.files.fetch_add(files, Ordering::Relaxed) + files;
-        let due = (every > 0 && commits.is_multiple_of(every)) || after_files.is_some_and(|n| written >= n);
-        if !due || self.running.swap(true, Ordering::AcqRel) {
-            return None;
-        }
-        // Counting starts again from this job; files another commit counted
-        // meanwhile stay counted.
-        self.files.fetch_sub(written, Ordering::Relaxed);
-        Some(Running(self.running.clone()))
+        self.0.commits.fetch_add(1, Ordering::AcqRel);
+        self.0.files.fetch_add(files, Ordering::AcqRel);
+        start(&self.0, every, after_files)
     }
+}
+
+impl Running {
+    /// Ends this job; `Some` (the next job) when another became due while
+    /// it ran, so a job due meanwhile runs now, not at some later commit.
+    pub fn next(self, every: u64, after_files: Option<u64>) -> Option<Running> {
+        let counts = self.0.clone();
+        drop(self);
+        start(&counts, every, after_files)
+    }
+}
+
+/// Starts a job if one is due and none runs. The commit path and the end
+/// of a job each call it after their own update, so a job due between the
+/// two is never missed.
+fn start(counts: &Arc<Counts>, every: u64, after_files: Option<u64>) -> Option<Running> {
+    let commits = counts.commits.load(Ordering::Acquire);
+    let written = counts.files.load(Ordering::Acquire);
+    let due = (every > 0 && commits >= every) || after_files.is_some_and(|n| written >= n);
+    if !due || counts.running.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    // Counting starts again from this job; what another commit counted
+    // meanwhile stays counted.
+    counts.commits.fetch_sub(commits, Ordering::AcqRel);
+    counts.files.fetch_sub(written, Ordering::AcqRel);
+    Some(Running(counts.clone()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn closing_waits_for_jobs_to_finish_or_cancels_them() {
+        let background = Background::default();
+        let runtime = Handle::current();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let finished = Arc::new(AtomicBool::new(false));
+        let flag = finished.clone();
+        background.spawn(&runtime, async move {
+            rx.await.unwrap();
+            flag.store(true, Ordering::SeqCst);
+        });
+        let release = tokio::spawn(async move {
+            tokio::task::yield_now().await;
+            tx.send(()).unwrap();
+        });
+        background.close(Close::Finish).await;
+        assert!(
+            finished.load(Ordering::SeqCst),
+            "close(Finish) returned before the job finished"
+        );
+        release.await.unwrap();
+
+        // A job that would never end is stopped; its state is dropped.
+        let dropped = Arc::new(AtomicBool::new(false));
+        struct OnDrop(Arc<AtomicBool>);
+        impl Drop for OnDrop {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let guard = OnDrop(dropped.clone());
+        background.spawn(&runtime, async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+        });
+        background.close(Close::Cancel).await;
+        assert!(dropped.load(Ordering::SeqCst), "the cancelled job is gone");
+        // Closing with nothing running returns at once.
+        background.close(Close::Finish).await;
+    }
 
     #[test]
     fn a_job_is_due_every_n_commits_and_never_twice_at_once() {
@@ -143,9 +268,29 @@ mod tests {
         let running = p.after_commit(2).expect("due at 2");
         assert!(p.after_commit(2).is_none());
         assert!(p.after_commit(2).is_none(), "due at 4, but one is running");
+        assert!(p.after_commit(2).is_none(), "still running");
         drop(running);
-        assert!(p.after_commit(2).is_none());
-        assert!(p.after_commit(2).is_some(), "due at 6");
+        let running = p.after_commit(2).expect("kept due: the first commit after it ended");
+        drop(running);
+        assert!(p.after_commit(2).is_none(), "counting again from this job");
+        assert!(p.after_commit(2).is_some(), "2 since it began");
+    }
+
+    #[test]
+    fn a_job_due_while_one_runs_starts_when_that_one_ends() {
+        let p = Periodic::default();
+        assert!(p.after_commit(1).is_some(), "ended at once");
+        let running = p.after_commit(1).expect("due");
+        assert!(p.after_commit(1).is_none(), "due, but one is running");
+        let running = running.next(1, None).expect("the job due meanwhile");
+        assert!(running.next(1, None).is_none(), "nothing committed since it began");
+        assert!(p.after_commit(1).is_some(), "free again");
+        let policy = CompactionPolicy::after_files(10, 2);
+        let p = Periodic::default();
+        let running = policy.due(&p, 10).expect("10 files");
+        assert!(policy.due(&p, 6).is_none(), "one is running");
+        assert!(policy.next(running).is_none(), "6 files are not due");
+        assert!(policy.due(&p, 4).is_some(), "10 since the job began, and it ended");
     }
 
     #[test]

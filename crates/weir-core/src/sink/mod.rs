@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-pub use background::{log_compaction, CompactionPolicy, Periodic, Running};
+pub use background::{log_compaction, Background, Close, CompactionPolicy, Periodic, Running};
 pub use console::ConsoleSink;
 pub use foreach::{ForeachSink, ForeachWriter, Row};
 pub use foreach_batch::ForeachBatchSink;
@@ -215,6 +215,15 @@ pub trait Sink: Send + Sync + fmt::Debug {
     /// Discards what the messages describe. Called when a batch attempt fails
     /// before commit, or its commit found the batch already committed.
     async fn abort(&self, _batch: &BatchContext, _messages: Vec<CommitMessage>) -> Result<()> {
+        Ok(())
+    }
+
+    /// Called once when the query ends, after its last commit or its
+    /// failure, before its end is reported: background work the sink started
+    /// for the query (compaction, expiry) finishes or stops, as `how` says,
+    /// so that none outlives the query. An error here is the query's only
+    /// when the query itself ended without one.
+    async fn close(&self, _how: Close) -> Result<()> {
         Ok(())
     }
 }

@@ -224,3 +224,114 @@ async fn an_unsupported_output_mode_is_refused_with_the_reason() {
     );
     assert!(err.to_string().contains("only appends"), "{err}");
 }
+
+/// A memory sink that records how each query's end closed it, and fails
+/// its close when told to.
+#[derive(Debug)]
+struct Closing {
+    inner: MemorySink,
+    closes: Arc<Mutex<Vec<weir_core::sink::Close>>>,
+    fail: bool,
+}
+
+impl Closing {
+    fn new(fail: bool) -> Self {
+        Closing {
+            inner: MemorySink::new("t"),
+            closes: Arc::default(),
+            fail,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for Closing {
+    fn identity(&self) -> weir_core::protocol::SinkIdentity {
+        self.inner.identity()
+    }
+    async fn marker(&self, name: &QueryName, ids: &[QueryId]) -> Result<Option<weir_core::protocol::SinkMarker>> {
+        self.inner.marker(name, ids).await
+    }
+    fn create_writer(
+        &self,
+        b: &weir_core::sink::BatchContext,
+        p: usize,
+    ) -> Result<Box<dyn weir_core::sink::DataWriter>> {
+        self.inner.create_writer(b, p)
+    }
+    async fn commit(
+        &self,
+        b: &weir_core::sink::BatchContext,
+        m: Vec<weir_core::sink::CommitMessage>,
+    ) -> Result<weir_core::sink::CommitOutcome> {
+        self.inner.commit(b, m).await
+    }
+    async fn close(&self, how: weir_core::sink::Close) -> Result<()> {
+        self.closes.lock().unwrap().push(how);
+        if self.fail {
+            return Err(weir_core::Error::sink("t", None, false, "the close failed"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_sink_is_closed_once_as_the_query_ended() {
+    use weir_core::sink::Close;
+    // Ran to its last batch: background work finishes.
+    let chk = tempfile::tempdir().unwrap();
+    let sink = Arc::new(Closing::new(false));
+    let closes = sink.closes.clone();
+    let q = read_stream(input(3))
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::available_now())
+        .start_arc(sink.clone())
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    assert_eq!(*closes.lock().unwrap(), [Close::Finish]);
+    assert_exactly_once(&event_ids(&sink.inner.batches()), 0..30);
+
+    // Stopped: background work stops.
+    let chk = tempfile::tempdir().unwrap();
+    let sink = Closing::new(false);
+    let closes = sink.closes.clone();
+    let q = read_stream(input(1))
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::processing_time(std::time::Duration::from_millis(10)))
+        .start(sink)
+        .await
+        .unwrap();
+    q.stop_and_wait().await.unwrap();
+    assert_eq!(*closes.lock().unwrap(), [Close::Cancel]);
+
+    // Failed: the same, and the query's own error is kept.
+    let chk = tempfile::tempdir().unwrap();
+    let sink = Closing::new(true);
+    let closes = sink.closes.clone();
+    let q = read_stream(input(2))
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::once())
+        .crash_points(CrashPoints::new().fail_at(CrashPoint::AfterSinkCommit, None))
+        .start(sink)
+        .await
+        .unwrap();
+    let err = q.await_termination().await.unwrap_err();
+    assert!(!err.to_string().contains("the close failed"), "{err}");
+    assert_eq!(*closes.lock().unwrap(), [Close::Cancel]);
+
+    // A failed close of a query that ended well is the query's error.
+    let chk = tempfile::tempdir().unwrap();
+    let q = read_stream(input(1))
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::once())
+        .start(Closing::new(true))
+        .await
+        .unwrap();
+    let err = q.await_termination().await.unwrap_err();
+    assert!(err.to_string().contains("the close failed"), "{err}");
+}
