@@ -59,7 +59,7 @@ fn ids(h: &SqlHarness) -> Vec<i64> {
     a
 }
 
-fn outputs_on_disk(h: &SqlHarness) -> usize {
+pub(crate) fn outputs_on_disk(h: &SqlHarness) -> usize {
     walk(&h.warehouse)
         .iter()
         .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("weir-compact-"))

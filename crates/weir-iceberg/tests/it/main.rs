@@ -6,3 +6,4 @@ mod expire;
 mod orphans;
 mod rest;
 mod table;
+mod unknown_outcome;

@@ -1,0 +1,216 @@
+//! Compaction swaps whose outcome is unknown: the catalog answers a swap
+//! with an error, whether or not it landed. Nothing a landed swap refers
+//! to is ever deleted, and the rows stay the same for pyiceberg and DuckDB.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use iceberg::io::FileIO;
+use iceberg::spec::TableMetadata;
+use iceberg::{TableIdent, TableUpdate};
+use weir_core::prelude::*;
+use weir_core::source::RateSource;
+use weir_iceberg::{Catalog, Compact, IcebergSinkError, LoadedTable, SqlCatalog, Swap};
+use weir_test_support::assert_exactly_once;
+use weir_test_support::readers::{iceberg, iceberg_ids, python};
+
+use crate::conformance::{sqlite_harness, SqlHarness};
+
+const TABLE: &str = "bronze.unknown";
+
+/// What the catalog does with the next compaction swap.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// Swaps, then answers with an error.
+    LandThenFail { retryable: bool },
+    /// Answers with an error without swapping.
+    FailUnlanded { retryable: bool },
+}
+
+/// A catalog that answers compaction swaps as its faults say, one fault a
+/// swap, and passes everything else to the SQL catalog.
+#[derive(Debug)]
+struct Faulty {
+    inner: Arc<dyn Catalog>,
+    faults: Mutex<VecDeque<Fault>>,
+}
+
+fn failure(retryable: bool) -> IcebergSinkError {
+    if retryable {
+        IcebergSinkError::Catalog {
+            catalog: "faulty".into(),
+            operation: "swap".into(),
+            source: sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "connection reset",
+            )),
+        }
+    } else {
+        IcebergSinkError::CommitRefused {
+            catalog: "faulty".into(),
+            table: TABLE.into(),
+            reason: "the proxy answered 500".into(),
+        }
+    }
+}
+
+#[async_trait]
+impl Catalog for Faulty {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn file_io(&self) -> &FileIO {
+        self.inner.file_io()
+    }
+    fn default_location(&self, ident: &TableIdent) -> String {
+        self.inner.default_location(ident)
+    }
+    async fn load(&self, ident: &TableIdent) -> Result<Option<LoadedTable>, IcebergSinkError> {
+        self.inner.load(ident).await
+    }
+    async fn create(&self, ident: &TableIdent, metadata: TableMetadata) -> Result<LoadedTable, IcebergSinkError> {
+        self.inner.create(ident, metadata).await
+    }
+    async fn list(&self, namespace: Option<&[String]>) -> Result<Vec<TableIdent>, IcebergSinkError> {
+        self.inner.list(namespace).await
+    }
+    async fn drop_table(&self, ident: &TableIdent, purge: bool) -> Result<bool, IcebergSinkError> {
+        self.inner.drop_table(ident, purge).await
+    }
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        base: &LoadedTable,
+        metadata: TableMetadata,
+        changes: &[TableUpdate],
+    ) -> Result<Swap, IcebergSinkError> {
+        let compacts = metadata.current_snapshot().is_some_and(|s| {
+            s.summary()
+                .additional_properties
+                .get("weir.operation")
+                .map(String::as_str)
+                == Some("compact")
+        });
+        let fault = if compacts {
+            self.faults.lock().unwrap().pop_front()
+        } else {
+            None
+        };
+        match fault {
+            None => self.inner.swap(ident, base, metadata, changes).await,
+            Some(Fault::FailUnlanded { retryable }) => Err(failure(retryable)),
+            Some(Fault::LandThenFail { retryable }) => {
+                let swapped = self.inner.swap(ident, base, metadata, changes).await?;
+                assert!(matches!(swapped, Swap::Swapped(_)), "the faulty swap was to land");
+                Err(failure(retryable))
+            }
+        }
+    }
+}
+
+async fn table_of_small_files(h: &SqlHarness, chk: &Path) {
+    read_stream(RateSource::rows_per_batch(50))
+        .write_stream()
+        .query_name("unknown")
+        .checkpoint_location(chk)
+        .stop_after_batch(BatchId(7))
+        .start(h.sink_on(TABLE).await)
+        .await
+        .unwrap()
+        .await_termination()
+        .await
+        .unwrap();
+}
+
+fn compact(catalog: Arc<SqlCatalog>, faults: &[Fault]) -> Compact {
+    let faulty = Faulty {
+        inner: catalog,
+        faults: Mutex::new(faults.iter().copied().collect()),
+    };
+    Compact::new(Arc::new(faulty), TABLE).unwrap()
+}
+
+fn describe(h: &SqlHarness) -> serde_json::Value {
+    iceberg(&["describe", &h.reader, TABLE]).expect("readers present")
+}
+
+/// The ids by pyiceberg, which must agree with DuckDB's. Both read every
+/// live data file: one deleted while still referenced fails them.
+fn ids(h: &SqlHarness) -> Vec<i64> {
+    let (a, _) = iceberg_ids("pyiceberg", &h.reader, TABLE).unwrap();
+    let (mut b, _) = iceberg_ids("duckdb", &h.reader, TABLE).unwrap();
+    let mut sorted = a.clone();
+    sorted.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(sorted, b, "pyiceberg and DuckDB disagree");
+    a
+}
+
+fn replaces(h: &SqlHarness) -> usize {
+    describe(h)["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["operation"] == "replace")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_that_landed_but_answered_an_error_is_found_and_kept() {
+    if python().is_none() {
+        return;
+    }
+    for retryable in [true, false] {
+        let h = sqlite_harness().await;
+        let chk = tempfile::tempdir().unwrap();
+        table_of_small_files(&h, chk.path()).await;
+        let done = compact(h.catalog().await, &[Fault::LandThenFail { retryable }])
+            .run()
+            .await
+            .unwrap_or_else(|e| panic!("retryable {retryable}: {e}"));
+        assert_eq!(done.commits.len(), 1, "retryable {retryable}: {done:?}");
+        assert_eq!((done.files_removed, done.files_added), (8, 1));
+        assert_eq!(replaces(&h), 1, "one swap landed, and only one");
+        assert_eq!(describe(&h)["files"], 1);
+        assert_exactly_once(&ids(&h), 0..400);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_that_failed_unlanded_is_retried_or_stops_keeping_its_files() {
+    if python().is_none() {
+        return;
+    }
+    // A retryable error: the job reads the table, sees no swap of its own,
+    // and swaps again.
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    table_of_small_files(&h, chk.path()).await;
+    let faults = [Fault::FailUnlanded { retryable: true }];
+    let done = compact(h.catalog().await, &faults).run().await.unwrap();
+    assert_eq!(done.commits.len(), 1, "{done:?}");
+    assert_eq!(replaces(&h), 1);
+    assert_eq!(describe(&h)["files"], 1);
+    assert_exactly_once(&ids(&h), 0..400);
+
+    // A refusal: the job stops, changing nothing, and keeps its output (a
+    // late swap could still land); a rerun compacts.
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    table_of_small_files(&h, chk.path()).await;
+    let before = describe(&h)["metadata_location"].clone();
+    let faults = [Fault::FailUnlanded { retryable: false }];
+    let e = compact(h.catalog().await, &faults).run().await.unwrap_err();
+    assert!(e.to_string().contains("its files are kept"), "{e}");
+    assert_eq!(describe(&h)["metadata_location"], before, "nothing changed");
+    assert_eq!(describe(&h)["files"], 8);
+    assert_exactly_once(&ids(&h), 0..400);
+    let kept = crate::compact::outputs_on_disk(&h);
+    assert_eq!(kept, 1, "the output of the unknown swap is kept");
+    let done = compact(h.catalog().await, &[]).run().await.unwrap();
+    assert_eq!(done.commits.len(), 1);
+    assert_eq!(describe(&h)["files"], 1);
+    assert_exactly_once(&ids(&h), 0..400);
+}
