@@ -1,7 +1,7 @@
 //! Exactly once through `foreach_batch`: a stream of payments where every
 //! batch is written by a function as one Parquet file named after its batch
 //! id, so a batch replayed after a crash rewrites the same file. The engine's
-//! SIGKILL test runs this program (`examples/tests/kill.rs`).
+//! SIGKILL test runs this program (`examples/tests/it/kill.rs`).
 //!
 //! Each run streams `--batches N` more micro-batches of `--rows-per-batch R`
 //! payments from the deterministic rate source into `<lake>/foreach/payments`

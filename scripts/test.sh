@@ -10,7 +10,7 @@ step() { printf '\n==> %s\n' "$*"; }
 # Incremental artifacts would only grow the build on a fresh clone, where
 # every crate is compiled once; the build's disk use is the run's largest.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
-disk() { df -h . | awk 'NR == 2 { print "disk: " $4 " free of " $2 }'; }
+disk() { df -hP . | awk 'NR == 2 { print "disk: " $4 " free of " $2 }'; }
 
 if ! cargo nextest --version >/dev/null 2>&1; then
     step "installing cargo-nextest"
@@ -40,7 +40,7 @@ eval "$(scripts/services/seaweedfs.sh start "$services")"
 eval "$(scripts/services/postgres.sh start "$services")"
 
 step "before the build"
-disk
+disk || true
 
 step "formatting"
 cargo fmt --all -- --check

@@ -278,8 +278,9 @@ pub struct StreamArgs {
     /// are read from where this checkpoint stands.
     #[arg(long)]
     pub take_over_output: bool,
-    /// Compact small files in the background every N commits (either
-    /// format; the compaction's commits change no row).
+    /// Compact small files in the background once the query has made N
+    /// commits since the last compaction began (either format; the
+    /// compaction's commits change no row).
     #[arg(long, value_name = "N")]
     pub compact_every: Option<u64>,
     /// Compact small files in the background once the query has written N
@@ -291,7 +292,8 @@ pub struct StreamArgs {
     /// files of a partition worth a rewrite.
     #[arg(long, value_name = "N", default_value_t = 10, requires = "compaction")]
     pub compact_min_files: usize,
-    /// Iceberg: expire old snapshots in the background every N commits.
+    /// Iceberg: expire old snapshots in the background once the query has
+    /// made N commits since the last expiry began.
     #[arg(long, value_name = "N")]
     pub expire_every: Option<u64>,
     /// Iceberg, with --expire-every: the snapshots kept.

@@ -161,7 +161,9 @@ impl DeltaSink {
     /// Compacts small files in the background as the query commits (see
     /// [`crate::Compact`]): one rewrite at a time, with the sink's
     /// compression and target size, its commits rebased over the query's;
-    /// never two compactions at once from this sink.
+    /// never two compactions at once from this sink. The query's end ends
+    /// them ([`Sink::close`]); clones of this sink share them, so give each
+    /// query a sink of its own.
     pub fn with_compaction(mut self, policy: CompactionPolicy) -> Self {
         self.compaction = Some(policy);
         self

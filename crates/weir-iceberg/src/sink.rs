@@ -59,14 +59,16 @@ pub struct IcebergSink {
     state: Arc<State>,
 }
 
-/// Snapshot expiry a sink runs by itself, off the commit path: after every
-/// `every_commits` commits it expires, in the background, the snapshots
+/// Snapshot expiry a sink runs by itself, off the commit path: once the
+/// query has made `every_commits` commits since the last expiry began (one
+/// that falls due while another runs starts as that one ends), it expires,
+/// in the background, the snapshots
 /// older than `older_than` beyond the newest `retain_last` (see
 /// [`crate::ExpireSnapshots`]). Keeps a streaming table's metadata, and so
 /// its commit time, bounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExpiryPolicy {
-    /// Commits between two expiries (at least 1).
+    /// Commits from one expiry's start to the next (at least 1).
     pub every_commits: u64,
     /// Snapshots kept whatever their age (at least 1).
     pub retain_last: usize,
@@ -143,7 +145,9 @@ impl IcebergSink {
 
     /// Compacts small files in the background as the query commits (see
     /// [`crate::Compact`]): one rewrite at a time, with the sink's target
-    /// size; never two compactions at once from this sink.
+    /// size; never two compactions at once from this sink. The query's end
+    /// ends them ([`Sink::close`]); clones of this sink share them, so give
+    /// each query a sink of its own.
     pub fn with_compaction(mut self, policy: CompactionPolicy) -> Self {
         self.compaction = Some(policy);
         self
@@ -178,8 +182,9 @@ impl IcebergSink {
         });
     }
 
-    /// After a commit: every `every_commits` commits, an expiry in the
-    /// background, one at a time; its failure is logged, never the batch's.
+    /// After a commit: once `every_commits` commits were made since the
+    /// last began, an expiry in the background, one at a time (one due
+    /// while it runs follows it); its failure is logged, never the batch's.
     fn maybe_expire(&self) {
         let Some(policy) = self.expiry else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {

@@ -199,7 +199,23 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
                 (Ok(()), false) => Close::Finish,
                 _ => Close::Cancel,
             };
-            let closed = driver.sink.close(how).await;
+            let closed = match how {
+                // A stop asked for while the sink finishes its work cancels it.
+                Close::Finish => {
+                    let mut stop = stopping.clone();
+                    let stopped = async move {
+                        if stop.wait_for(|s| *s).await.is_err() {
+                            // The query's handle is gone: nobody can stop it.
+                            std::future::pending::<()>().await;
+                        }
+                    };
+                    tokio::select! {
+                        closed = driver.sink.close(Close::Finish) => closed,
+                        () = stopped => driver.sink.close(Close::Cancel).await,
+                    }
+                }
+                Close::Cancel => driver.sink.close(Close::Cancel).await,
+            };
             if let (Ok(()), Err(e)) = (&result, closed) {
                 result = Err(e);
             }

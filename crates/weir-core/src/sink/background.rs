@@ -1,8 +1,8 @@
 //! Maintenance a sink runs beside its query, off the commit path.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
@@ -15,7 +15,9 @@ pub enum Close {
     Finish,
     /// The query was stopped, or failed: background work stops at its next
     /// await. A job stopped before its commit changes nothing (a file it
-    /// finished is an orphan for vacuum); the next one does the work.
+    /// finished is an orphan for vacuum); the next one does the work. A
+    /// commit already under way may still land a moment later, and a
+    /// rewrite thread stops at its next batch: neither changes a row.
     Cancel,
 }
 
@@ -35,20 +37,35 @@ impl Background {
     }
 
     /// Ends every job: waits for each to finish (`Close::Finish`), or stops
-    /// each at its next await (`Close::Cancel`) and waits until it is gone.
-    /// A job's panic is logged; it was never the query's.
+    /// each at its next await (`Close::Cancel`) and waits until its task is
+    /// gone. A job's panic is logged; it was never the query's. The jobs stay
+    /// held until they end, so a `Finish` abandoned (its future dropped) can
+    /// be followed by a `Cancel`.
     pub async fn close(&self, how: Close) {
-        let jobs = std::mem::take(&mut *self.jobs.lock().unwrap_or_else(|e| e.into_inner()));
-        for job in jobs {
-            if how == Close::Cancel {
-                job.abort();
-            }
-            if let Err(e) = job.await {
-                if e.is_panic() {
-                    tracing::error!(error = %e, "a background job panicked");
+        std::future::poll_fn(|cx| {
+            let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            jobs.retain_mut(|job| {
+                if how == Close::Cancel {
+                    job.abort();
                 }
+                match std::pin::Pin::new(job).poll(cx) {
+                    Poll::Pending => true,
+                    Poll::Ready(Ok(())) => false,
+                    Poll::Ready(Err(e)) => {
+                        if e.is_panic() {
+                            tracing::error!(error = %e, "a background job panicked");
+                        }
+                        false
+                    }
+                }
+            });
+            if jobs.is_empty() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
             }
-        }
+        })
+        .await
     }
 }
 
@@ -56,9 +73,9 @@ impl Background {
 /// once the query has made `every_commits` commits, or written
 /// `after_files` data files (the small files it made), since the last
 /// compaction began, one compaction job of the table (never two at once),
-/// whose commits change no row. A job due while one runs starts at the
-/// first commit after that one ends. Its failure is logged, never the
-/// query's; the next one retries.
+/// whose commits change no row. A job that falls due while one runs
+/// starts as that one ends. Its failure is logged, never the query's; the
+/// next one retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompactionPolicy {
     /// Commits between two compactions (0: not by commits).
@@ -149,27 +166,31 @@ pub fn log_compaction<E: std::fmt::Display>(table: &str, outcome: Result<crate::
 /// Counts a sink's commits (and the files they wrote) since the last
 /// background job of a kind began, and lets at most one run at a time.
 #[derive(Debug, Default)]
-pub struct Periodic(Arc<Counts>);
+pub struct Periodic(Arc<Mutex<Counts>>);
 
 #[derive(Debug, Default)]
 struct Counts {
     /// Commits since the last job began.
-    commits: AtomicU64,
+    commits: u64,
     /// Files written since the last job began.
-    files: AtomicU64,
-    running: AtomicBool,
+    files: u64,
+    running: bool,
 }
 
 /// Held by a running background job; the next one may start once it is
 /// dropped (however the job ends, a panic included) or passed to
 /// [`Running::next`].
 #[derive(Debug)]
-pub struct Running(Arc<Counts>);
+pub struct Running(Arc<Mutex<Counts>>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.0.running.store(false, Ordering::Release);
+        lock(&self.0).running = false;
     }
+}
+
+fn lock(counts: &Mutex<Counts>) -> std::sync::MutexGuard<'_, Counts> {
+    counts.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Periodic {
@@ -183,9 +204,10 @@ impl Periodic {
     /// commits were made (0: never) or `after_files` files written since
     /// the last job began, and no job of this kind is running.
     pub fn after_commit_of(&self, files: u64, every: u64, after_files: Option<u64>) -> Option<Running> {
-        self.0.commits.fetch_add(1, Ordering::AcqRel);
-        self.0.files.fetch_add(files, Ordering::AcqRel);
-        start(&self.0, every, after_files)
+        let mut counts = lock(&self.0);
+        counts.commits += 1;
+        counts.files += files;
+        start(&self.0, &mut counts, every, after_files)
     }
 }
 
@@ -193,31 +215,33 @@ impl Running {
     /// Ends this job; `Some` (the next job) when another became due while
     /// it ran, so a job due meanwhile runs now, not at some later commit.
     pub fn next(self, every: u64, after_files: Option<u64>) -> Option<Running> {
-        let counts = self.0.clone();
+        let shared = self.0.clone();
+        // A commit in between may start the next job itself: both check
+        // under the lock after their own update, so none is missed.
         drop(self);
-        start(&counts, every, after_files)
+        let mut counts = lock(&shared);
+        start(&shared, &mut counts, every, after_files)
     }
 }
 
-/// Starts a job if one is due and none runs. The commit path and the end
-/// of a job each call it after their own update, so a job due between the
-/// two is never missed.
-fn start(counts: &Arc<Counts>, every: u64, after_files: Option<u64>) -> Option<Running> {
-    let commits = counts.commits.load(Ordering::Acquire);
-    let written = counts.files.load(Ordering::Acquire);
-    let due = (every > 0 && commits >= every) || after_files.is_some_and(|n| written >= n);
-    if !due || counts.running.swap(true, Ordering::AcqRel) {
+/// Starts a job if one is due and none runs; counting starts again from it.
+fn start(shared: &Arc<Mutex<Counts>>, counts: &mut Counts, every: u64, after_files: Option<u64>) -> Option<Running> {
+    let due = (every > 0 && counts.commits >= every) || after_files.is_some_and(|n| counts.files >= n);
+    if !due || counts.running {
         return None;
     }
-    // Counting starts again from this job; what another commit counted
-    // meanwhile stays counted.
-    counts.commits.fetch_sub(commits, Ordering::AcqRel);
-    counts.files.fetch_sub(written, Ordering::AcqRel);
-    Some(Running(counts.clone()))
+    *counts = Counts {
+        commits: 0,
+        files: 0,
+        running: true,
+    };
+    Some(Running(shared.clone()))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
     use super::*;
 
     #[tokio::test]
@@ -255,6 +279,11 @@ mod tests {
             let _guard = guard;
             std::future::pending::<()>().await;
         });
+        // A Finish abandoned (as the driver does when the query is stopped
+        // meanwhile) leaves the job held, for the Cancel that follows.
+        let abandoned = futures::FutureExt::now_or_never(background.close(Close::Finish));
+        assert!(abandoned.is_none(), "a job that never ends never finishes");
+        assert!(!dropped.load(Ordering::SeqCst));
         background.close(Close::Cancel).await;
         assert!(dropped.load(Ordering::SeqCst), "the cancelled job is gone");
         // Closing with nothing running returns at once.

@@ -218,10 +218,12 @@ pub trait Sink: Send + Sync + fmt::Debug {
         Ok(())
     }
 
-    /// Called once when the query ends, after its last commit or its
-    /// failure, before its end is reported: background work the sink started
-    /// for the query (compaction, expiry) finishes or stops, as `how` says,
-    /// so that none outlives the query. An error here is the query's only
+    /// Called when a started query ends (its last batch run, stopped, or
+    /// failed), before its end is reported: background work the sink
+    /// started for the query (compaction, expiry) finishes or stops, as
+    /// `how` says, so that none outlives the query. A `Close::Finish` is
+    /// abandoned (its future dropped) and followed by a `Close::Cancel` when
+    /// the query is stopped meanwhile. An error here is the query's only
     /// when the query itself ended without one.
     async fn close(&self, _how: Close) -> Result<()> {
         Ok(())

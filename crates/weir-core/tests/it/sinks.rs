@@ -226,12 +226,13 @@ async fn an_unsupported_output_mode_is_refused_with_the_reason() {
 }
 
 /// A memory sink that records how each query's end closed it, and fails
-/// its close when told to.
+/// its close, or never finishes its work, when told to.
 #[derive(Debug)]
 struct Closing {
     inner: MemorySink,
     closes: Arc<Mutex<Vec<weir_core::sink::Close>>>,
     fail: bool,
+    endless: bool,
 }
 
 impl Closing {
@@ -240,6 +241,7 @@ impl Closing {
             inner: MemorySink::new("t"),
             closes: Arc::default(),
             fail,
+            endless: false,
         }
     }
 }
@@ -268,6 +270,9 @@ impl Sink for Closing {
     }
     async fn close(&self, how: weir_core::sink::Close) -> Result<()> {
         self.closes.lock().unwrap().push(how);
+        if self.endless && how == weir_core::sink::Close::Finish {
+            std::future::pending::<()>().await;
+        }
         if self.fail {
             return Err(weir_core::Error::sink("t", None, false, "the close failed"));
         }
@@ -334,4 +339,24 @@ async fn the_sink_is_closed_once_as_the_query_ended() {
         .unwrap();
     let err = q.await_termination().await.unwrap_err();
     assert!(err.to_string().contains("the close failed"), "{err}");
+
+    // Ran to its end, but its work never finishes: a stop cancels it.
+    let chk = tempfile::tempdir().unwrap();
+    let sink = Closing {
+        endless: true,
+        ..Closing::new(false)
+    };
+    let closes = sink.closes.clone();
+    let q = read_stream(input(2))
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::once())
+        .start(sink)
+        .await
+        .unwrap();
+    while closes.lock().unwrap().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    q.stop_and_wait().await.unwrap();
+    assert_eq!(*closes.lock().unwrap(), [Close::Finish, Close::Cancel]);
 }
