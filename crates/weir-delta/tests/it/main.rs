@@ -6,4 +6,5 @@ mod maintenance;
 mod readers;
 mod s3;
 mod table;
+mod unknown_outcome;
 mod writers;

@@ -1,0 +1,232 @@
+//! Compaction commits whose outcome is unknown: the store answers the put
+//! of the log entry with an error, whether or not the entry landed. The job
+//! finds its own entry by its attempt id, never deletes a file a landed
+//! entry adds, and both readers see every row once.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, Once};
+
+use async_trait::async_trait;
+use deltalake::logstore::{
+    default_logstore, logstore_factories, object_store_factories, LogStore, LogStoreFactory, ObjectStoreFactory,
+    ObjectStoreRef, StorageConfig,
+};
+use deltalake::DeltaResult;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use object_store::path::Path as StorePath;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions,
+    PutOptions, PutPayload, PutResult,
+};
+use url::Url;
+use weir_core::prelude::*;
+use weir_core::source::RateSource;
+use weir_delta::{Compact, DeltaSink};
+use weir_test_support::assert_exactly_once;
+use weir_test_support::readers::{event_ids_with, python};
+
+use crate::readers::log_actions;
+
+/// What the store does with the next put of a log entry.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// Writes the entry, then answers with an error.
+    LandThenFail,
+    /// Answers with an error without writing.
+    FailUnlanded,
+}
+
+/// The faults of this test process (each test runs in its own).
+static FAULTS: Mutex<VecDeque<Fault>> = Mutex::new(VecDeque::new());
+
+/// A local file system whose log entry puts fail as [`FAULTS`] says.
+#[derive(Debug)]
+struct Faulty(Arc<dyn ObjectStore>);
+
+impl fmt::Display for Faulty {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Faulty({})", self.0)
+    }
+}
+
+fn injected() -> object_store::Error {
+    object_store::Error::Generic {
+        store: "faulty",
+        source: "connection reset while putting the log entry".into(),
+    }
+}
+
+fn is_log_entry(location: &StorePath) -> bool {
+    let name = location.filename().unwrap_or_default();
+    location.as_ref().contains("_delta_log/")
+        && name.len() == 25
+        && name.ends_with(".json")
+        && name[..20].bytes().all(|b| b.is_ascii_digit())
+}
+
+#[async_trait]
+impl ObjectStore for Faulty {
+    async fn put_opts(
+        &self,
+        location: &StorePath,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let fault = if is_log_entry(location) {
+            FAULTS.lock().unwrap().pop_front()
+        } else {
+            None
+        };
+        match fault {
+            None => self.0.put_opts(location, payload, opts).await,
+            Some(Fault::FailUnlanded) => Err(injected()),
+            Some(Fault::LandThenFail) => {
+                self.0.put_opts(location, payload, opts).await?;
+                Err(injected())
+            }
+        }
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &StorePath,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.0.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(&self, location: &StorePath, options: GetOptions) -> object_store::Result<GetResult> {
+        self.0.get_opts(location, options).await
+    }
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<StorePath>>,
+    ) -> BoxStream<'static, object_store::Result<StorePath>> {
+        self.0.delete_stream(locations)
+    }
+    /// Sorted, as object stores list (a local file system lists in no
+    /// order, and the Delta log's reader expects the order).
+    fn list(&self, prefix: Option<&StorePath>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let (store, prefix) = (self.0.clone(), prefix.cloned());
+        let listed = async move {
+            let mut all: Vec<object_store::Result<ObjectMeta>> = store.list(prefix.as_ref()).collect().await;
+            all.sort_by(|a, b| match (a, b) {
+                (Ok(a), Ok(b)) => a.location.cmp(&b.location),
+                _ => std::cmp::Ordering::Equal,
+            });
+            futures::stream::iter(all)
+        };
+        futures::stream::once(listed).flatten().boxed()
+    }
+    async fn list_with_delimiter(&self, prefix: Option<&StorePath>) -> object_store::Result<ListResult> {
+        self.0.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(&self, from: &StorePath, to: &StorePath, options: CopyOptions) -> object_store::Result<()> {
+        self.0.copy_opts(from, to, options).await
+    }
+}
+
+/// Opens `faulty:///dir/` as the local `file:///dir/`, through [`Faulty`].
+struct FaultyFactory;
+
+impl ObjectStoreFactory for FaultyFactory {
+    fn parse_url_opts(&self, url: &Url, _config: &StorageConfig) -> DeltaResult<(ObjectStoreRef, StorePath)> {
+        let local = Url::parse(&format!("file://{}", url.path())).unwrap();
+        let (store, path) = object_store::parse_url(&local)?;
+        Ok((Arc::new(Faulty(Arc::from(store))), path))
+    }
+}
+
+impl LogStoreFactory for FaultyFactory {
+    fn with_options(
+        &self,
+        prefixed_store: ObjectStoreRef,
+        root_store: ObjectStoreRef,
+        location: &Url,
+        options: &StorageConfig,
+    ) -> DeltaResult<Arc<dyn LogStore>> {
+        Ok(default_logstore(prefixed_store, root_store, location, options))
+    }
+}
+
+fn faulty_url(table: &Path, faults: &[Fault]) -> String {
+    static REGISTER: Once = Once::new();
+    REGISTER.call_once(|| {
+        let scheme = Url::parse("faulty://").unwrap();
+        object_store_factories().insert(scheme.clone(), Arc::new(FaultyFactory));
+        logstore_factories().insert(scheme, Arc::new(FaultyFactory));
+    });
+    *FAULTS.lock().unwrap() = faults.iter().copied().collect();
+    format!("faulty://{}/", table.display())
+}
+
+async fn stream(table: &Path, chk: &Path, last: u64) {
+    read_stream(RateSource::rows_per_batch(100))
+        .write_stream()
+        .checkpoint_location(chk)
+        .stop_after_batch(BatchId(last))
+        .start(DeltaSink::try_new(table.to_str().unwrap()).unwrap())
+        .await
+        .unwrap()
+        .await_termination()
+        .await
+        .unwrap();
+}
+
+/// The ids by Python deltalake, which must agree with DuckDB's. Both read
+/// every live file: one deleted while still referenced fails them.
+fn ids(table: &Path) -> Vec<i64> {
+    let t = table.to_str().unwrap();
+    let (a, _) = event_ids_with("deltalake", t).unwrap();
+    let (mut b, _) = event_ids_with("duckdb", t).unwrap();
+    let mut sorted = a.clone();
+    sorted.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(sorted, b, "Python deltalake and DuckDB disagree");
+    a
+}
+
+/// The table's compaction entries.
+fn optimizes(table: &Path) -> usize {
+    log_actions(table)
+        .iter()
+        .filter(|a| a["commitInfo"]["operation"] == "OPTIMIZE")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_landed_but_answered_an_error_is_found_and_kept() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    stream(&table, &dir.path().join("chk"), 7).await;
+    let url = faulty_url(&table, &[Fault::LandThenFail]);
+    let done = Compact::new(&url).unwrap().run().await.unwrap();
+    assert!(FAULTS.lock().unwrap().is_empty(), "the fault was met");
+    assert_eq!(done.commits, vec![9], "{done:?}");
+    assert_eq!((done.files_removed, done.files_added), (8, 1));
+    assert_eq!(optimizes(&table), 1, "one entry landed, and only one");
+    assert_exactly_once(&ids(&table), 0..800);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_failed_unlanded_is_tried_again_and_lands_once() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    stream(&table, &dir.path().join("chk"), 7).await;
+    let url = faulty_url(&table, &[Fault::FailUnlanded, Fault::FailUnlanded]);
+    let done = Compact::new(&url).unwrap().run().await.unwrap();
+    assert!(FAULTS.lock().unwrap().is_empty(), "both faults were met");
+    assert_eq!(done.commits, vec![9], "{done:?}");
+    assert_eq!(optimizes(&table), 1);
+    assert_exactly_once(&ids(&table), 0..800);
+    // The stream goes on over the compacted table, exactly once.
+    stream(&table, &dir.path().join("chk"), 9).await;
+    assert_exactly_once(&ids(&table), 0..1000);
+}
