@@ -185,23 +185,21 @@ impl DeltaSink {
             self.options.compression,
             policy.compact_options(self.options.target_file_size),
         );
-        self.state.background.spawn(&runtime, async move {
-            let mut running = running;
-            loop {
+        let compact = move || {
+            let (location, storage, options) = (location.clone(), storage.clone(), options.clone());
+            async move {
                 let outcome = match crate::Compact::new(&location) {
                     Ok(job) => {
-                        let job = job.with_storage_options(storage.clone()).with_options(options.clone());
+                        let job = job.with_storage_options(storage).with_options(options);
                         job.compression(compression).run().await
                     }
                     Err(e) => Err(e),
                 };
                 log_compaction(&location, outcome);
-                match policy.next(running) {
-                    Some(next) => running = next,
-                    None => break,
-                }
             }
-        });
+        };
+        let next = move |running| policy.next(running);
+        self.state.background.spawn_chained(&runtime, running, next, compact);
     }
 
     /// The table's URL.

@@ -62,10 +62,9 @@ pub struct IcebergSink {
 /// Snapshot expiry a sink runs by itself, off the commit path: once the
 /// query has made `every_commits` commits since the last expiry began (one
 /// that falls due while another runs starts as that one ends), it expires,
-/// in the background, the snapshots
-/// older than `older_than` beyond the newest `retain_last` (see
-/// [`crate::ExpireSnapshots`]). Keeps a streaming table's metadata, and so
-/// its commit time, bounded.
+/// in the background, the snapshots older than `older_than` beyond the
+/// newest `retain_last` (see [`crate::ExpireSnapshots`]). Keeps a streaming
+/// table's metadata, and so its commit time, bounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExpiryPolicy {
     /// Commits from one expiry's start to the next (at least 1).
@@ -137,7 +136,10 @@ impl IcebergSink {
         self
     }
 
-    /// Expires old snapshots in the background as the query commits.
+    /// Expires old snapshots in the background as the query commits, one
+    /// expiry at a time. The query's end ends them ([`Sink::close`]);
+    /// clones of this sink share them, so give each query a sink of its
+    /// own.
     pub fn with_snapshot_expiry(mut self, policy: ExpiryPolicy) -> Self {
         self.expiry = Some(policy);
         self
@@ -166,20 +168,18 @@ impl IcebergSink {
         };
         let (catalog, name) = (self.catalog.clone(), crate::catalog::shown(&self.ident));
         let options = policy.compact_options(self.target_file_size);
-        self.state.background.spawn(&runtime, async move {
-            let mut running = running;
-            loop {
-                let outcome = match crate::Compact::new(catalog.clone(), &name) {
-                    Ok(job) => job.with_options(options.clone()).run().await,
+        let compact = move || {
+            let (catalog, name, options) = (catalog.clone(), name.clone(), options.clone());
+            async move {
+                let outcome = match crate::Compact::new(catalog, &name) {
+                    Ok(job) => job.with_options(options).run().await,
                     Err(e) => Err(e),
                 };
                 log_compaction(&name, outcome);
-                match policy.next(running) {
-                    Some(next) => running = next,
-                    None => break,
-                }
             }
-        });
+        };
+        let next = move |running| policy.next(running);
+        self.state.background.spawn_chained(&runtime, running, next, compact);
     }
 
     /// After a commit: once `every_commits` commits were made since the
@@ -194,10 +194,10 @@ impl IcebergSink {
             return;
         };
         let (catalog, name) = (self.catalog.clone(), crate::catalog::shown(&self.ident));
-        self.state.background.spawn(&runtime, async move {
-            let mut running = running;
-            loop {
-                let job = crate::ExpireSnapshots::new(catalog.clone(), &name).map(|job| {
+        let expire = move || {
+            let (catalog, name) = (catalog.clone(), name.clone());
+            async move {
+                let job = crate::ExpireSnapshots::new(catalog, &name).map(|job| {
                     let job = job.retain_last(policy.retain_last);
                     job.older_than(policy.older_than.unwrap_or(Duration::ZERO))
                 });
@@ -209,12 +209,10 @@ impl IcebergSink {
                     Ok(report) => tracing::info!(table = name, expired = report.expired.len(), "expired snapshots"),
                     Err(e) => tracing::warn!(table = name, error = %e, "snapshot expiry failed; the next one retries"),
                 }
-                match running.next(policy.every_commits.max(1), None) {
-                    Some(next) => running = next,
-                    None => break,
-                }
             }
-        });
+        };
+        let next = move |running: weir_core::sink::Running| running.next(policy.every_commits.max(1), None);
+        self.state.background.spawn_chained(&runtime, running, next, expire);
     }
 
     /// Add the stream's new nullable columns to the table (as optional

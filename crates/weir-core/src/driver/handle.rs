@@ -86,14 +86,19 @@ impl StreamingQuery {
         self.run_id
     }
 
-    /// Asks the query to stop: a running batch finishes, no new one starts.
+    /// Asks the query to stop: a running batch finishes, no new one starts,
+    /// and the sink's background work (compaction, expiry) is cancelled,
+    /// even while the sink waits for it after the query's last batch.
     /// Returns at once; await [`StreamingQuery::await_termination`] to wait.
     pub fn stop(&self) {
         self.stop.send_replace(true);
     }
 
-    /// Waits until the query ends (stopped, trigger done, or failed). The
-    /// first call returns the query's own error; later calls return
+    /// Waits until the query ends (stopped, trigger done, or failed) and
+    /// its sink is closed: a query that ran to its end (`once`,
+    /// `available_now`, its last batch) waits for the sink's running
+    /// background work, such as a compaction, to finish. The first call
+    /// returns the query's own error; later calls return
     /// [`Error::QueryFailed`] with its message.
     pub async fn await_termination(&self) -> Result<()> {
         let mut termination = self.termination.lock().await;

@@ -193,32 +193,8 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
     let stopping = stop_rx.clone();
     let task = tokio::spawn(
         async move {
-            let mut result = driver.run(plan, stop_rx).await;
-            // Background work finishes only when the query ran to its end.
-            let how = match (&result, *stopping.borrow()) {
-                (Ok(()), false) => Close::Finish,
-                _ => Close::Cancel,
-            };
-            let closed = match how {
-                // A stop asked for while the sink finishes its work cancels it.
-                Close::Finish => {
-                    let mut stop = stopping.clone();
-                    let stopped = async move {
-                        if stop.wait_for(|s| *s).await.is_err() {
-                            // The query's handle is gone: nobody can stop it.
-                            std::future::pending::<()>().await;
-                        }
-                    };
-                    tokio::select! {
-                        closed = driver.sink.close(Close::Finish) => closed,
-                        () = stopped => driver.sink.close(Close::Cancel).await,
-                    }
-                }
-                Close::Cancel => driver.sink.close(Close::Cancel).await,
-            };
-            if let (Ok(()), Err(e)) = (&result, closed) {
-                result = Err(e);
-            }
+            let result = driver.run(plan, stop_rx).await;
+            let result = close_sink(driver.sink.as_ref(), result, stopping).await;
             if let Err(e) = &result {
                 tracing::error!(error = %e, "query stopped with an error");
                 task_shared.set_error(e);
@@ -228,6 +204,29 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
         .instrument(span),
     );
     Ok(StreamingQuery::new(query_id, query_name, run_id, stop_tx, shared, task))
+}
+
+/// Closes the sink of a query that ended with `result`: its background work
+/// finishes when the query ran to its end, and is cancelled when it was
+/// stopped or failed, or is stopped while the work finishes. A close error
+/// is the query's only when the query ended well.
+async fn close_sink(sink: &dyn Sink, result: Result<()>, mut stop: watch::Receiver<bool>) -> Result<()> {
+    let stopped = *stop.borrow();
+    let closed = if result.is_ok() && !stopped {
+        let stop_asked = async move {
+            if stop.wait_for(|s| *s).await.is_err() {
+                // The query's handle is gone: nobody can stop it.
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            closed = sink.close(Close::Finish) => closed,
+            () = stop_asked => sink.close(Close::Cancel).await,
+        }
+    } else {
+        sink.close(Close::Cancel).await
+    };
+    result.and(closed)
 }
 
 /// Writes or updates the checkpoint's metadata after a start decision.
@@ -357,9 +356,16 @@ impl Driver {
                 }
                 Trigger::ProcessingTime(interval) => interval.saturating_sub(tick.elapsed()),
             };
+            let stop_asked = async {
+                if stop.changed().await.is_err() {
+                    // The query's handle is gone: nobody can stop it, and
+                    // the loop must still wait out its interval.
+                    std::future::pending::<()>().await;
+                }
+            };
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = stop.changed() => {}
+                () = stop_asked => {}
             }
         }
     }

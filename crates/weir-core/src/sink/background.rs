@@ -2,10 +2,11 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
 
+use futures::FutureExt;
 use tokio::runtime::Handle;
-use tokio::task::JoinHandle;
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
 
 /// How a query's end closes its sink ([`super::Sink::close`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,49 +24,86 @@ pub enum Close {
 
 /// The background jobs a sink started beside its query, ended by the
 /// sink's [`super::Sink::close`] so that none outlives the query.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Background {
-    jobs: Mutex<Vec<JoinHandle<()>>>,
+    /// How many jobs have not ended.
+    live: Arc<watch::Sender<usize>>,
+    /// To cancel them.
+    jobs: Mutex<Vec<AbortHandle>>,
+}
+
+impl Default for Background {
+    fn default() -> Self {
+        Background {
+            live: Arc::new(watch::Sender::new(0)),
+            jobs: Mutex::default(),
+        }
+    }
+}
+
+/// Counts a job as ended when its task is gone, however it ends.
+struct Live(Arc<watch::Sender<usize>>);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
 }
 
 impl Background {
-    /// Runs `job` on `runtime`, beside the query.
+    /// Runs `job` on `runtime`, beside the query. Its panic is logged; it
+    /// is never the query's.
     pub fn spawn(&self, runtime: &Handle, job: impl Future<Output = ()> + Send + 'static) {
+        self.live.send_modify(|n| *n += 1);
+        let live = Live(self.live.clone());
+        let task = runtime.spawn(async move {
+            let _live = live;
+            if std::panic::AssertUnwindSafe(job).catch_unwind().await.is_err() {
+                tracing::error!("a background job panicked");
+            }
+        });
         let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
         jobs.retain(|j| !j.is_finished());
-        jobs.push(runtime.spawn(job));
+        jobs.push(task.abort_handle());
+    }
+
+    /// Runs `job` again and again while `next` says one is due, holding
+    /// `running` (see [`Running::next`]) until none is.
+    pub fn spawn_chained<F, J>(
+        &self,
+        runtime: &Handle,
+        running: Running,
+        next: impl Fn(Running) -> Option<Running> + Send + 'static,
+        job: J,
+    ) where
+        J: Fn() -> F + Send + 'static,
+        F: Future<Output = ()> + Send,
+    {
+        self.spawn(runtime, async move {
+            let mut running = running;
+            loop {
+                job().await;
+                match next(running) {
+                    Some(again) => running = again,
+                    None => break,
+                }
+            }
+        });
     }
 
     /// Ends every job: waits for each to finish (`Close::Finish`), or stops
-    /// each at its next await (`Close::Cancel`) and waits until its task is
-    /// gone. A job's panic is logged; it was never the query's. The jobs stay
-    /// held until they end, so a `Finish` abandoned (its future dropped) can
-    /// be followed by a `Cancel`.
+    /// each at its next await (`Close::Cancel`), and returns once every
+    /// job's task is gone. A `Finish` abandoned (its future dropped) can be
+    /// followed by a `Cancel`; two closes at once both return.
     pub async fn close(&self, how: Close) {
-        std::future::poll_fn(|cx| {
-            let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
-            jobs.retain_mut(|job| {
-                if how == Close::Cancel {
-                    job.abort();
-                }
-                match std::pin::Pin::new(job).poll(cx) {
-                    Poll::Pending => true,
-                    Poll::Ready(Ok(())) => false,
-                    Poll::Ready(Err(e)) => {
-                        if e.is_panic() {
-                            tracing::error!(error = %e, "a background job panicked");
-                        }
-                        false
-                    }
-                }
-            });
-            if jobs.is_empty() {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
+        if how == Close::Cancel {
+            for job in self.jobs.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                job.abort();
             }
-        })
-        .await
+        }
+        let mut live = self.live.subscribe();
+        // The sender lives as long as `self`: this cannot fail.
+        let _ = live.wait_for(|n| *n == 0).await;
     }
 }
 
@@ -78,7 +116,8 @@ impl Background {
 /// next one retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompactionPolicy {
-    /// Commits between two compactions (0: not by commits).
+    /// Commits from one compaction's start to the next (0: not by commits;
+    /// 0 with no `after_files` is taken as every commit).
     pub every_commits: u64,
     /// Data files the query writes before a compaction is due (`None`: not
     /// by files).
@@ -259,12 +298,17 @@ mod tests {
             tokio::task::yield_now().await;
             tx.send(()).unwrap();
         });
-        background.close(Close::Finish).await;
+        // Two closes at once (clones of a sink) both return.
+        tokio::join!(background.close(Close::Finish), background.close(Close::Finish));
         assert!(
             finished.load(Ordering::SeqCst),
             "close(Finish) returned before the job finished"
         );
         release.await.unwrap();
+
+        // A panicking job is logged and counted as ended.
+        background.spawn(&runtime, async { panic!("a job's bug") });
+        background.close(Close::Finish).await;
 
         // A job that would never end is stopped; its state is dropped.
         let dropped = Arc::new(AtomicBool::new(false));
@@ -281,7 +325,7 @@ mod tests {
         });
         // A Finish abandoned (as the driver does when the query is stopped
         // meanwhile) leaves the job held, for the Cancel that follows.
-        let abandoned = futures::FutureExt::now_or_never(background.close(Close::Finish));
+        let abandoned = background.close(Close::Finish).now_or_never();
         assert!(abandoned.is_none(), "a job that never ends never finishes");
         assert!(!dropped.load(Ordering::SeqCst));
         background.close(Close::Cancel).await;

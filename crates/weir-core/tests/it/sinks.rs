@@ -354,9 +354,13 @@ async fn the_sink_is_closed_once_as_the_query_ended() {
         .start(sink)
         .await
         .unwrap();
-    while closes.lock().unwrap().is_empty() {
-        tokio::task::yield_now().await;
-    }
-    q.stop_and_wait().await.unwrap();
+    // Bounded, so that a regression fails instead of hanging the run.
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while closes.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        q.stop_and_wait().await
+    });
+    stopped.await.expect("a stop cancels a finishing close").unwrap();
     assert_eq!(*closes.lock().unwrap(), [Close::Finish, Close::Cancel]);
 }

@@ -34,7 +34,7 @@ fn live_files(table: &Path) -> usize {
     described(table)["files"].as_array().unwrap().len()
 }
 
-fn ids_by_both_readers(table: &Path) -> Vec<i64> {
+pub(crate) fn ids_by_both_readers(table: &Path) -> Vec<i64> {
     let t = table.to_str().unwrap();
     let (a, _) = event_ids_with("deltalake", t).unwrap();
     let (mut b, _) = event_ids_with("duckdb", t).unwrap();

@@ -15,7 +15,7 @@ use weir_test_support::readers::{iceberg, iceberg_ids, json_ids, python};
 
 use crate::conformance::{sqlite_harness, SqlHarness};
 
-const TABLE: &str = "bronze.payments";
+pub(crate) const TABLE: &str = "bronze.payments";
 
 async fn stream(h: &SqlHarness, chk: &Path, last: u64, partition: Option<&str>) {
     let mut sink = h.sink_on(TABLE).await;
@@ -40,7 +40,7 @@ async fn compact(h: &SqlHarness) -> Compact {
     Compact::new(catalog, TABLE).unwrap()
 }
 
-fn describe(h: &SqlHarness) -> serde_json::Value {
+pub(crate) fn describe(h: &SqlHarness) -> serde_json::Value {
     iceberg(&["describe", &h.reader, TABLE]).expect("readers present")
 }
 
@@ -49,7 +49,7 @@ fn files(h: &SqlHarness) -> usize {
 }
 
 /// The ids by pyiceberg, checked against DuckDB's.
-fn ids(h: &SqlHarness) -> Vec<i64> {
+pub(crate) fn ids(h: &SqlHarness) -> Vec<i64> {
     let (a, _) = iceberg_ids("pyiceberg", &h.reader, TABLE).unwrap();
     let (mut b, _) = iceberg_ids("duckdb", &h.reader, TABLE).unwrap();
     let mut sorted = a.clone();

@@ -12,13 +12,12 @@ use iceberg::spec::TableMetadata;
 use iceberg::{TableIdent, TableUpdate};
 use weir_core::prelude::*;
 use weir_core::source::RateSource;
-use weir_iceberg::{Catalog, Compact, IcebergSinkError, LoadedTable, SqlCatalog, Swap};
+use weir_iceberg::{Catalog, Compact, CompactReport, IcebergSinkError, LoadedTable, SqlCatalog, Swap};
 use weir_test_support::assert_exactly_once;
-use weir_test_support::readers::{iceberg, iceberg_ids, python};
+use weir_test_support::readers::python;
 
+use crate::compact::{describe, ids, outputs_on_disk, TABLE};
 use crate::conformance::{sqlite_harness, SqlHarness};
-
-const TABLE: &str = "bronze.unknown";
 
 /// What the catalog does with the next compaction swap.
 #[derive(Debug, Clone, Copy)]
@@ -124,28 +123,15 @@ async fn table_of_small_files(h: &SqlHarness, chk: &Path) {
         .unwrap();
 }
 
-fn compact(catalog: Arc<SqlCatalog>, faults: &[Fault]) -> Compact {
-    let faulty = Faulty {
+/// A compaction through a faulty catalog, run; and how many faults it left.
+async fn compact(catalog: Arc<SqlCatalog>, faults: &[Fault]) -> (Result<CompactReport, IcebergSinkError>, usize) {
+    let faulty = Arc::new(Faulty {
         inner: catalog,
         faults: Mutex::new(faults.iter().copied().collect()),
-    };
-    Compact::new(Arc::new(faulty), TABLE).unwrap()
-}
-
-fn describe(h: &SqlHarness) -> serde_json::Value {
-    iceberg(&["describe", &h.reader, TABLE]).expect("readers present")
-}
-
-/// The ids by pyiceberg, which must agree with DuckDB's. Both read every
-/// live data file: one deleted while still referenced fails them.
-fn ids(h: &SqlHarness) -> Vec<i64> {
-    let (a, _) = iceberg_ids("pyiceberg", &h.reader, TABLE).unwrap();
-    let (mut b, _) = iceberg_ids("duckdb", &h.reader, TABLE).unwrap();
-    let mut sorted = a.clone();
-    sorted.sort_unstable();
-    b.sort_unstable();
-    assert_eq!(sorted, b, "pyiceberg and DuckDB disagree");
-    a
+    });
+    let done = Compact::new(faulty.clone(), TABLE).unwrap().run().await;
+    let left = faulty.faults.lock().unwrap().len();
+    (done, left)
 }
 
 fn replaces(h: &SqlHarness) -> usize {
@@ -166,10 +152,9 @@ async fn a_swap_that_landed_but_answered_an_error_is_found_and_kept() {
         let h = sqlite_harness().await;
         let chk = tempfile::tempdir().unwrap();
         table_of_small_files(&h, chk.path()).await;
-        let done = compact(h.catalog().await, &[Fault::LandThenFail { retryable }])
-            .run()
-            .await
-            .unwrap_or_else(|e| panic!("retryable {retryable}: {e}"));
+        let (done, left) = compact(h.catalog().await, &[Fault::LandThenFail { retryable }]).await;
+        let done = done.unwrap_or_else(|e| panic!("retryable {retryable}: {e}"));
+        assert_eq!(left, 0, "the fault was met");
         assert_eq!(done.commits.len(), 1, "retryable {retryable}: {done:?}");
         assert_eq!((done.files_removed, done.files_added), (8, 1));
         assert_eq!(replaces(&h), 1, "one swap landed, and only one");
@@ -189,7 +174,9 @@ async fn a_swap_that_failed_unlanded_is_retried_or_stops_keeping_its_files() {
     let chk = tempfile::tempdir().unwrap();
     table_of_small_files(&h, chk.path()).await;
     let faults = [Fault::FailUnlanded { retryable: true }];
-    let done = compact(h.catalog().await, &faults).run().await.unwrap();
+    let (done, left) = compact(h.catalog().await, &faults).await;
+    let done = done.unwrap();
+    assert_eq!(left, 0, "the fault was met");
     assert_eq!(done.commits.len(), 1, "{done:?}");
     assert_eq!(replaces(&h), 1);
     assert_eq!(describe(&h)["files"], 1);
@@ -202,14 +189,16 @@ async fn a_swap_that_failed_unlanded_is_retried_or_stops_keeping_its_files() {
     table_of_small_files(&h, chk.path()).await;
     let before = describe(&h)["metadata_location"].clone();
     let faults = [Fault::FailUnlanded { retryable: false }];
-    let e = compact(h.catalog().await, &faults).run().await.unwrap_err();
+    let (done, left) = compact(h.catalog().await, &faults).await;
+    let e = done.unwrap_err();
+    assert_eq!(left, 0, "the fault was met");
     assert!(e.to_string().contains("its files are kept"), "{e}");
     assert_eq!(describe(&h)["metadata_location"], before, "nothing changed");
     assert_eq!(describe(&h)["files"], 8);
     assert_exactly_once(&ids(&h), 0..400);
-    let kept = crate::compact::outputs_on_disk(&h);
+    let kept = outputs_on_disk(&h);
     assert_eq!(kept, 1, "the output of the unknown swap is kept");
-    let done = compact(h.catalog().await, &[]).run().await.unwrap();
+    let done = compact(h.catalog().await, &[]).await.0.unwrap();
     assert_eq!(done.commits.len(), 1);
     assert_eq!(describe(&h)["files"], 1);
     assert_exactly_once(&ids(&h), 0..400);
