@@ -15,7 +15,7 @@ use weir_test_support::{assert_exactly_once, with_payload};
 use crate::readers::{log_actions, log_entries, rewrite_log};
 use crate::table::{bucketed, with_string_column};
 
-async fn stream(table: &Path, chk: &Path, last: u64) {
+pub(crate) async fn stream(table: &Path, chk: &Path, last: u64) {
     let q = read_stream(RateSource::rows_per_batch(100))
         .write_stream()
         .checkpoint_location(chk)

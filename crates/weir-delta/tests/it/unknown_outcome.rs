@@ -22,13 +22,11 @@ use object_store::{
     PutOptions, PutPayload, PutResult,
 };
 use url::Url;
-use weir_core::prelude::*;
-use weir_core::source::RateSource;
-use weir_delta::{Compact, DeltaSink};
+use weir_delta::Compact;
 use weir_test_support::assert_exactly_once;
 use weir_test_support::readers::python;
 
-use crate::compact::ids_by_both_readers;
+use crate::compact::{ids_by_both_readers, stream};
 use crate::readers::log_actions;
 
 /// What the store does with the next put of a log entry.
@@ -178,19 +176,6 @@ fn faulty_url(table: &Path, faults: &[Fault]) -> String {
     let key = table.to_str().unwrap().to_string();
     FAULTS.lock().unwrap().insert(key, faults.iter().copied().collect());
     format!("faulty://{}/", table.display())
-}
-
-async fn stream(table: &Path, chk: &Path, last: u64) {
-    read_stream(RateSource::rows_per_batch(100))
-        .write_stream()
-        .checkpoint_location(chk)
-        .stop_after_batch(BatchId(last))
-        .start(DeltaSink::try_new(table.to_str().unwrap()).unwrap())
-        .await
-        .unwrap()
-        .await_termination()
-        .await
-        .unwrap();
 }
 
 /// The table's compaction entries.

@@ -17,7 +17,7 @@ use crate::conformance::{sqlite_harness, SqlHarness};
 
 pub(crate) const TABLE: &str = "bronze.payments";
 
-async fn stream(h: &SqlHarness, chk: &Path, last: u64, partition: Option<&str>) {
+pub(crate) async fn stream(h: &SqlHarness, chk: &Path, last: u64, partition: Option<&str>) {
     let mut sink = h.sink_on(TABLE).await;
     if let Some(p) = partition {
         sink = sink.with_partition_by([p]);

@@ -3,20 +3,17 @@
 //! to is ever deleted, and the rows stay the same for pyiceberg and DuckDB.
 
 use std::collections::VecDeque;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
 use iceberg::{TableIdent, TableUpdate};
-use weir_core::prelude::*;
-use weir_core::source::RateSource;
 use weir_iceberg::{Catalog, Compact, CompactReport, IcebergSinkError, LoadedTable, SqlCatalog, Swap};
 use weir_test_support::assert_exactly_once;
 use weir_test_support::readers::python;
 
-use crate::compact::{describe, ids, outputs_on_disk, TABLE};
+use crate::compact::{describe, ids, outputs_on_disk, stream, TABLE};
 use crate::conformance::{sqlite_harness, SqlHarness};
 
 /// What the catalog does with the next compaction swap.
@@ -109,20 +106,6 @@ impl Catalog for Faulty {
     }
 }
 
-async fn table_of_small_files(h: &SqlHarness, chk: &Path) {
-    read_stream(RateSource::rows_per_batch(50))
-        .write_stream()
-        .query_name("unknown")
-        .checkpoint_location(chk)
-        .stop_after_batch(BatchId(7))
-        .start(h.sink_on(TABLE).await)
-        .await
-        .unwrap()
-        .await_termination()
-        .await
-        .unwrap();
-}
-
 /// A compaction through a faulty catalog, run; and how many faults it left.
 async fn compact(catalog: Arc<SqlCatalog>, faults: &[Fault]) -> (Result<CompactReport, IcebergSinkError>, usize) {
     let faulty = Arc::new(Faulty {
@@ -151,7 +134,7 @@ async fn a_swap_that_landed_but_answered_an_error_is_found_and_kept() {
     for retryable in [true, false] {
         let h = sqlite_harness().await;
         let chk = tempfile::tempdir().unwrap();
-        table_of_small_files(&h, chk.path()).await;
+        stream(&h, chk.path(), 7, None).await;
         let (done, left) = compact(h.catalog().await, &[Fault::LandThenFail { retryable }]).await;
         let done = done.unwrap_or_else(|e| panic!("retryable {retryable}: {e}"));
         assert_eq!(left, 0, "the fault was met");
@@ -159,7 +142,7 @@ async fn a_swap_that_landed_but_answered_an_error_is_found_and_kept() {
         assert_eq!((done.files_removed, done.files_added), (8, 1));
         assert_eq!(replaces(&h), 1, "one swap landed, and only one");
         assert_eq!(describe(&h)["files"], 1);
-        assert_exactly_once(&ids(&h), 0..400);
+        assert_exactly_once(&ids(&h), 0..480);
     }
 }
 
@@ -172,7 +155,7 @@ async fn a_swap_that_failed_unlanded_is_retried_or_stops_keeping_its_files() {
     // and swaps again.
     let h = sqlite_harness().await;
     let chk = tempfile::tempdir().unwrap();
-    table_of_small_files(&h, chk.path()).await;
+    stream(&h, chk.path(), 7, None).await;
     let faults = [Fault::FailUnlanded { retryable: true }];
     let (done, left) = compact(h.catalog().await, &faults).await;
     let done = done.unwrap();
@@ -180,13 +163,13 @@ async fn a_swap_that_failed_unlanded_is_retried_or_stops_keeping_its_files() {
     assert_eq!(done.commits.len(), 1, "{done:?}");
     assert_eq!(replaces(&h), 1);
     assert_eq!(describe(&h)["files"], 1);
-    assert_exactly_once(&ids(&h), 0..400);
+    assert_exactly_once(&ids(&h), 0..480);
 
     // A refusal: the job stops, changing nothing, and keeps its output (a
     // late swap could still land); a rerun compacts.
     let h = sqlite_harness().await;
     let chk = tempfile::tempdir().unwrap();
-    table_of_small_files(&h, chk.path()).await;
+    stream(&h, chk.path(), 7, None).await;
     let before = describe(&h)["metadata_location"].clone();
     let faults = [Fault::FailUnlanded { retryable: false }];
     let (done, left) = compact(h.catalog().await, &faults).await;
@@ -195,11 +178,11 @@ async fn a_swap_that_failed_unlanded_is_retried_or_stops_keeping_its_files() {
     assert!(e.to_string().contains("its files are kept"), "{e}");
     assert_eq!(describe(&h)["metadata_location"], before, "nothing changed");
     assert_eq!(describe(&h)["files"], 8);
-    assert_exactly_once(&ids(&h), 0..400);
+    assert_exactly_once(&ids(&h), 0..480);
     let kept = outputs_on_disk(&h);
     assert_eq!(kept, 1, "the output of the unknown swap is kept");
     let done = compact(h.catalog().await, &[]).await.0.unwrap();
     assert_eq!(done.commits.len(), 1);
     assert_eq!(describe(&h)["files"], 1);
-    assert_exactly_once(&ids(&h), 0..400);
+    assert_exactly_once(&ids(&h), 0..480);
 }
