@@ -141,10 +141,34 @@ def describe(where, name):
             [schema.find_column_name(f.source_id), str(f.transform), f.name] for f in spec.fields
         ],
         "current_snapshot": m.current_snapshot_id,
+        "refs": {name: {"snapshot": r.snapshot_id, "type": str(r.snapshot_ref_type)} for name, r in m.refs.items()},
         "snapshots": snapshots,
         "files": files,
         "manifests": manifests,
     }
+
+
+def manage(where, name, what, *args):
+    """Refs and properties as another engine sets them: `branch REF SNAPSHOT
+    MIN_KEEP MAX_AGE_MS` (`-` for unset), `tag REF SNAPSHOT`, `property KEY
+    VALUE`."""
+    table = catalog(where).load_table(name)
+    unset = lambda v: None if v == "-" else int(v)
+    if what == "branch":
+        ref, snapshot, keep, age = args
+        table.manage_snapshots().create_branch(
+            int(snapshot), ref, min_snapshots_to_keep=unset(keep), max_snapshot_age_ms=unset(age)
+        ).commit()
+    elif what == "tag":
+        ref, snapshot = args
+        table.manage_snapshots().create_tag(int(snapshot), ref).commit()
+    elif what == "property":
+        key, value = args
+        with table.transaction() as t:
+            t.set_properties({key: value})
+    else:
+        raise SystemExit(f"unknown change {what!r}")
+    return {"metadata_location": catalog(where).load_table(name).metadata_location}
 
 
 def drop(where, name):
@@ -219,6 +243,8 @@ def main():
         out = ids_at(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "describe":
         out = describe(sys.argv[2], sys.argv[3])
+    elif cmd == "manage":
+        out = manage(*sys.argv[2:])
     elif cmd == "drop":
         out = drop(sys.argv[2], sys.argv[3])
     elif cmd == "append":

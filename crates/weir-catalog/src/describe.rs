@@ -186,12 +186,12 @@ impl Catalogs {
     /// Expires old snapshots of an Iceberg table (see
     /// [`weir_iceberg::ExpireSnapshots`]): older than `older_than` (the
     /// table's default if `None`), keeping the newest `retain_last` of each
-    /// branch.
+    /// branch (the table's default if `None`).
     pub async fn expire_snapshots(
         &self,
         name: &str,
         older_than: Option<std::time::Duration>,
-        retain_last: usize,
+        retain_last: Option<usize>,
         dry_run: bool,
     ) -> Result<weir_iceberg::ExpireReport, CatalogError> {
         let table = self.table(name).await?;
@@ -205,11 +205,12 @@ impl Catalogs {
             });
         }
         let catalog = self.iceberg_catalog(&table.name.catalog).await?;
-        let mut expire = weir_iceberg::ExpireSnapshots::new(catalog, &table.name.in_catalog())?
-            .retain_last(retain_last)
-            .dry_run(dry_run);
+        let mut expire = weir_iceberg::ExpireSnapshots::new(catalog, &table.name.in_catalog())?.dry_run(dry_run);
         if let Some(age) = older_than {
             expire = expire.older_than(age);
+        }
+        if let Some(n) = retain_last {
+            expire = expire.retain_last(n);
         }
         Ok(expire.run().await?)
     }

@@ -67,9 +67,11 @@ pub enum Command {
         /// (default: the table's `history.expire.max-snapshot-age-ms`, else 5d).
         #[arg(long, value_name = "AGE")]
         older_than: Option<String>,
-        /// The newest N snapshots of each branch stay.
-        #[arg(long, default_value_t = 1, value_name = "N")]
-        retain_last: usize,
+        /// The newest N snapshots of each branch stay (default: the table's
+        /// `history.expire.min-snapshots-to-keep`, else 1; a branch's own
+        /// retention settings take precedence).
+        #[arg(long, value_name = "N")]
+        retain_last: Option<usize>,
         /// Print the plan; change nothing.
         #[arg(long)]
         dry_run: bool,

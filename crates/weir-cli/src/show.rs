@@ -145,7 +145,7 @@ pub async fn expire(
     catalogs: &Catalogs,
     name: &str,
     older_than: Option<std::time::Duration>,
-    retain_last: usize,
+    retain_last: Option<usize>,
     dry_run: bool,
     json: bool,
 ) -> Result<(), Failure> {

@@ -46,7 +46,7 @@ pub struct ExpireSnapshots {
     catalog: Arc<dyn Catalog>,
     ident: TableIdent,
     older_than: Option<Duration>,
-    retain_last: usize,
+    retain_last: Option<usize>,
     dry_run: bool,
 }
 
@@ -86,28 +86,32 @@ impl ExpireReport {
 impl ExpireSnapshots {
     /// Expiry of table `name` (`namespace.table`) of `catalog`: by default
     /// of the snapshots older than the table's
-    /// `history.expire.max-snapshot-age-ms` (else 5 days), keeping the
-    /// current one.
+    /// `history.expire.max-snapshot-age-ms` (else 5 days), keeping every
+    /// ref's head, the newest `history.expire.min-snapshots-to-keep` (else
+    /// 1) of each branch, and what each branch's own retention keeps.
     pub fn new(catalog: Arc<dyn Catalog>, name: &str) -> Result<Self, IcebergSinkError> {
         Ok(ExpireSnapshots {
             catalog,
             ident: parse_ident(name)?,
             older_than: None,
-            retain_last: 1,
+            retain_last: None,
             dry_run: false,
         })
     }
 
     /// Only snapshots older than `age` expire (`Duration::ZERO`: any age).
+    /// A branch's own `max-snapshot-age-ms` takes precedence on that branch.
     pub fn older_than(mut self, age: Duration) -> Self {
         self.older_than = Some(age);
         self
     }
 
     /// The newest `n` snapshots of each branch stay, whatever their age
-    /// (default 1, at least 1).
+    /// (at least 1; default the table's
+    /// `history.expire.min-snapshots-to-keep`, else 1). A branch's own
+    /// `min-snapshots-to-keep` takes precedence.
     pub fn retain_last(mut self, n: usize) -> Self {
-        self.retain_last = n.max(1);
+        self.retain_last = Some(n.max(1));
         self
     }
 
@@ -231,37 +235,52 @@ impl ExpireSnapshots {
         })
     }
 
-    /// The snapshots to expire: older than the cutoff, and neither a ref's
-    /// head nor among the newest `retain_last` of a branch.
+    /// The snapshots to expire, as Iceberg's retention rules say: a ref's
+    /// head stays; on each branch, the newest snapshots stay while fewer
+    /// than its `min-snapshots-to-keep` are kept or while they are younger
+    /// than its `max-snapshot-age-ms` (a branch's own settings, else this
+    /// job's `retain_last` and `older_than`, else the table's
+    /// `history.expire.*` properties); a snapshot on no branch expires once
+    /// older than the job's age.
     fn expired(&self, metadata: &TableMetadata, refs: &HashMap<String, SnapshotReference>) -> BTreeSet<i64> {
+        let property = |key: &str| metadata.properties().get(key).and_then(|v| v.parse::<i64>().ok());
+        let age = self.older_than.map_or_else(
+            || property("history.expire.max-snapshot-age-ms").unwrap_or(DEFAULT_MAX_AGE_MS),
+            |age| i64::try_from(age.as_millis()).unwrap_or(i64::MAX),
+        );
+        let keep = self.retain_last.unwrap_or_else(|| {
+            let n = property("history.expire.min-snapshots-to-keep").unwrap_or(1);
+            usize::try_from(n).unwrap_or(1).max(1)
+        });
+        let now = chrono::Utc::now().timestamp_millis();
         let mut kept = HashSet::new();
         for r in refs.values() {
             kept.insert(r.snapshot_id);
-            if let SnapshotRetention::Branch { .. } = r.retention {
-                let mut next = Some(r.snapshot_id);
-                for _ in 0..self.retain_last {
-                    let Some(s) = next.and_then(|id| metadata.snapshot_by_id(id)) else {
-                        break;
-                    };
-                    kept.insert(s.snapshot_id());
-                    next = s.parent_snapshot_id();
+            let SnapshotRetention::Branch {
+                min_snapshots_to_keep,
+                max_snapshot_age_ms,
+                ..
+            } = r.retention
+            else {
+                continue;
+            };
+            let keep = min_snapshots_to_keep.map_or(keep, |n| usize::try_from(n).unwrap_or(1).max(1));
+            let cutoff = now.saturating_sub(max_snapshot_age_ms.unwrap_or(age));
+            let mut next = Some(r.snapshot_id);
+            let mut branch_kept = 0;
+            while let Some(s) = next.and_then(|id| metadata.snapshot_by_id(id)) {
+                if branch_kept >= keep && s.timestamp_ms() < cutoff {
+                    break;
                 }
+                kept.insert(s.snapshot_id());
+                branch_kept += 1;
+                next = s.parent_snapshot_id();
             }
         }
         if let Some(current) = metadata.current_snapshot_id() {
             kept.insert(current);
         }
-        let age = self.older_than.map_or_else(
-            || {
-                metadata
-                    .properties()
-                    .get("history.expire.max-snapshot-age-ms")
-                    .and_then(|v| v.parse::<i64>().ok())
-                    .unwrap_or(DEFAULT_MAX_AGE_MS)
-            },
-            |age| i64::try_from(age.as_millis()).unwrap_or(i64::MAX),
-        );
-        let cutoff = chrono::Utc::now().timestamp_millis().saturating_sub(age);
+        let cutoff = now.saturating_sub(age);
         metadata
             .snapshots()
             .filter(|s| !kept.contains(&s.snapshot_id()))

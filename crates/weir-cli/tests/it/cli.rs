@@ -151,6 +151,18 @@ fn iceberg_tables_take_a_format_and_partitioning() {
     ))
     .remove(0);
     assert_eq!(plan["expired"].as_array().unwrap().len(), 1);
+    let keep_two = [
+        "expire",
+        "silver.events",
+        "--older-than",
+        "0s",
+        "--retain-last",
+        "2",
+        "--dry-run",
+        "--json",
+    ];
+    let plan = json_lines(&ok(lake, &keep_two)).remove(0);
+    assert_eq!(plan["expired"], serde_json::json!([]), "--retain-last 2 keeps both");
     assert_eq!(json_lines(&ok(lake, &["history", "silver.events", "--json"])).len(), 2);
     let done = ok(lake, &["expire", "silver.events", "--older-than", "0s"]);
     assert!(done.contains("expired 1 snapshots of silver.events (1 kept)"), "{done}");

@@ -9,7 +9,7 @@ use weir_core::prelude::*;
 use weir_core::source::RateSource;
 use weir_iceberg::{Catalog, ExpireSnapshots};
 use weir_test_support::assert_exactly_once;
-use weir_test_support::readers::{iceberg, python};
+use weir_test_support::readers::{iceberg, json_ids, python};
 
 use crate::conformance::{event_ids, sqlite_harness, SqlHarness};
 
@@ -177,4 +177,69 @@ async fn a_sink_with_an_expiry_policy_keeps_its_history_bounded() {
     assert_exactly_once(&event_ids(&h, TABLE), 0..800);
     let d = iceberg(&["describe", &h.reader, TABLE]).expect("readers present");
     assert_eq!(d["properties"]["weir.query.payments-bronze.batch-id"], "39");
+}
+
+/// Branches, tags and retention settings as another engine (pyiceberg) sets
+/// them: expiry keeps what Iceberg's rules keep, time travel to a ref reads
+/// its rows, and weir's own commits keep the refs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_keeps_what_refs_and_their_retention_keep() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    stream(&h, chk.path(), OutputMode::Append, 9, None).await.unwrap();
+    let describe = || iceberg(&["describe", &h.reader, TABLE]).expect("readers present");
+    let ids_of = |d: &serde_json::Value| -> Vec<i64> {
+        let snapshots = d["snapshots"].as_array().unwrap();
+        snapshots.iter().map(|s| s["id"].as_i64().unwrap()).collect()
+    };
+    let manage = |args: &[&str]| {
+        let all: Vec<&str> = ["manage", h.reader.as_str(), TABLE]
+            .into_iter()
+            .chain(args.iter().copied())
+            .collect();
+        iceberg(&all).expect("readers present");
+    };
+    let at = |id: i64| json_ids(&iceberg(&["ids-at", &h.reader, TABLE, &id.to_string()]).unwrap());
+    let s = ids_of(&describe());
+    assert_eq!(s.len(), 10, "a snapshot a batch");
+    manage(&["tag", "v1", &s[1].to_string()]);
+    manage(&["branch", "audit", &s[3].to_string(), "2", "-"]);
+    manage(&["property", "history.expire.min-snapshots-to-keep", "3"]);
+
+    // Main keeps its newest 3 (the table's setting), the branch its own 2,
+    // the tag its head; the rest is older than the job's age (any).
+    let report = expire(&h).await.run().await.unwrap();
+    let mut expired = report.expired.clone();
+    expired.sort_unstable();
+    let mut want = vec![s[0], s[4], s[5], s[6]];
+    want.sort_unstable();
+    assert_eq!(expired, want, "{report:?}");
+    assert_exactly_once(&at(s[1]), 0..200);
+    assert_exactly_once(&at(s[2]), 0..300);
+    assert_exactly_once(&at(s[3]), 0..400);
+    assert_exactly_once(&event_ids(&h, TABLE), 0..1000);
+
+    // weir's commits keep the refs.
+    stream(&h, chk.path(), OutputMode::Append, 13, None).await.unwrap();
+    let d = describe();
+    assert_eq!(d["refs"]["v1"]["snapshot"], s[1], "{}", d["refs"]);
+    assert_eq!(d["refs"]["audit"]["snapshot"], s[3], "{}", d["refs"]);
+    let all = ids_of(&d);
+    let new = &all[all.len() - 4..];
+    // A branch whose own age is a day keeps its whole history; the job's
+    // retain_last(1) overrides the table's 3 on main only.
+    manage(&["branch", "young", &new[1].to_string(), "-", "86400000"]);
+    let report = expire(&h).await.retain_last(1).run().await.unwrap();
+    assert_eq!(
+        report.expired,
+        vec![new[2]],
+        "only main's snapshot between the branch and the head: {report:?}"
+    );
+    for (snapshot, rows) in [(new[1], 1200), (s[9], 1000), (s[7], 800), (s[2], 300), (s[1], 200)] {
+        assert_exactly_once(&at(snapshot), 0..rows);
+    }
+    assert_exactly_once(&event_ids(&h, TABLE), 0..1400);
 }
