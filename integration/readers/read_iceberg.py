@@ -128,7 +128,8 @@ def describe(where, name):
         }
         for s in sorted(m.snapshots, key=lambda s: s.sequence_number)
     ]
-    files = len(list(table.scan().plan_files()))
+    tasks = list(table.scan().plan_files())
+    files = len(tasks)
     current = table.current_snapshot()
     manifests = len(current.manifests(table.io)) if current else 0
     return {
@@ -144,14 +145,17 @@ def describe(where, name):
         "refs": {name: {"snapshot": r.snapshot_id, "type": str(r.snapshot_ref_type)} for name, r in m.refs.items()},
         "snapshots": snapshots,
         "files": files,
+        "default_spec": m.default_spec_id,
+        "file_specs": sorted({t.file.spec_id for t in tasks}),
         "manifests": manifests,
     }
 
 
 def manage(where, name, what, *args):
-    """Refs and properties as another engine sets them: `branch REF SNAPSHOT
-    MIN_KEEP MAX_AGE_MS` (`-` for unset), `tag REF SNAPSHOT`, `property KEY
-    VALUE`."""
+    """Refs, partitioning and properties as another engine sets them:
+    `branch REF SNAPSHOT MIN_KEEP MAX_AGE_MS` (`-` for unset), `tag REF
+    SNAPSHOT`, `partition SOURCE TRANSFORM FIELD` (adds a field: a new
+    spec), `property KEY VALUE`."""
     table = catalog(where).load_table(name)
     unset = lambda v: None if v == "-" else int(v)
     if what == "branch":
@@ -162,6 +166,12 @@ def manage(where, name, what, *args):
     elif what == "tag":
         ref, snapshot = args
         table.manage_snapshots().create_tag(int(snapshot), ref).commit()
+    elif what == "partition":
+        source, transform, field = args
+        from pyiceberg.transforms import parse_transform
+
+        with table.update_spec() as u:
+            u.add_field(source, parse_transform(transform), field)
     elif what == "property":
         key, value = args
         with table.transaction() as t:

@@ -37,11 +37,14 @@ type ProgressFn = Arc<dyn Fn(CompactProgress) + Send + Sync>;
 /// Rewrites the small data files of an Iceberg table into files of the
 /// target size, partition by partition, without changing its rows.
 ///
-/// - Data files of the default partition spec smaller than three quarters
-///   of the target (`write.target-file-size-bytes`) are packed into groups
-///   of at most the target's bytes, each rewritten as one file; a group
+/// - Data files smaller than three quarters of the target
+///   (`write.target-file-size-bytes`) are packed into groups of at most the
+///   target's bytes, per partition, each rewritten as one file; a group
 ///   with fewer than [`min_input_files`](Compact::min_input_files) files is
 ///   left alone.
+/// - After partition evolution, small files of an older spec are grouped by
+///   their own partition and rewritten into the default spec: one output
+///   per partition of the default spec their rows fall in.
 /// - Each commit is one `replace` snapshot: its manifests mark the inputs
 ///   deleted and add the outputs. It is built on the table as it is at the
 ///   swap, every time: files appended meanwhile stay; a group one of whose
@@ -203,7 +206,11 @@ impl Compact {
             ..CompactReport::default()
         };
         let groups = self.plan(metadata, live.files, target);
-        report.groups = groups.iter().map(|g| self.describe(metadata, g)).collect();
+        report.groups = groups
+            .iter()
+            .map(|(spec, g)| self.describe(metadata, *spec, g))
+            .collect();
+        let groups: Vec<Vec<DataFile>> = groups.into_iter().map(|(_, g)| g).collect();
         self.report(CompactProgress::Planned {
             groups: groups.len(),
             files: groups.iter().map(Vec::len).sum(),
@@ -330,14 +337,14 @@ impl Compact {
         Ok(live)
     }
 
-    /// Groups of small files of the default spec per partition, in the
-    /// order their manifests list them.
-    fn plan(&self, metadata: &TableMetadata, files: Vec<(DataFile, i32)>, target: u64) -> Vec<Vec<DataFile>> {
-        let spec_id = metadata.default_partition_spec().spec_id();
+    /// Groups of small files per partition of their spec, in the order
+    /// their manifests list them, each with its spec id. A partition filter
+    /// selects by field name, in whichever spec has the field.
+    fn plan(&self, metadata: &TableMetadata, files: Vec<(DataFile, i32)>, target: u64) -> Vec<(i32, Vec<DataFile>)> {
         let small = target.saturating_mul(3) / 4;
-        let mut by_partition: BTreeMap<String, Vec<DataFile>> = BTreeMap::new();
-        for (file, file_spec) in files {
-            if file_spec != spec_id || file.file_size_in_bytes() >= small {
+        let mut by_partition: BTreeMap<(i32, String), Vec<DataFile>> = BTreeMap::new();
+        for (file, spec_id) in files {
+            if file.file_size_in_bytes() >= small {
                 continue;
             }
             let values = partition_values(metadata, spec_id, &file);
@@ -347,32 +354,35 @@ impl Compact {
                 .iter()
                 .all(|(k, v)| values.get(k).is_some_and(|x| x == v));
             if selected {
-                by_partition.entry(format!("{values:?}")).or_default().push(file);
+                by_partition
+                    .entry((spec_id, format!("{values:?}")))
+                    .or_default()
+                    .push(file);
             }
         }
         let mut groups = Vec::new();
-        for (_, files) in by_partition {
+        for ((spec_id, _), files) in by_partition {
             let mut group: Vec<DataFile> = Vec::new();
             let mut bytes = 0u64;
             for f in files {
                 if !group.is_empty() && bytes + f.file_size_in_bytes() > target {
-                    groups.push(std::mem::take(&mut group));
+                    groups.push((spec_id, std::mem::take(&mut group)));
                     bytes = 0;
                 }
                 bytes += f.file_size_in_bytes();
                 group.push(f);
             }
-            groups.push(group);
+            groups.push((spec_id, group));
         }
-        groups.retain(|g| g.len() >= self.options.min_input_files);
+        groups.retain(|(_, g)| g.len() >= self.options.min_input_files);
         groups
     }
 
-    fn describe(&self, metadata: &TableMetadata, group: &[DataFile]) -> CompactGroup {
+    fn describe(&self, metadata: &TableMetadata, spec_id: i32, group: &[DataFile]) -> CompactGroup {
         CompactGroup {
             partition: group
                 .first()
-                .map(|f| partition_values(metadata, metadata.default_partition_spec_id(), f))
+                .map(|f| partition_values(metadata, spec_id, f))
                 .unwrap_or_default(),
             files: group.iter().map(|f| f.file_path().to_string()).collect(),
             bytes: group.iter().map(|f| f.file_size_in_bytes()).sum(),

@@ -130,6 +130,50 @@ async fn small_files_become_one_replace_snapshot_and_old_snapshots_read_the_same
     assert_exactly_once(&ids(&h), 0..720);
 }
 
+/// After partition evolution (by pyiceberg), small files of the old spec
+/// are rewritten into the new one, and every row stays once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_of_an_older_partition_spec_are_rewritten_into_the_current_one() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    stream(&h, chk.path(), 5, None).await;
+    iceberg(&[
+        "manage",
+        &h.reader,
+        TABLE,
+        "partition",
+        "account_id",
+        "bucket[4]",
+        "account_bucket",
+    ])
+    .expect("readers present");
+    stream(&h, chk.path(), 11, None).await;
+    let d = describe(&h);
+    let spec = d["default_spec"].as_i64().unwrap();
+    assert_eq!(d["file_specs"], serde_json::json!([0, spec]), "{d}");
+    let before = d["snapshots"].as_array().unwrap().last().unwrap()["id"].clone();
+    assert_exactly_once(&ids(&h), 0..720);
+
+    let done = compact(&h).await.min_input_files(2).run().await.unwrap();
+    assert_eq!(done.commits.len(), 1, "{done:?}");
+    let old: Vec<_> = done.groups.iter().filter(|g| g.partition.is_empty()).collect();
+    assert_eq!(old.len(), 1, "the old spec's files are one group: {done:?}");
+    assert_eq!(old[0].files.len(), 6);
+    let d = describe(&h);
+    assert_eq!(
+        d["file_specs"],
+        serde_json::json!([spec]),
+        "every live file has the current spec: {d}"
+    );
+    assert!(d["files"].as_u64().unwrap() <= 8, "{d}");
+    assert_exactly_once(&ids(&h), 0..720);
+    let old = iceberg(&["ids-at", &h.reader, TABLE, &before.to_string()]).unwrap();
+    assert_exactly_once(&json_ids(&old), 0..720);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitions_are_compacted_apart_with_a_filter_and_partial_progress() {
     if python().is_none() {
