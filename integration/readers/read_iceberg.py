@@ -142,7 +142,7 @@ def describe(where, name):
             [schema.find_column_name(f.source_id), str(f.transform), f.name] for f in spec.fields
         ],
         "current_snapshot": m.current_snapshot_id,
-        "refs": {name: {"snapshot": r.snapshot_id, "type": str(r.snapshot_ref_type)} for name, r in m.refs.items()},
+        "refs": {name: {"snapshot": r.snapshot_id, "type": r.snapshot_ref_type.value, "min_keep": r.min_snapshots_to_keep} for name, r in m.refs.items()},
         "snapshots": snapshots,
         "files": files,
         "default_spec": m.default_spec_id,
@@ -154,8 +154,8 @@ def describe(where, name):
 def manage(where, name, what, *args):
     """Refs, partitioning and properties as another engine sets them:
     `branch REF SNAPSHOT MIN_KEEP MAX_AGE_MS` (`-` for unset), `tag REF
-    SNAPSHOT`, `partition SOURCE TRANSFORM FIELD` (adds a field: a new
-    spec), `property KEY VALUE`."""
+    SNAPSHOT`, `main-retention MIN_KEEP`, `partition SOURCE TRANSFORM
+    FIELD` (adds a field: a new spec), `property KEY VALUE`."""
     table = catalog(where).load_table(name)
     unset = lambda v: None if v == "-" else int(v)
     if what == "branch":
@@ -166,6 +166,12 @@ def manage(where, name, what, *args):
     elif what == "tag":
         ref, snapshot = args
         table.manage_snapshots().create_tag(int(snapshot), ref).commit()
+    elif what == "main-retention":
+        # pyiceberg has no public call for main's own retention.
+        (keep,) = args
+        with table.transaction() as t:
+            current = table.metadata.current_snapshot_id
+            t._apply(*t._set_ref_snapshot(current, "main", "branch", min_snapshots_to_keep=int(keep)))
     elif what == "partition":
         source, transform, field = args
         from pyiceberg.transforms import parse_transform

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use iceberg::io::FileIO;
 use iceberg::spec::{
     DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestList, ManifestListWriter, ManifestStatus,
-    ManifestWriterBuilder, NestedFieldRef, Operation, SchemaRef, Snapshot, SnapshotReference, SnapshotRetention,
-    SnapshotSummaryCollector, Summary, TableMetadata, TableMetadataBuilder, MAIN_BRANCH,
+    ManifestWriterBuilder, NestedFieldRef, Operation, SchemaRef, Snapshot, SnapshotSummaryCollector, Summary,
+    TableMetadata, TableMetadataBuilder, MAIN_BRANCH,
 };
 
 use crate::catalog::LoadedTable;
@@ -242,15 +242,9 @@ impl Producer {
                 })
                 .with_schema_id(schema.schema_id())
                 .build();
-            builder = builder
-                .add_snapshot(snapshot)
-                .and_then(|b| {
-                    b.set_ref(
-                        MAIN_BRANCH,
-                        SnapshotReference::new(self.snapshot_id, SnapshotRetention::branch(None, None, None)),
-                    )
-                })
-                .map_err(&build_err)?;
+            // `main` moves to the new snapshot and keeps the retention
+            // another engine may have set on it.
+            builder = builder.set_branch_snapshot(snapshot, MAIN_BRANCH).map_err(&build_err)?;
             produced_manifests = Some((self.snapshot_id, written));
         }
         let built = builder

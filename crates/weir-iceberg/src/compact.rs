@@ -229,9 +229,11 @@ impl Compact {
         });
         let locations =
             DefaultLocationGenerator::new(metadata).map_err(self.iceberg_err("derive the data location"))?;
-        let identity_sources = spec
-            .fields()
-            .iter()
+        // Of every spec: a file of an older spec may lack a column whose
+        // values live only in its partition tuple.
+        let identity_sources = metadata
+            .partition_specs_iter()
+            .flat_map(|s| s.fields().iter())
             .filter(|f| f.transform == iceberg::spec::Transform::Identity)
             .map(|f| f.source_id)
             .collect();
@@ -339,7 +341,8 @@ impl Compact {
 
     /// Groups of small files per partition of their spec, in the order
     /// their manifests list them, each with its spec id. A partition filter
-    /// selects by field name, in whichever spec has the field.
+    /// (on fields of the default spec) selects files whose own spec has
+    /// those fields with those values.
     fn plan(&self, metadata: &TableMetadata, files: Vec<(DataFile, i32)>, target: u64) -> Vec<(i32, Vec<DataFile>)> {
         let small = target.saturating_mul(3) / 4;
         let mut by_partition: BTreeMap<(i32, String), Vec<DataFile>> = BTreeMap::new();

@@ -86,6 +86,10 @@ pub enum IcebergSinkError {
         reason: String,
     },
 
+    /// A table property a job reads does not parse.
+    #[error("Iceberg table {table}: table property {key}={value:?} is not a whole number; nothing was changed, fix the property or pass the setting explicitly")]
+    InvalidProperty { table: String, key: String, value: String },
+
     /// The sink was used before the driver prepared it.
     #[error("Iceberg table {table}: the sink was used before prepare; start it through a streaming query")]
     NotPrepared { table: String },

@@ -100,7 +100,7 @@ impl ExpireSnapshots {
     }
 
     /// Only snapshots older than `age` expire (`Duration::ZERO`: any age).
-    /// A branch's own `max-snapshot-age-ms` takes precedence on that branch.
+    /// A branch's own `max-snapshot-age-ms` can keep more of its history.
     pub fn older_than(mut self, age: Duration) -> Self {
         self.older_than = Some(age);
         self
@@ -131,7 +131,7 @@ impl ExpireSnapshots {
             let base = crate::reachable::load_existing(self.catalog.as_ref(), &self.ident).await?;
             crate::reachable::refuse_without_gc(&base, &self.shown())?;
             let refs = self.refs(&base).await?;
-            let expired = self.expired(&base.metadata, &refs);
+            let expired = self.expired(&base.metadata, &refs)?;
             let mut report = ExpireReport {
                 retained: base.metadata.snapshots().len() - expired.len(),
                 expired: expired.iter().copied().collect(),
@@ -240,18 +240,37 @@ impl ExpireSnapshots {
     /// than its `min-snapshots-to-keep` are kept or while they are younger
     /// than its `max-snapshot-age-ms` (a branch's own settings, else this
     /// job's `retain_last` and `older_than`, else the table's
-    /// `history.expire.*` properties); a snapshot on no branch expires once
-    /// older than the job's age.
-    fn expired(&self, metadata: &TableMetadata, refs: &HashMap<String, SnapshotReference>) -> BTreeSet<i64> {
-        let property = |key: &str| metadata.properties().get(key).and_then(|v| v.parse::<i64>().ok());
-        let age = self.older_than.map_or_else(
-            || property("history.expire.max-snapshot-age-ms").unwrap_or(DEFAULT_MAX_AGE_MS),
-            |age| i64::try_from(age.as_millis()).unwrap_or(i64::MAX),
-        );
-        let keep = self.retain_last.unwrap_or_else(|| {
-            let n = property("history.expire.min-snapshots-to-keep").unwrap_or(1);
-            usize::try_from(n).unwrap_or(1).max(1)
-        });
+    /// `history.expire.*` properties, which must parse); any other snapshot
+    /// expires once older than the job's age. (Java expires a branch's
+    /// ancestors past the branch's rules even when younger than that age;
+    /// weir keeps them.)
+    fn expired(
+        &self,
+        metadata: &TableMetadata,
+        refs: &HashMap<String, SnapshotReference>,
+    ) -> Result<BTreeSet<i64>, IcebergSinkError> {
+        let property = |key: &str| -> Result<Option<i64>, IcebergSinkError> {
+            let Some(value) = metadata.properties().get(key) else {
+                return Ok(None);
+            };
+            match value.trim().parse::<i64>() {
+                Ok(n) if n >= 0 => Ok(Some(n)),
+                _ => Err(IcebergSinkError::InvalidProperty {
+                    table: self.shown(),
+                    key: key.into(),
+                    value: value.clone(),
+                }),
+            }
+        };
+        let age = match self.older_than {
+            Some(age) => i64::try_from(age.as_millis()).unwrap_or(i64::MAX),
+            None => property("history.expire.max-snapshot-age-ms")?.unwrap_or(DEFAULT_MAX_AGE_MS),
+        };
+        let keep = match self.retain_last {
+            Some(n) => n,
+            None => property("history.expire.min-snapshots-to-keep")?
+                .map_or(1, |n| usize::try_from(n).unwrap_or(usize::MAX).max(1)),
+        };
         let now = chrono::Utc::now().timestamp_millis();
         let mut kept = HashSet::new();
         for r in refs.values() {
@@ -281,12 +300,12 @@ impl ExpireSnapshots {
             kept.insert(current);
         }
         let cutoff = now.saturating_sub(age);
-        metadata
+        Ok(metadata
             .snapshots()
             .filter(|s| !kept.contains(&s.snapshot_id()))
-            .filter(|s| s.timestamp_ms() < cutoff || age == 0)
+            .filter(|s| s.timestamp_ms() < cutoff)
             .map(|s| s.snapshot_id())
-            .collect()
+            .collect())
     }
 
     /// Fills in the files only expired snapshots reference: their manifest

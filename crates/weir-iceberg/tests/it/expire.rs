@@ -207,6 +207,10 @@ async fn expiry_keeps_what_refs_and_their_retention_keep() {
     assert_eq!(s.len(), 10, "a snapshot a batch");
     manage(&["tag", "v1", &s[1].to_string()]);
     manage(&["branch", "audit", &s[3].to_string(), "2", "-"]);
+    manage(&["property", "history.expire.min-snapshots-to-keep", "three"]);
+    let e = expire(&h).await.run().await.unwrap_err();
+    assert!(e.to_string().contains("is not a whole number"), "{e}");
+    assert_eq!(ids_of(&describe()), s, "nothing expired");
     manage(&["property", "history.expire.min-snapshots-to-keep", "3"]);
 
     // Main keeps its newest 3 (the table's setting), the branch its own 2,
@@ -222,24 +226,29 @@ async fn expiry_keeps_what_refs_and_their_retention_keep() {
     assert_exactly_once(&at(s[3]), 0..400);
     assert_exactly_once(&event_ids(&h, TABLE), 0..1000);
 
-    // weir's commits keep the refs.
+    // weir's commits keep the refs, and main's own retention.
     stream(&h, chk.path(), OutputMode::Append, 13, None).await.unwrap();
+    manage(&["main-retention", "2"]);
+    stream(&h, chk.path(), OutputMode::Append, 14, None).await.unwrap();
     let d = describe();
     assert_eq!(d["refs"]["v1"]["snapshot"], s[1], "{}", d["refs"]);
     assert_eq!(d["refs"]["audit"]["snapshot"], s[3], "{}", d["refs"]);
+    assert_eq!(d["refs"]["audit"]["min_keep"], 2, "{}", d["refs"]);
+    assert_eq!(d["refs"]["main"]["min_keep"], 2, "{}", d["refs"]);
     let all = ids_of(&d);
-    let new = &all[all.len() - 4..];
-    // A branch whose own age is a day keeps its whole history; the job's
-    // retain_last(1) overrides the table's 3 on main only.
+    let new = &all[all.len() - 5..];
+    // A branch whose own age is a day keeps its whole history; main keeps
+    // its own 2 over the job's retain_last(1).
     manage(&["branch", "young", &new[1].to_string(), "-", "86400000"]);
     let report = expire(&h).await.retain_last(1).run().await.unwrap();
     assert_eq!(
         report.expired,
         vec![new[2]],
-        "only main's snapshot between the branch and the head: {report:?}"
+        "only main's snapshot between the branch and its 2: {report:?}"
     );
     for (snapshot, rows) in [(new[1], 1200), (s[9], 1000), (s[7], 800), (s[2], 300), (s[1], 200)] {
         assert_exactly_once(&at(snapshot), 0..rows);
     }
-    assert_exactly_once(&event_ids(&h, TABLE), 0..1400);
+    assert_exactly_once(&at(new[3]), 0..1400);
+    assert_exactly_once(&event_ids(&h, TABLE), 0..1500);
 }
