@@ -198,8 +198,7 @@ impl DeltaSink {
                 log_compaction(&location, outcome);
             }
         };
-        let next = move |running| policy.next(running);
-        self.state.background.spawn_chained(&runtime, running, next, compact);
+        self.state.background.spawn_chained(&runtime, running, compact);
     }
 
     /// The table's URL.

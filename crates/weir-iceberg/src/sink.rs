@@ -171,15 +171,15 @@ impl IcebergSink {
         let compact = move || {
             let (catalog, name, options) = (catalog.clone(), name.clone(), options.clone());
             async move {
-                let outcome = match crate::Compact::new(catalog, &name) {
-                    Ok(job) => job.with_options(options).run().await,
+                let job = crate::Compact::new(catalog, &name).map(|job| job.with_options(options));
+                let outcome = match job {
+                    Ok(job) => job.run().await,
                     Err(e) => Err(e),
                 };
                 log_compaction(&name, outcome);
             }
         };
-        let next = move |running| policy.next(running);
-        self.state.background.spawn_chained(&runtime, running, next, compact);
+        self.state.background.spawn_chained(&runtime, running, compact);
     }
 
     /// After a commit: once `every_commits` commits were made since the
@@ -211,8 +211,7 @@ impl IcebergSink {
                 }
             }
         };
-        let next = move |running: weir_core::sink::Running| running.next(policy.every_commits.max(1), None);
-        self.state.background.spawn_chained(&runtime, running, next, expire);
+        self.state.background.spawn_chained(&runtime, running, expire);
     }
 
     /// Add the stream's new nullable columns to the table (as optional

@@ -67,15 +67,10 @@ impl Background {
         jobs.push(task.abort_handle());
     }
 
-    /// Runs `job` again and again while `next` says one is due, holding
-    /// `running` (see [`Running::next`]) until none is.
-    pub fn spawn_chained<F, J>(
-        &self,
-        runtime: &Handle,
-        running: Running,
-        next: impl Fn(Running) -> Option<Running> + Send + 'static,
-        job: J,
-    ) where
+    /// Runs `job`, and again while another became due as it ran (see
+    /// [`Running::next`]), holding `running` until none is.
+    pub fn spawn_chained<F, J>(&self, runtime: &Handle, running: Running, job: J)
+    where
         J: Fn() -> F + Send + 'static,
         F: Future<Output = ()> + Send,
     {
@@ -83,7 +78,7 @@ impl Background {
             let mut running = running;
             loop {
                 job().await;
-                match next(running) {
+                match running.next() {
                     Some(again) => running = again,
                     None => break,
                 }
@@ -154,23 +149,14 @@ impl CompactionPolicy {
     }
 
     /// Counts a commit that wrote `files` data files in `periodic`; `Some`
-    /// when a compaction is due and none is running.
+    /// when a compaction is due and none is running. (`every_commits` 0
+    /// with no `after_files` is taken as every commit.)
     pub fn due(&self, periodic: &Periodic, files: u64) -> Option<Running> {
-        periodic.after_commit_of(files, self.commits(), self.after_files)
-    }
-
-    /// Ends a compaction; `Some` when the next one became due while it ran.
-    pub fn next(&self, running: Running) -> Option<Running> {
-        running.next(self.commits(), self.after_files)
-    }
-
-    /// `every_commits`, where 0 with no `after_files` is taken as every
-    /// commit.
-    fn commits(&self) -> u64 {
-        match (self.every_commits, self.after_files) {
+        let every = match (self.every_commits, self.after_files) {
             (0, None) => 1,
             (every, _) => every,
-        }
+        };
+        periodic.after_commit_of(files, every, self.after_files)
     }
 }
 
@@ -218,13 +204,24 @@ struct Counts {
 
 /// Held by a running background job; the next one may start once it is
 /// dropped (however the job ends, a panic included) or passed to
-/// [`Running::next`].
+/// [`Running::next`]. It keeps the trigger it was started by.
 #[derive(Debug)]
-pub struct Running(Arc<Mutex<Counts>>);
+pub struct Running {
+    counts: Arc<Mutex<Counts>>,
+    trigger: Trigger,
+}
+
+/// When a job is due: after `every` commits (0: never) or `after_files`
+/// files since the last began.
+#[derive(Debug, Clone, Copy)]
+struct Trigger {
+    every: u64,
+    after_files: Option<u64>,
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
-        lock(&self.0).running = false;
+        lock(&self.counts).running = false;
     }
 }
 
@@ -246,25 +243,26 @@ impl Periodic {
         let mut counts = lock(&self.0);
         counts.commits += 1;
         counts.files += files;
-        start(&self.0, &mut counts, every, after_files)
+        start(&self.0, &mut counts, Trigger { every, after_files })
     }
 }
 
 impl Running {
     /// Ends this job; `Some` (the next job) when another became due while
     /// it ran, so a job due meanwhile runs now, not at some later commit.
-    pub fn next(self, every: u64, after_files: Option<u64>) -> Option<Running> {
-        let shared = self.0.clone();
+    pub fn next(self) -> Option<Running> {
+        let (shared, trigger) = (self.counts.clone(), self.trigger);
         // A commit in between may start the next job itself: both check
         // under the lock after their own update, so none is missed.
         drop(self);
         let mut counts = lock(&shared);
-        start(&shared, &mut counts, every, after_files)
+        start(&shared, &mut counts, trigger)
     }
 }
 
 /// Starts a job if one is due and none runs; counting starts again from it.
-fn start(shared: &Arc<Mutex<Counts>>, counts: &mut Counts, every: u64, after_files: Option<u64>) -> Option<Running> {
+fn start(shared: &Arc<Mutex<Counts>>, counts: &mut Counts, trigger: Trigger) -> Option<Running> {
+    let Trigger { every, after_files } = trigger;
     let due = (every > 0 && counts.commits >= every) || after_files.is_some_and(|n| counts.files >= n);
     if !due || counts.running {
         return None;
@@ -274,7 +272,10 @@ fn start(shared: &Arc<Mutex<Counts>>, counts: &mut Counts, every: u64, after_fil
         files: 0,
         running: true,
     };
-    Some(Running(shared.clone()))
+    Some(Running {
+        counts: shared.clone(),
+        trigger,
+    })
 }
 
 #[cfg(test)]
@@ -355,14 +356,14 @@ mod tests {
         assert!(p.after_commit(1).is_some(), "ended at once");
         let running = p.after_commit(1).expect("due");
         assert!(p.after_commit(1).is_none(), "due, but one is running");
-        let running = running.next(1, None).expect("the job due meanwhile");
-        assert!(running.next(1, None).is_none(), "nothing committed since it began");
+        let running = running.next().expect("the job due meanwhile");
+        assert!(running.next().is_none(), "nothing committed since it began");
         assert!(p.after_commit(1).is_some(), "free again");
         let policy = CompactionPolicy::after_files(10, 2);
         let p = Periodic::default();
         let running = policy.due(&p, 10).expect("10 files");
         assert!(policy.due(&p, 6).is_none(), "one is running");
-        assert!(policy.next(running).is_none(), "6 files are not due");
+        assert!(running.next().is_none(), "6 files are not due");
         assert!(policy.due(&p, 4).is_some(), "10 since the job began, and it ended");
     }
 

@@ -508,6 +508,11 @@ async fn a_file_larger_than_a_part_goes_up_in_parts_and_reads_whole() {
 }
 
 /// The operations of the table's log entries, oldest first.
+/// The table's compaction entries.
+pub(crate) fn optimizes(table: &Path) -> usize {
+    operations(table).iter().filter(|o| *o == "OPTIMIZE").count()
+}
+
 fn operations(table: &Path) -> Vec<String> {
     log_entries(table)
         .iter()
@@ -541,7 +546,7 @@ async fn the_sinks_compaction_policy_compacts_in_the_background() {
     // too. The one due at commit 10 ran; a second became due 10 commits
     // after it began (at once, or when it ended).
     q.await_termination().await.unwrap();
-    let optimized = operations(&table).iter().filter(|o| *o == "OPTIMIZE").count();
+    let optimized = optimizes(&table);
     assert!(optimized >= 2, "{:?}", operations(&table));
     assert!(live_files(&table) < 40, "{} files", live_files(&table));
     assert_exactly_once(&ids_by_both_readers(&table), 0..2000);

@@ -26,8 +26,7 @@ use weir_delta::Compact;
 use weir_test_support::assert_exactly_once;
 use weir_test_support::readers::python;
 
-use crate::compact::{ids_by_both_readers, stream};
-use crate::readers::log_actions;
+use crate::compact::{ids_by_both_readers, optimizes, stream};
 
 /// What the store does with the next put of a log entry.
 #[derive(Debug, Clone, Copy)]
@@ -176,14 +175,6 @@ fn faulty_url(table: &Path, faults: &[Fault]) -> String {
     let key = table.to_str().unwrap().to_string();
     FAULTS.lock().unwrap().insert(key, faults.iter().copied().collect());
     format!("faulty://{}/", table.display())
-}
-
-/// The table's compaction entries.
-fn optimizes(table: &Path) -> usize {
-    log_actions(table)
-        .iter()
-        .filter(|a| a["commitInfo"]["operation"] == "OPTIMIZE")
-        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -59,6 +59,16 @@ pub(crate) fn ids(h: &SqlHarness) -> Vec<i64> {
     a
 }
 
+/// The table's `replace` snapshots (compactions).
+pub(crate) fn replaces(h: &SqlHarness) -> usize {
+    describe(h)["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["operation"] == "replace")
+        .count()
+}
+
 pub(crate) fn outputs_on_disk(h: &SqlHarness) -> usize {
     walk(&h.warehouse)
         .iter()
@@ -414,14 +424,6 @@ async fn the_sinks_compaction_policy_compacts_in_the_background() {
         .await_termination()
         .await
         .unwrap();
-    let replaces = |h: &SqlHarness| {
-        describe(h)["snapshots"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|s| s["operation"] == "replace")
-            .count()
-    };
     // The query ran to its end, so its background compactions have ended
     // too: the one due at commit 10, and a second due 10 commits after it
     // began (at once, or when it ended).

@@ -13,7 +13,7 @@ use weir_iceberg::{Catalog, Compact, CompactReport, IcebergSinkError, LoadedTabl
 use weir_test_support::assert_exactly_once;
 use weir_test_support::readers::python;
 
-use crate::compact::{describe, ids, outputs_on_disk, stream, TABLE};
+use crate::compact::{describe, ids, outputs_on_disk, replaces, stream, TABLE};
 use crate::conformance::{sqlite_harness, SqlHarness};
 
 /// What the catalog does with the next compaction swap.
@@ -117,13 +117,12 @@ async fn compact(catalog: Arc<SqlCatalog>, faults: &[Fault]) -> (Result<CompactR
     (done, left)
 }
 
-fn replaces(h: &SqlHarness) -> usize {
-    describe(h)["snapshots"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["operation"] == "replace")
-        .count()
+/// A table of 8 small files (480 rows), and its checkpoint.
+async fn small_files() -> (SqlHarness, tempfile::TempDir) {
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    stream(&h, chk.path(), 7, None).await;
+    (h, chk)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,9 +131,7 @@ async fn a_swap_that_landed_but_answered_an_error_is_found_and_kept() {
         return;
     }
     for retryable in [true, false] {
-        let h = sqlite_harness().await;
-        let chk = tempfile::tempdir().unwrap();
-        stream(&h, chk.path(), 7, None).await;
+        let (h, _chk) = small_files().await;
         let (done, left) = compact(h.catalog().await, &[Fault::LandThenFail { retryable }]).await;
         let done = done.unwrap_or_else(|e| panic!("retryable {retryable}: {e}"));
         assert_eq!(left, 0, "the fault was met");
@@ -153,9 +150,7 @@ async fn a_swap_that_failed_unlanded_is_retried_or_stops_keeping_its_files() {
     }
     // A retryable error: the job reads the table, sees no swap of its own,
     // and swaps again.
-    let h = sqlite_harness().await;
-    let chk = tempfile::tempdir().unwrap();
-    stream(&h, chk.path(), 7, None).await;
+    let (h, _chk) = small_files().await;
     let faults = [Fault::FailUnlanded { retryable: true }];
     let (done, left) = compact(h.catalog().await, &faults).await;
     let done = done.unwrap();
@@ -167,9 +162,7 @@ async fn a_swap_that_failed_unlanded_is_retried_or_stops_keeping_its_files() {
 
     // A refusal: the job stops, changing nothing, and keeps its output (a
     // late swap could still land); a rerun compacts.
-    let h = sqlite_harness().await;
-    let chk = tempfile::tempdir().unwrap();
-    stream(&h, chk.path(), 7, None).await;
+    let (h, _chk) = small_files().await;
     let before = describe(&h)["metadata_location"].clone();
     let faults = [Fault::FailUnlanded { retryable: false }];
     let (done, left) = compact(h.catalog().await, &faults).await;
