@@ -66,6 +66,12 @@ disk || true
 step "formatting"
 cargo fmt --all -- --check
 
+step "rust-version: each crate's is at least what its dependencies need"
+scripts/check-rust-version.py
+
+step "packaging: every crate packages for a registry"
+cargo package --workspace --no-verify --locked --allow-dirty --quiet
+
 step "lints"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
@@ -76,6 +82,10 @@ step "quickstart, twice on one lake (the second run continues the first)"
 lake=$(mktemp -d)
 cargo run --locked -q -p weir-examples --bin quickstart -- --lake "$lake" --batches 5 --rows-per-batch 1000
 cargo run --locked -q -p weir-examples --bin quickstart -- --lake "$lake" --batches 3 --rows-per-batch 1000
+
+step "an application depending on weir, with a fresh lockfile, on this Rust and on the declared minimum"
+msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' crates/weir/Cargo.toml)
+integration/downstream/check.sh .venv-readers/bin/python "$msrv"
 
 step "tests"
 cargo nextest run --workspace --locked --no-fail-fast

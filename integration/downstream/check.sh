@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds and runs an application that depends on weir as a user's does:
+# a fresh lockfile every time, weir by path. Then reads its table back with
+# Python deltalake and checks every payment is there exactly once, and
+# checks that the application builds on weir's declared minimum Rust.
+#
+#   integration/downstream/check.sh PYTHON [MSRV]
+#
+# PYTHON has the independent readers (deltalake); MSRV is a toolchain
+# rustup can install (the workspace's rust-version by default).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+python=${1:?a python with deltalake}
+msrv=${2:-}
+manifest=$here/Cargo.toml
+# Shared with the workspace, so dependencies built for it are reused.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+
+rm -f "$here/Cargo.lock"
+cargo generate-lockfile --manifest-path "$manifest"
+derive=$(cargo tree --manifest-path "$manifest" -i buoyant_kernel_derive --depth 0 -e normal)
+echo "fresh lockfile: $derive"
+
+cargo build --manifest-path "$manifest"
+lake=$(mktemp -d)
+trap 'rm -rf "$lake"' EXIT
+table=$(cd "$lake" && env -u WEIR_CONFIG -u WEIR_LAKE "$CARGO_TARGET_DIR/debug/weir-downstream")
+"$python" - "$root/integration/readers" "$table" <<'PY'
+import json, subprocess, sys
+readers, table = sys.argv[1], sys.argv[2]
+out = subprocess.run([sys.executable, f"{readers}/read_table.py", "ids", "deltalake", table],
+                     check=True, capture_output=True, text=True).stdout
+ids = json.loads(out)["ids"]
+if sorted(ids) != list(range(3000)):
+    sys.exit(f"the downstream table holds {len(ids)} rows, {len(set(ids))} distinct ids; expected ids 0..3000 once each")
+print(f"downstream table read back by Python deltalake: {len(ids)} rows, every id once")
+PY
+
+if [ -n "$msrv" ]; then
+    rustup toolchain install "$msrv" --profile minimal >/dev/null
+    echo "checking the application on Rust $msrv (the declared minimum)"
+    CARGO_TARGET_DIR="$CARGO_TARGET_DIR/msrv" cargo "+$msrv" check --manifest-path "$manifest"
+fi
+rm -f "$here/Cargo.lock"
