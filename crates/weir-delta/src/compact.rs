@@ -29,7 +29,7 @@ use weir_core::maintenance::{
 
 use crate::entry;
 use crate::error::DeltaSinkError;
-use crate::options::{Compression, DeltaSinkOptions};
+use crate::options::Compression;
 use crate::table::{self, Files};
 use crate::writer::{delete_files, AddFile, Destination, FileFormat, OpenFile};
 use weir_core::partition;
@@ -339,11 +339,7 @@ impl Compact {
                     commit: version as i64,
                     groups: outcome.committed.len(),
                 });
-                let options = DeltaSinkOptions {
-                    storage_options: self.storage.clone(),
-                    ..DeltaSinkOptions::default()
-                };
-                table::checkpoint_if_due(&table, &url, &options, version).await;
+                table::checkpoint_if_due(&table, &url, version).await;
             }
         }
         report.duration = started.elapsed();

@@ -74,6 +74,7 @@
 
 mod compact;
 mod describe;
+mod engine;
 mod entry;
 mod error;
 mod maintenance;

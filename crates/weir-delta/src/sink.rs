@@ -328,7 +328,7 @@ impl DeltaSink {
     /// retention. Failures are logged: the batch is committed, and the next
     /// due commit tries again.
     async fn after_commit(&self, table: &DeltaTable, version: u64, files: usize) {
-        table::checkpoint_if_due(table, &self.url, &self.options, version).await;
+        table::checkpoint_if_due(table, &self.url, version).await;
         self.maybe_compact(files);
     }
 

@@ -6,12 +6,14 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use deltalake::kernel::engine::arrow_conversion::{TryIntoArrow, TryIntoKernel};
 use deltalake::kernel::transaction::PROTOCOL;
 use deltalake::kernel::{Metadata, MetadataExt, StructField, StructType};
+use deltalake::logstore::LogStore;
 use deltalake::operations::create::CreateBuilder;
 use deltalake::table::config::TablePropertiesExt;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
-use weir_core::OutputMode;
+use weir_core::{BoxError, OutputMode};
 
+use crate::engine;
 use crate::error::DeltaSinkError;
 use crate::options::DeltaSinkOptions;
 use weir_core::partition;
@@ -99,7 +101,7 @@ pub(crate) async fn load_existing(
 /// What of the table to load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Files {
-    /// Every live file (for Complete mode's removes and log checkpoints).
+    /// Every live file (for Complete mode's removes, compaction and describe).
     Tracked,
     /// Metadata only: updating it costs the new commits, not the table's
     /// size, which keeps commits as fast at 10,000 versions as at 10.
@@ -118,7 +120,7 @@ pub(crate) async fn load(
     if files == Files::Untracked {
         builder = builder.without_files();
     }
-    let mut table = builder.build().map_err(delta_err(url))?;
+    let mut table = engine::bounded(builder.build().map_err(delta_err(url))?);
     // Asking the log first keeps the kernel from logging a missing table as
     // an error.
     if !table.verify_deltatable_existence().await.map_err(delta_err(url))? {
@@ -134,7 +136,12 @@ pub(crate) async fn load(
 /// After a commit at `version`: a log checkpoint every
 /// `delta.checkpointInterval` commits, then expired-log cleanup. A failure
 /// is logged, never reported: the commit has landed.
-pub(crate) async fn checkpoint_if_due(table: &DeltaTable, url: &Url, options: &DeltaSinkOptions, version: u64) {
+///
+/// The checkpoint is the kernel's, written from a snapshot it builds at
+/// `version` with `table`'s engine (which bounds the commit files read at
+/// once); no table with every live file is loaded for it, so its memory is
+/// the kernel's replay and writer alone.
+pub(crate) async fn checkpoint_if_due(table: &DeltaTable, url: &Url, version: u64) {
     let Ok(snapshot) = table.snapshot() else { return };
     let config = snapshot.table_config();
     if !(version + 1).is_multiple_of(config.checkpoint_interval().get()) {
@@ -142,27 +149,33 @@ pub(crate) async fn checkpoint_if_due(table: &DeltaTable, url: &Url, options: &D
     }
     let cleanup = config.enable_expired_log_cleanup();
     let retention = config.log_retention_duration();
-    let full = match load(url, options, Files::Tracked).await {
-        Ok(Some(full)) => full,
-        Ok(None) => return,
-        Err(e) => {
-            tracing::warn!(version, error = %e, "could not load the table for a log checkpoint");
-            return;
-        }
-    };
-    if let Err(e) = deltalake::checkpoints::create_checkpoint(&full, None).await {
-        tracing::warn!(version, error = %e, "the commit landed; the log checkpoint after it failed and is retried at the next interval");
+    let log_store = table.log_store();
+    if let Err(e) = write_checkpoint(log_store.as_ref(), version).await {
+        tracing::warn!(table = %url, version, error = %e, "the commit landed; the log checkpoint after it failed and is retried at the next interval");
         return;
     }
     if cleanup {
         let cutoff = chrono::Utc::now().timestamp_millis() - retention.as_millis() as i64;
-        let log_store = full.log_store();
         if let Err(e) =
             deltalake::checkpoints::cleanup_expired_logs_for(version, log_store.as_ref(), cutoff, None).await
         {
-            tracing::warn!(version, error = %e, "expired-log cleanup failed; the next checkpoint retries it");
+            tracing::warn!(table = %url, version, error = %e, "expired-log cleanup failed; the next checkpoint retries it");
         }
     }
+}
+
+/// Writes the log checkpoint of `version` (nothing if there is one).
+async fn write_checkpoint(log_store: &dyn LogStore, version: u64) -> Result<(), BoxError> {
+    let root = log_store.transaction_url(None)?;
+    let engine = log_store.engine(None);
+    tokio::task::spawn_blocking(move || -> Result<(), BoxError> {
+        let snapshot = buoyant_kernel::Snapshot::builder_for(root)
+            .at_version(version)
+            .build(engine.as_ref())?;
+        snapshot.checkpoint(engine.as_ref(), None)?;
+        Ok(())
+    })
+    .await?
 }
 
 /// Creates the table from the stream's schema; if another writer created it
@@ -210,7 +223,7 @@ pub(crate) async fn create(
     match builder.await {
         Ok(table) => {
             tracing::info!(table = %url, "created the Delta table");
-            Ok(table)
+            Ok(engine::bounded(table))
         }
         Err(e) => match load(url, options, Files::Untracked).await? {
             Some(table) => Ok(table),

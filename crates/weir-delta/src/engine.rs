@@ -1,0 +1,184 @@
+//! The Delta kernel engine weir's tables read their log with: the kernel's
+//! default engine, opening a bounded number of commit files at once.
+//!
+//! The default engine opens up to 1,000 commit files at once and gives each
+//! a JSON decoder of about 1 MiB up front (room for 1,000 rows of the log's
+//! 70-odd columns), whatever the file's size. Replaying the hundred commits
+//! since a log checkpoint, as each reload and each log checkpoint does,
+//! then takes over 100 MiB for a moment. A streaming process does that
+//! every checkpoint interval, and with glibc's per-thread arenas each such
+//! peak left memory behind: a `weir stream` process grew by about 27 KB a
+//! commit, without end. [`COMMIT_FILES_AT_ONCE`] and [`JSON_ROWS_PER_BATCH`]
+//! bring the replay's decoders to under 4 MiB.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use buoyant_kernel::engine::default::executor::tokio::TokioMultiThreadExecutor;
+use buoyant_kernel::engine::default::json::DefaultJsonHandler;
+use buoyant_kernel::{AsAny, Engine, EvaluationHandler, JsonHandler, ParquetHandler, StorageHandler, Version};
+use bytes::Bytes;
+use deltalake::kernel::transaction::TransactionError;
+use deltalake::logstore::{CommitOrBytes, LogStore, LogStoreConfig, LogStoreRef};
+use deltalake::{DeltaResult, DeltaTable, ObjectStore, Path};
+use url::Url;
+use uuid::Uuid;
+
+/// Commit files a log replay reads at once: sixteen keep a local replay as
+/// fast as a thousand, and an object store's requests still overlap.
+pub(crate) const COMMIT_FILES_AT_ONCE: usize = 16;
+
+/// Rows a JSON decoder makes room for up front, 32 bytes for each of the
+/// log's columns per row: 128 rows are about 220 KiB a decoder, against
+/// 1.7 MiB for the default 1,000. A streaming commit is a handful of rows;
+/// a large one (a compaction's) is read in more, smaller batches.
+pub(crate) const JSON_ROWS_PER_BATCH: usize = 128;
+
+/// `table` with its log store wrapped in [`BoundedLogStore`], its loaded
+/// state kept.
+pub(crate) fn bounded(table: DeltaTable) -> DeltaTable {
+    if table.log_store().any_ref().is::<BoundedLogStore>() {
+        return table;
+    }
+    let mut wrapped = DeltaTable::new(BoundedLogStore::wrap(table.log_store()), table.config.clone());
+    wrapped.state = table.state;
+    wrapped
+}
+
+/// A log store that is `inner` in every way but the engine it gives the
+/// kernel: the default engine, reading [`COMMIT_FILES_AT_ONCE`] commit
+/// files at once.
+#[derive(Debug)]
+pub(crate) struct BoundedLogStore {
+    inner: LogStoreRef,
+}
+
+impl BoundedLogStore {
+    /// `inner`, wrapped once. `name` stays the inner store's, which the
+    /// sink's choice of commit path reads.
+    pub(crate) fn wrap(inner: LogStoreRef) -> LogStoreRef {
+        if inner.any_ref().is::<BoundedLogStore>() {
+            return inner;
+        }
+        Arc::new(BoundedLogStore { inner })
+    }
+}
+
+/// The default engine with a JSON handler that reads fewer files at once.
+struct BoundedEngine {
+    inner: Arc<dyn Engine>,
+    json: Arc<dyn JsonHandler>,
+}
+
+impl Engine for BoundedEngine {
+    fn evaluation_handler(&self) -> Arc<dyn EvaluationHandler> {
+        self.inner.evaluation_handler()
+    }
+
+    fn storage_handler(&self) -> Arc<dyn StorageHandler> {
+        self.inner.storage_handler()
+    }
+
+    fn json_handler(&self) -> Arc<dyn JsonHandler> {
+        self.json.clone()
+    }
+
+    fn parquet_handler(&self) -> Arc<dyn ParquetHandler> {
+        self.inner.parquet_handler()
+    }
+}
+
+#[async_trait]
+impl LogStore for BoundedLogStore {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    async fn refresh(&self) -> DeltaResult<()> {
+        self.inner.refresh().await
+    }
+
+    async fn read_commit_entry(&self, version: Version) -> DeltaResult<Option<Bytes>> {
+        self.inner.read_commit_entry(version).await
+    }
+
+    async fn write_commit_entry(
+        &self,
+        version: Version,
+        commit_or_bytes: CommitOrBytes,
+        operation_id: Uuid,
+    ) -> Result<(), TransactionError> {
+        self.inner
+            .write_commit_entry(version, commit_or_bytes, operation_id)
+            .await
+    }
+
+    async fn abort_commit_entry(
+        &self,
+        version: Version,
+        commit_or_bytes: CommitOrBytes,
+        operation_id: Uuid,
+    ) -> Result<(), TransactionError> {
+        self.inner
+            .abort_commit_entry(version, commit_or_bytes, operation_id)
+            .await
+    }
+
+    async fn get_latest_version(&self, start_version: Version) -> DeltaResult<Version> {
+        self.inner.get_latest_version(start_version).await
+    }
+
+    fn object_store(&self, operation_id: Option<Uuid>) -> Arc<dyn ObjectStore> {
+        self.inner.object_store(operation_id)
+    }
+
+    fn root_object_store(&self, operation_id: Option<Uuid>) -> Arc<dyn ObjectStore> {
+        self.inner.root_object_store(operation_id)
+    }
+
+    /// On a current-thread runtime the default engine runs its reads on a
+    /// thread of its own, which a second handler would duplicate: the inner
+    /// engine is kept as it is there.
+    fn engine(&self, operation_id: Option<Uuid>) -> Arc<dyn Engine> {
+        let inner = self.inner.engine(operation_id);
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return inner;
+        };
+        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return inner;
+        }
+        let store = self.inner.root_object_store(operation_id);
+        let executor = Arc::new(TokioMultiThreadExecutor::new(handle));
+        let json = DefaultJsonHandler::new(store, executor)
+            .with_buffer_size(COMMIT_FILES_AT_ONCE)
+            .with_batch_size(JSON_ROWS_PER_BATCH);
+        Arc::new(BoundedEngine {
+            inner,
+            json: Arc::new(json),
+        })
+    }
+
+    fn to_uri(&self, location: &Path) -> String {
+        self.inner.to_uri(location)
+    }
+
+    fn root_url(&self) -> &Url {
+        self.inner.root_url()
+    }
+
+    fn log_path(&self) -> &Path {
+        self.inner.log_path()
+    }
+
+    fn transaction_url(&self, operation_id: Option<Uuid>) -> DeltaResult<Url> {
+        self.inner.transaction_url(operation_id)
+    }
+
+    async fn is_delta_table_location(&self) -> DeltaResult<bool> {
+        self.inner.is_delta_table_location().await
+    }
+
+    fn config(&self) -> &LogStoreConfig {
+        self.inner.config()
+    }
+}
