@@ -4,3 +4,4 @@ mod cli;
 mod common;
 mod compact;
 mod files;
+mod memory;
