@@ -13,10 +13,11 @@
 //! weir-cli`), so the figures are those of the command users run, with its
 //! allocator.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
+
+use weir_test_support::memory::{sample_stream, MemorySample};
 
 /// The workloads: a name and `weir stream`'s options beyond the common ones.
 const WORKLOADS: &[(&str, &[&str])] = &[
@@ -48,7 +49,13 @@ fn main() {
         }
         let curve = soak(&weir, commits, options);
         report(name, &curve);
-        let at = |n: u64| curve.iter().find(|s| s.commits == n).map(|s| s.resident);
+        let at = |n: u64| {
+            curve
+                .iter()
+                .map(|s| s.memory)
+                .find(|m| m.commits == n)
+                .map(|m| m.resident)
+        };
         if let (Some(early), Some(late)) = (at(1_000), at(10_000.min(commits))) {
             let growth = late as f64 / early as f64;
             println!(
@@ -66,10 +73,9 @@ fn main() {
     }
 }
 
-/// One sample: commits made, resident bytes, seconds since the start.
+/// One sample of the stream, and the seconds since it started.
 struct Sample {
-    commits: u64,
-    resident: u64,
+    memory: MemorySample,
     seconds: f64,
 }
 
@@ -114,46 +120,24 @@ fn soak(weir: &PathBuf, commits: u64, options: &[&str]) -> Vec<Sample> {
         .stdout(Stdio::piped())
         .spawn()
         .expect("the weir command starts");
-    let pid = child.id();
     let mut curve = Vec::new();
-    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-        let Ok(progress) = serde_json::from_str::<serde_json::Value>(&line.unwrap()) else {
-            continue;
-        };
-        let made = progress["batch_id"].as_u64().unwrap_or(0) + 1;
-        if made.is_multiple_of(100) {
-            curve.push(Sample {
-                commits: made,
-                resident: resident_bytes(pid),
-                seconds: started.elapsed().as_secs_f64(),
-            });
-        }
-    }
+    sample_stream(&mut child, 100, |memory| {
+        curve.push(Sample {
+            memory,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    });
     assert!(child.wait().unwrap().success(), "weir stream {options:?} failed");
     curve
-}
-
-fn resident_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("a Linux /proc");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kib| kib * 1024)
-        .expect("VmRSS in /proc/<pid>/status")
 }
 
 fn report(name: &str, curve: &[Sample]) {
     println!("\n{name}: commits, resident MiB, ms per commit over the last 1,000");
     let mut last = (0u64, 0.0f64);
-    for s in curve.iter().filter(|s| s.commits.is_multiple_of(1_000)) {
-        let ms = (s.seconds - last.1) * 1_000.0 / (s.commits - last.0) as f64;
-        println!(
-            "  {:>6}  {:>6.1}  {:>6.2}",
-            s.commits,
-            s.resident as f64 / (1 << 20) as f64,
-            ms
-        );
-        last = (s.commits, s.seconds);
+    for s in curve.iter().filter(|s| s.memory.commits.is_multiple_of(1_000)) {
+        let MemorySample { commits, resident } = s.memory;
+        let ms = (s.seconds - last.1) * 1_000.0 / (commits - last.0) as f64;
+        println!("  {commits:>6}  {:>6.1}  {ms:>6.2}", resident as f64 / (1 << 20) as f64);
+        last = (commits, s.seconds);
     }
 }

@@ -7,12 +7,12 @@
 #   integration/downstream/check.sh PYTHON [MSRV]
 #
 # PYTHON has the independent readers (deltalake); MSRV is a toolchain
-# rustup can install (the workspace's rust-version by default).
+# rustup can install (default: the weir crate's rust-version).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 python=${1:?a python with deltalake}
-msrv=${2:-}
+msrv=${2:-$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$root/crates/weir/Cargo.toml")}
 manifest=$here/Cargo.toml
 # Shared with the workspace, so dependencies built for it are reused.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
@@ -37,9 +37,7 @@ if sorted(ids) != list(range(3000)):
 print(f"downstream table read back by Python deltalake: {len(ids)} rows, every id once")
 PY
 
-if [ -n "$msrv" ]; then
-    rustup toolchain install "$msrv" --profile minimal >/dev/null
-    echo "checking the application on Rust $msrv (the declared minimum)"
-    CARGO_TARGET_DIR="$CARGO_TARGET_DIR/msrv" cargo "+$msrv" check --manifest-path "$manifest"
-fi
+rustup toolchain install "$msrv" --profile minimal >/dev/null
+echo "checking the application on Rust $msrv (the declared minimum)"
+CARGO_TARGET_DIR="$CARGO_TARGET_DIR/msrv" cargo "+$msrv" check --manifest-path "$manifest"
 rm -f "$here/Cargo.lock"

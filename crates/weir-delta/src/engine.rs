@@ -26,42 +26,33 @@ use uuid::Uuid;
 
 /// Commit files a log replay reads at once: sixteen keep a local replay as
 /// fast as a thousand, and an object store's requests still overlap.
-pub(crate) const COMMIT_FILES_AT_ONCE: usize = 16;
+const COMMIT_FILES_AT_ONCE: usize = 16;
 
 /// Rows a JSON decoder makes room for up front, 32 bytes for each of the
 /// log's columns per row: 128 rows are about 220 KiB a decoder, against
 /// 1.7 MiB for the default 1,000. A streaming commit is a handful of rows;
 /// a large one (a compaction's) is read in more, smaller batches.
-pub(crate) const JSON_ROWS_PER_BATCH: usize = 128;
+const JSON_ROWS_PER_BATCH: usize = 128;
 
-/// `table` with its log store wrapped in [`BoundedLogStore`], its loaded
-/// state kept.
+/// `table` with its log store wrapped in [`BoundedLogStore`] (once), its
+/// loaded state kept.
 pub(crate) fn bounded(table: DeltaTable) -> DeltaTable {
     if table.log_store().any_ref().is::<BoundedLogStore>() {
         return table;
     }
-    let mut wrapped = DeltaTable::new(BoundedLogStore::wrap(table.log_store()), table.config.clone());
+    let inner = table.log_store();
+    let mut wrapped = DeltaTable::new(Arc::new(BoundedLogStore { inner }), table.config.clone());
     wrapped.state = table.state;
     wrapped
 }
 
 /// A log store that is `inner` in every way but the engine it gives the
 /// kernel: the default engine, reading [`COMMIT_FILES_AT_ONCE`] commit
-/// files at once.
+/// files at once. `name` stays the inner store's, which the sink's choice
+/// of commit path reads.
 #[derive(Debug)]
-pub(crate) struct BoundedLogStore {
+struct BoundedLogStore {
     inner: LogStoreRef,
-}
-
-impl BoundedLogStore {
-    /// `inner`, wrapped once. `name` stays the inner store's, which the
-    /// sink's choice of commit path reads.
-    pub(crate) fn wrap(inner: LogStoreRef) -> LogStoreRef {
-        if inner.any_ref().is::<BoundedLogStore>() {
-            return inner;
-        }
-        Arc::new(BoundedLogStore { inner })
-    }
 }
 
 /// The default engine with a JSON handler that reads fewer files at once.

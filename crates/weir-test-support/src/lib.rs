@@ -12,6 +12,7 @@
 
 pub mod conformance;
 mod data;
+pub mod memory;
 pub mod readers;
 
 pub use conformance::{copy_dir, SinkHarness};

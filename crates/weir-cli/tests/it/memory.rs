@@ -4,33 +4,22 @@
 //! Memory, unlike time, is steady enough to test; the 20,000-commit curve is
 //! the soak benchmark's.
 
-use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
 use weir_test_support::assert_exactly_once;
+use weir_test_support::memory::{sample_stream, MemorySample};
 
 use crate::common::{delta_ids, lake_with_readers, weir};
 
 const COMMITS: u64 = 5_000;
 const ROWS: u64 = 100;
 
-/// The resident set of process `pid` in bytes (`VmRSS`).
-fn resident_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("a Linux /proc");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/<pid>/status");
-    kib * 1024
-}
-
-/// The median of `samples` taken after between `from` and `to` commits.
-fn median(samples: &[(u64, u64)], from: u64, to: u64) -> u64 {
+/// The median resident memory of `samples` taken between `from` and `to` commits.
+fn median(samples: &[MemorySample], from: u64, to: u64) -> u64 {
     let mut window: Vec<u64> = samples
         .iter()
-        .filter(|(c, _)| (from..=to).contains(c))
-        .map(|(_, b)| *b)
+        .filter(|s| (from..=to).contains(&s.commits))
+        .map(|s| s.resident)
         .collect();
     assert!(
         window.len() >= 5,
@@ -50,15 +39,8 @@ fn a_long_delta_stream_keeps_a_flat_resident_memory() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let pid = child.id();
     let mut samples = Vec::new();
-    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-        let progress: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
-        let commits = progress["batch_id"].as_u64().unwrap() + 1;
-        if commits.is_multiple_of(100) {
-            samples.push((commits, resident_bytes(pid)));
-        }
-    }
+    sample_stream(&mut child, 100, |s| samples.push(s));
     assert!(child.wait().unwrap().success());
 
     let early = median(&samples, 500, 1_000);
@@ -73,7 +55,10 @@ fn a_long_delta_stream_keeps_a_flat_resident_memory() {
         "resident memory grew from {} MiB after 1,000 commits to {} MiB after {COMMITS}: {:?}",
         early >> 20,
         late >> 20,
-        samples.iter().map(|(c, b)| (c, b >> 20)).collect::<Vec<_>>()
+        samples
+            .iter()
+            .map(|s| (s.commits, s.resident >> 20))
+            .collect::<Vec<_>>()
     );
 
     let ids = delta_ids(&lake.path().join("weir-lake/warehouse/bronze/m"));
