@@ -10,13 +10,19 @@
 //! peak left memory behind: a `weir stream` process grew by about 27 KB a
 //! commit, without end. [`COMMIT_FILES_AT_ONCE`] and [`JSON_ROWS_PER_BATCH`]
 //! bring the replay's decoders to under 4 MiB.
+//!
+//! It also lists a local log again when the listing skipped a commit (see
+//! [`ContiguousListing`]).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use buoyant_kernel::engine::default::executor::tokio::TokioMultiThreadExecutor;
 use buoyant_kernel::engine::default::json::DefaultJsonHandler;
-use buoyant_kernel::{AsAny, Engine, EvaluationHandler, JsonHandler, ParquetHandler, StorageHandler, Version};
+use buoyant_kernel::{
+    AsAny, DeltaResult as KernelResult, Engine, EvaluationHandler, FileMeta, FileSlice, JsonHandler, ParquetHandler,
+    StorageHandler, Version,
+};
 use bytes::Bytes;
 use deltalake::kernel::transaction::TransactionError;
 use deltalake::logstore::{CommitOrBytes, LogStore, LogStoreConfig, LogStoreRef};
@@ -55,10 +61,15 @@ struct BoundedLogStore {
     inner: LogStoreRef,
 }
 
-/// The default engine with a JSON handler that reads fewer files at once.
+/// Times a local log is listed again while its listing shows a gap.
+const RELISTS: usize = 5;
+
+/// The default engine with a JSON handler that reads fewer files at once,
+/// and a storage handler that lists a local log again if it saw a gap.
 struct BoundedEngine {
     inner: Arc<dyn Engine>,
     json: Arc<dyn JsonHandler>,
+    storage: Arc<dyn StorageHandler>,
 }
 
 impl Engine for BoundedEngine {
@@ -67,7 +78,7 @@ impl Engine for BoundedEngine {
     }
 
     fn storage_handler(&self) -> Arc<dyn StorageHandler> {
-        self.inner.storage_handler()
+        self.storage.clone()
     }
 
     fn json_handler(&self) -> Arc<dyn JsonHandler> {
@@ -143,9 +154,13 @@ impl LogStore for BoundedLogStore {
         let json = DefaultJsonHandler::new(store, executor)
             .with_buffer_size(COMMIT_FILES_AT_ONCE)
             .with_batch_size(JSON_ROWS_PER_BATCH);
+        let storage = Arc::new(ContiguousListing {
+            inner: inner.storage_handler(),
+        });
         Arc::new(BoundedEngine {
             inner,
             json: Arc::new(json),
+            storage,
         })
     }
 
@@ -171,5 +186,94 @@ impl LogStore for BoundedLogStore {
 
     fn config(&self) -> &LogStoreConfig {
         self.inner.config()
+    }
+}
+
+/// A storage handler that lists a local log directory again when the
+/// listing holds commit N+1 but not N. A local directory is read in the
+/// order of its names' hashes, so a listing taken while another writer (a
+/// background compaction, a second query) commits can see the newer of two
+/// commits made during it and miss the older; the kernel then refuses the
+/// log as broken. Versions are only ever added above the newest, so the
+/// listing taken again holds N. Object stores list in name order, where
+/// this cannot happen; their listings pass through untouched.
+struct ContiguousListing {
+    inner: Arc<dyn StorageHandler>,
+}
+
+impl StorageHandler for ContiguousListing {
+    fn list_from(&self, path: &Url) -> KernelResult<Box<dyn Iterator<Item = KernelResult<FileMeta>>>> {
+        if path.scheme() != "file" {
+            return self.inner.list_from(path);
+        }
+        let list = || self.inner.list_from(path)?.collect::<KernelResult<Vec<FileMeta>>>();
+        let mut listed = list()?;
+        for _ in 0..RELISTS {
+            if !has_gap(&listed) {
+                break;
+            }
+            tracing::debug!(%path, "the log's listing missed a commit written meanwhile; listing it again");
+            listed = list()?;
+        }
+        Ok(Box::new(listed.into_iter().map(Ok)))
+    }
+
+    fn read_files(&self, files: Vec<FileSlice>) -> KernelResult<Box<dyn Iterator<Item = KernelResult<Bytes>>>> {
+        self.inner.read_files(files)
+    }
+
+    fn copy_atomic(&self, src: &Url, dest: &Url) -> KernelResult<()> {
+        self.inner.copy_atomic(src, dest)
+    }
+
+    fn put(&self, path: &Url, data: Bytes, overwrite: bool) -> KernelResult<()> {
+        self.inner.put(path, data, overwrite)
+    }
+
+    fn head(&self, path: &Url) -> KernelResult<FileMeta> {
+        self.inner.head(path)
+    }
+}
+
+/// Whether a sorted listing's commit files (`<20 digits>.json`) skip a
+/// version.
+fn has_gap(listed: &[FileMeta]) -> bool {
+    let versions: Vec<u64> = listed.iter().filter_map(|f| commit_version(&f.location)).collect();
+    versions.windows(2).any(|pair| pair[1] != pair[0] + 1)
+}
+
+/// The version of a commit file's URL, if it is one.
+fn commit_version(url: &Url) -> Option<u64> {
+    let name = url.path_segments()?.next_back()?;
+    let digits = name.strip_suffix(".json")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(name: &str) -> FileMeta {
+        FileMeta {
+            location: Url::parse(&format!("file:///t/_delta_log/{name}")).unwrap(),
+            last_modified: 0,
+            size: 1,
+        }
+    }
+
+    #[test]
+    fn a_listing_that_skips_a_commit_has_a_gap() {
+        let listed = |names: &[&str]| names.iter().map(|n| meta(n)).collect::<Vec<_>>();
+        let v = |n: u64| format!("{n:020}.json");
+        let checkpoint = format!("{:020}.checkpoint.parquet", 9);
+        assert!(!has_gap(&listed(&[&checkpoint, &v(10), &v(11), &v(12)])));
+        assert!(has_gap(&listed(&[&checkpoint, &v(10), &v(12)])));
+        // Not commits: checkpoints, the hint, staged commits, CRC files.
+        let staged = format!("_staged_commits/{:020}.3f2a.json", 11);
+        let crc = format!("{:020}.crc", 11);
+        assert!(!has_gap(&listed(&[&v(10), &staged, &crc, "_last_checkpoint", &v(11)])));
     }
 }

@@ -29,6 +29,15 @@ pub enum DeltaSinkError {
         source: object_store::Error,
     },
 
+    /// A log checkpoint could not be written; the log stays whole without it.
+    #[error("Delta table {table}: the log checkpoint of version {version} was not written: {source}. Every commit stands; the log is only slower to read until a checkpoint is written")]
+    LogCheckpoint {
+        table: String,
+        version: u64,
+        #[source]
+        source: Box<crate::log_checkpoint::LogCheckpointError>,
+    },
+
     /// Rows could not be encoded as Parquet.
     #[error("Delta table {table}: cannot encode Parquet for {path}: {source}")]
     Parquet {
@@ -105,6 +114,7 @@ impl DeltaSinkError {
             | DeltaSinkError::Unsettled { .. }
             | DeltaSinkError::Busy { .. } => true,
             DeltaSinkError::Store { source, .. } => transient(source),
+            DeltaSinkError::LogCheckpoint { source, .. } => source.retryable(),
             DeltaSinkError::Delta { source, .. } => match source {
                 DeltaTableError::ObjectStore { source } => transient(source),
                 DeltaTableError::Io { .. } | DeltaTableError::VersionAlreadyExists(_) => true,
@@ -129,7 +139,7 @@ impl DeltaSinkError {
 
 /// Whether an object store error may pass on a retry (not a missing file or
 /// a refused credential).
-fn transient(e: &object_store::Error) -> bool {
+pub(crate) fn transient(e: &object_store::Error) -> bool {
     !matches!(
         e,
         object_store::Error::NotFound { .. }

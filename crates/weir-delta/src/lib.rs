@@ -36,6 +36,11 @@
 //! - **Log health.** A log checkpoint every `delta.checkpointInterval`
 //!   commits (default 100), then expired-log cleanup; with commits that
 //!   never list the log, commit time does not grow with the table's history.
+//!   The checkpoint is written in row groups of at most 1 MiB, so writing
+//!   and reading it holds one row group, not every live file, in memory.
+//! - **A local log listed while another writer commits** (a background
+//!   compaction, a second query) is listed again if it skipped a commit,
+//!   rather than refused as broken.
 //! - **Files are never deleted after a commit attempt whose outcome is
 //!   unknown**; only files of attempts known not to have committed are.
 //!   Each commit info carries its attempt id, so a race lost to this
@@ -77,6 +82,7 @@ mod describe;
 mod engine;
 mod entry;
 mod error;
+mod log_checkpoint;
 mod maintenance;
 mod marker;
 mod options;
@@ -88,6 +94,7 @@ mod writer;
 pub use compact::Compact;
 pub use describe::{describe, history, DeltaCommit, DeltaQueryMarker, DeltaTableSummary};
 pub use error::DeltaSinkError;
+pub use log_checkpoint::LogCheckpointError;
 pub use maintenance::{checkpoint_log, LogReport, Vacuum, VacuumReport, DEFAULT_VACUUM_RETENTION};
 pub use options::{Compression, DeltaSinkOptions};
 pub use sink::DeltaSink;

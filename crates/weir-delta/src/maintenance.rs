@@ -12,6 +12,7 @@ use object_store::ObjectStoreExt;
 use serde::Serialize;
 
 use crate::error::DeltaSinkError;
+use crate::log_checkpoint;
 use crate::table::{self, Files};
 
 /// The default retention of vacuum, and the shortest accepted without
@@ -204,15 +205,22 @@ pub struct LogReport {
 /// deletes the log entries past the log retention that the checkpoint
 /// makes unneeded.
 pub async fn checkpoint_log(location: &str, storage: &HashMap<String, String>) -> Result<LogReport, DeltaSinkError> {
-    let (url, t) = table::load_existing(location, storage, Files::Tracked).await?;
+    let (url, t) = table::load_existing(location, storage, Files::Untracked).await?;
     let err = |source| DeltaSinkError::Delta {
         table: url.to_string(),
         source,
     };
-    deltalake::checkpoints::create_checkpoint(&t, None).await.map_err(err)?;
+    let version = t.snapshot().map_err(err)?.version();
+    log_checkpoint::write(t.log_store().as_ref(), version)
+        .await
+        .map_err(|source| DeltaSinkError::LogCheckpoint {
+            table: url.to_string(),
+            version,
+            source: Box::new(source),
+        })?;
     let entries_deleted = deltalake::checkpoints::cleanup_metadata(&t, None).await.map_err(err)?;
     Ok(LogReport {
-        checkpoint_version: t.snapshot().map_err(err)?.version(),
+        checkpoint_version: version,
         entries_deleted,
     })
 }

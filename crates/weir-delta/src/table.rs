@@ -6,15 +6,15 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use deltalake::kernel::engine::arrow_conversion::{TryIntoArrow, TryIntoKernel};
 use deltalake::kernel::transaction::PROTOCOL;
 use deltalake::kernel::{Metadata, MetadataExt, StructField, StructType};
-use deltalake::logstore::LogStore;
 use deltalake::operations::create::CreateBuilder;
 use deltalake::table::config::TablePropertiesExt;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
-use weir_core::{BoxError, OutputMode};
+use weir_core::OutputMode;
 
 use crate::engine;
 use crate::error::DeltaSinkError;
+use crate::log_checkpoint;
 use crate::options::DeltaSinkOptions;
 use weir_core::partition;
 
@@ -137,10 +137,10 @@ pub(crate) async fn load(
 /// `delta.checkpointInterval` commits, then expired-log cleanup. A failure
 /// is logged, never reported: the commit has landed.
 ///
-/// The checkpoint is the kernel's, written from a snapshot it builds at
-/// `version` with `table`'s engine (which bounds the commit files read at
-/// once); no table with every live file is loaded for it, so its memory is
-/// the kernel's replay and writer alone.
+/// The checkpoint holds the kernel's reconciled actions from a snapshot it
+/// builds at `version` with `table`'s engine, written a row group at a time
+/// (see [`crate::log_checkpoint`]); no table with every live file is loaded
+/// for it.
 pub(crate) async fn checkpoint_if_due(table: &DeltaTable, url: &Url, version: u64) {
     let Ok(snapshot) = table.snapshot() else { return };
     let config = snapshot.table_config();
@@ -150,9 +150,12 @@ pub(crate) async fn checkpoint_if_due(table: &DeltaTable, url: &Url, version: u6
     let cleanup = config.enable_expired_log_cleanup();
     let retention = config.log_retention_duration();
     let log_store = table.log_store();
-    if let Err(e) = write_checkpoint(log_store.as_ref(), version).await {
-        tracing::warn!(table = %url, version, error = %e, "the commit landed; the log checkpoint after it failed and is retried at the next interval");
-        return;
+    match log_checkpoint::write(log_store.as_ref(), version).await {
+        Ok(written) => tracing::debug!(table = %url, version, ?written, "log checkpoint"),
+        Err(e) => {
+            tracing::warn!(table = %url, version, error = %e, "the commit landed; the log checkpoint after it failed and is retried at the next interval");
+            return;
+        }
     }
     if cleanup {
         let cutoff = chrono::Utc::now().timestamp_millis() - retention.as_millis() as i64;
@@ -162,20 +165,6 @@ pub(crate) async fn checkpoint_if_due(table: &DeltaTable, url: &Url, version: u6
             tracing::warn!(table = %url, version, error = %e, "expired-log cleanup failed; the next checkpoint retries it");
         }
     }
-}
-
-/// Writes the log checkpoint of `version` (nothing if there is one).
-async fn write_checkpoint(log_store: &dyn LogStore, version: u64) -> Result<(), BoxError> {
-    let root = log_store.transaction_url(None)?;
-    let engine = log_store.engine(None);
-    tokio::task::spawn_blocking(move || -> Result<(), BoxError> {
-        let snapshot = buoyant_kernel::Snapshot::builder_for(root)
-            .at_version(version)
-            .build(engine.as_ref())?;
-        snapshot.checkpoint(engine.as_ref(), None)?;
-        Ok(())
-    })
-    .await?
 }
 
 /// Creates the table from the stream's schema; if another writer created it

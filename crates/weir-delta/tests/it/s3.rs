@@ -214,3 +214,43 @@ async fn vacuum_in_s3_matches_escaped_and_spaced_partition_folders() {
     assert_eq!(h.data_files("zoned").await, live);
     weir_test_support::assert_exactly_once(&deltalake_ids(&table), 0..40);
 }
+
+/// Log checkpoints of a table in S3: written at the table's interval,
+/// streamed to the bucket a row group at a time, read by Python deltalake,
+/// and holding the query's marker, so a restart resumes exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_checkpoints_in_s3_are_read_back_and_keep_the_marker() {
+    use weir_core::prelude::*;
+    use weir_core::source::RateSource;
+    let h = s3_harness().await;
+    if let Some(reason) = h.skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for last in [11, 13] {
+        let sink = h
+            .sink_at("checkpointed")
+            .with_table_property("delta.checkpointInterval", "5");
+        let q = read_stream(RateSource::rows_per_batch(7))
+            .write_stream()
+            .checkpoint_location(dir.path().join("chk"))
+            .stop_after_batch(BatchId(last))
+            .start(sink)
+            .await
+            .unwrap();
+        q.await_termination().await.unwrap();
+    }
+    let log: Vec<String> = h
+        .store("checkpointed")
+        .list(Some(&"_delta_log".into()))
+        .map_ok(|m| m.location.to_string())
+        .try_collect()
+        .await
+        .unwrap();
+    let checkpoints = log.iter().filter(|f| f.ends_with(".checkpoint.parquet")).count();
+    assert!(checkpoints >= 2, "{log:?}");
+    assert!(log.iter().any(|f| f.ends_with("_last_checkpoint")), "{log:?}");
+    let table = format!("{}/checkpointed", h.prefix);
+    weir_test_support::assert_exactly_once(&deltalake_ids(&table), 0..98);
+}

@@ -1,0 +1,264 @@
+//! Writing a Delta log checkpoint a row group at a time.
+//!
+//! A log checkpoint holds one action for every live file. The kernel's own
+//! writer puts them all in one uncompressed row group, held in memory until
+//! the file closes, and the next checkpoint reads that row group back whole:
+//! at 10,000 live files that is 3.6 MB each way, growing with the table, and
+//! a streaming process that checkpoints every hundred commits keeps that
+//! peak resident. weir writes the same actions (the kernel's reconciled log
+//! replay, which keeps only the set of file paths it has seen) in Snappy
+//! row groups of at most [`ROW_GROUP_BYTES`], each streamed to the store as
+//! it closes, so writing holds one row group and reading this checkpoint
+//! back for the next one holds one row group too.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use buoyant_kernel::checkpoint::LastCheckpointHintStats;
+use buoyant_kernel::engine::arrow_data::ArrowEngineData;
+use buoyant_kernel::Snapshot;
+use deltalake::logstore::LogStore;
+use deltalake::{ObjectStore, Path};
+use object_store::ObjectStoreExt;
+use parquet::arrow::arrow_writer::ArrowWriterOptions;
+use parquet::arrow::async_writer::{AsyncArrowWriter, ParquetObjectWriter};
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use tokio::runtime::Handle;
+
+/// The largest row group a checkpoint is written in, encoded.
+pub(crate) const ROW_GROUP_BYTES: usize = 1 << 20;
+
+/// Why a log checkpoint was not written. The commits it would summarise
+/// stand either way: a log without its checkpoint is whole, only slower to
+/// read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LogCheckpointError {
+    /// The table's location could not be resolved.
+    #[error("locating the log: {0}")]
+    Delta(#[from] deltalake::DeltaTableError),
+    /// The kernel could not read the log or reconcile its actions.
+    #[error("reading the log: {0}")]
+    Kernel(#[from] buoyant_kernel::Error),
+    /// The actions could not be encoded as Parquet.
+    #[error("encoding the checkpoint: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    /// The checkpoint file could not be written or read back.
+    #[error("storing the checkpoint: {0}")]
+    Store(#[from] object_store::Error),
+    /// The writer stopped before it finished (the process is shutting down).
+    #[error("the checkpoint writer stopped: {0}")]
+    Stopped(#[from] tokio::task::JoinError),
+    /// The log has no actions to checkpoint (not a Delta table).
+    #[error("the log has no actions")]
+    Empty,
+}
+
+impl LogCheckpointError {
+    /// Whether writing it again may succeed.
+    pub fn retryable(&self) -> bool {
+        match self {
+            LogCheckpointError::Store(e) => crate::error::transient(e),
+            LogCheckpointError::Delta(deltalake::DeltaTableError::ObjectStore { source }) => {
+                crate::error::transient(source)
+            }
+            LogCheckpointError::Stopped(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// What writing a log checkpoint did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// A checkpoint of that version was there already.
+    AlreadyThere,
+    /// The checkpoint was written and `_last_checkpoint` points at it.
+    New {
+        /// Actions in it (files, protocol, metadata, markers, tombstones).
+        actions: i64,
+        /// Live files in it.
+        files: i64,
+        /// Its size in bytes.
+        bytes: u64,
+    },
+}
+
+/// Writes the log checkpoint of `version`, unless there is one.
+pub(crate) async fn write(log_store: &dyn LogStore, version: u64) -> Result<Written, LogCheckpointError> {
+    write_in(log_store, version, ROW_GROUP_BYTES).await
+}
+
+/// [`write`] in row groups of at most `row_group_bytes`.
+async fn write_in(
+    log_store: &dyn LogStore,
+    version: u64,
+    row_group_bytes: usize,
+) -> Result<Written, LogCheckpointError> {
+    let root = log_store.transaction_url(None)?;
+    let engine = log_store.engine(None);
+    let store = log_store.root_object_store(None);
+    let handle = Handle::current();
+    // The kernel's log replay blocks; so does this writer, on the runtime's
+    // handle, from a thread of the blocking pool.
+    tokio::task::spawn_blocking(move || {
+        let snapshot = Snapshot::builder_for(root).at_version(version).build(engine.as_ref())?;
+        let writer = snapshot.create_checkpoint_writer()?;
+        let path = Path::from_url_path(writer.checkpoint_path()?.path()).map_err(object_store::Error::from)?;
+        if handle.block_on(store.head(&path)).is_ok() {
+            return Ok(Written::AlreadyThere);
+        }
+        let data = writer.checkpoint_data(engine.as_ref())?;
+        let state = data.state();
+        let mut parquet: Option<AsyncArrowWriter<ParquetObjectWriter>> = None;
+        for batch in data {
+            let batch: RecordBatch = ArrowEngineData::try_from_engine_data(batch?.apply_selection_vector()?)?.into();
+            let out = match parquet.as_mut() {
+                Some(out) => out,
+                None => parquet.insert(open(store.clone(), path.clone(), &batch, row_group_bytes)?),
+            };
+            handle.block_on(out.write(&batch))?;
+        }
+        let out = parquet.ok_or(LogCheckpointError::Empty)?;
+        handle.block_on(out.close())?;
+        let bytes = handle.block_on(store.head(&path))?.size;
+        let state = Arc::into_inner(state)
+            .ok_or_else(|| buoyant_kernel::Error::internal_error("the checkpoint's replay is still shared"))?;
+        let (actions, files) = (state.actions_count(), state.add_actions_count());
+        let stats = LastCheckpointHintStats::from_reconciliation_state(state, bytes, 0)?;
+        writer.finalize(engine.as_ref(), &stats)?;
+        Ok(Written::New { actions, files, bytes })
+    })
+    .await?
+}
+
+/// A Parquet writer for the checkpoint at `path`, in the schema of its first
+/// batch and row groups of at most `row_group_bytes` (a positive number),
+/// without Arrow's schema in the footer (as the kernel writes it).
+fn open(
+    store: Arc<dyn ObjectStore>,
+    path: Path,
+    first: &RecordBatch,
+    row_group_bytes: usize,
+) -> Result<AsyncArrowWriter<ParquetObjectWriter>, LogCheckpointError> {
+    let properties = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_max_row_group_bytes(Some(row_group_bytes))
+        .build();
+    let options = ArrowWriterOptions::new()
+        .with_properties(properties)
+        .with_skip_arrow_metadata(true);
+    Ok(AsyncArrowWriter::try_new_with_options(
+        ParquetObjectWriter::new(store, path),
+        first.schema(),
+        options,
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path as FsPath;
+
+    use deltalake::DeltaTableBuilder;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use serde_json::json;
+    use url::Url;
+
+    use super::*;
+
+    /// A log of five commits: 120 files added by three, ten of them
+    /// removed by the fourth, a query's marker at 3.
+    fn write_log(log: &FsPath) {
+        std::fs::create_dir_all(log).unwrap();
+        let schema = json!({"type": "struct", "fields": [
+            {"name": "id", "type": "long", "nullable": true, "metadata": {}}]});
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut commits = vec![vec![
+            json!({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}),
+            json!({"metaData": {"id": "t", "format": {"provider": "parquet", "options": {}},
+                "schemaString": schema.to_string(), "partitionColumns": [],
+                "configuration": {}, "createdTime": now}}),
+        ]];
+        for v in 1..=3 {
+            let mut actions = vec![json!({"txn": {"appId": "q", "version": v}})];
+            actions.extend((0..40).map(|i| {
+                let stats = json!({"numRecords": 1, "minValues": {"id": i}, "maxValues": {"id": i},
+                    "nullCount": {"id": 0}});
+                json!({"add": {"path": format!("part-{v}-{i:03}.parquet"), "partitionValues": {},
+                    "size": 500, "modificationTime": now, "dataChange": true,
+                    "stats": stats.to_string()}})
+            }));
+            commits.push(actions);
+        }
+        commits.push(
+            (0..10)
+                .map(|i| {
+                    json!({"remove": {"path": format!("part-1-{i:03}.parquet"),
+                        "deletionTimestamp": now, "dataChange": true}})
+                })
+                .collect(),
+        );
+        for (v, actions) in commits.iter().enumerate() {
+            let lines: Vec<String> = actions.iter().map(|a| a.to_string()).collect();
+            std::fs::write(log.join(format!("{v:020}.json")), lines.join("\n")).unwrap();
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_checkpoint_in_small_row_groups_holds_the_live_files_and_markers() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("_delta_log");
+        write_log(&log);
+        let url = Url::from_directory_path(dir.path()).unwrap();
+        let table = DeltaTableBuilder::from_url(url.clone()).unwrap().load().await.unwrap();
+
+        let written = write_in(table.log_store().as_ref(), 4, 2048).await.unwrap();
+        let Written::New { actions, files, bytes } = written else {
+            panic!("no checkpoint was written: {written:?}")
+        };
+        // Protocol, metadata, the marker, 110 live files, 10 tombstones.
+        assert_eq!((actions, files), (123, 110));
+        let path = log.join(format!("{:020}.checkpoint.parquet", 4));
+        assert_eq!(bytes, std::fs::metadata(&path).unwrap().len());
+        let file = std::fs::File::open(&path).unwrap();
+        let groups = SerializedFileReader::new(file).unwrap().metadata().num_row_groups();
+        assert!(groups > 3, "{groups} row groups at a 2 KiB limit");
+        let hint: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(log.join("_last_checkpoint")).unwrap()).unwrap();
+        assert_eq!((hint["version"].as_u64(), hint["size"].as_i64()), (Some(4), Some(123)));
+        assert_eq!(
+            write_in(table.log_store().as_ref(), 4, 2048).await.unwrap(),
+            Written::AlreadyThere
+        );
+
+        // With the commits it summarises gone, the checkpoint alone gives the
+        // table: the live files, and the marker.
+        for v in 0..=4 {
+            std::fs::remove_file(log.join(format!("{v:020}.json"))).unwrap();
+        }
+        let table = DeltaTableBuilder::from_url(url.clone()).unwrap().load().await.unwrap();
+        let files: BTreeSet<String> = table
+            .snapshot()
+            .unwrap()
+            .log_data()
+            .iter()
+            .map(|f| f.path().to_string())
+            .collect();
+        let expected: BTreeSet<String> = (1..=3)
+            .flat_map(|v| (0..40).map(move |i| (v, i)))
+            .filter(|(v, i)| *v > 1 || *i >= 10)
+            .map(|(v, i)| format!("part-{v}-{i:03}.parquet"))
+            .collect();
+        assert_eq!(files, expected);
+        let engine = table.log_store().engine(None);
+        let marker = tokio::task::spawn_blocking(move || {
+            let snapshot = Snapshot::builder_for(url).build(engine.as_ref()).unwrap();
+            snapshot.get_app_id_version("q", engine.as_ref()).unwrap()
+        })
+        .await
+        .unwrap();
+        assert_eq!(marker, Some(3));
+    }
+}
