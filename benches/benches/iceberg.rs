@@ -225,9 +225,8 @@ async fn main() {
         // The answer to a growing history: the sink expires snapshots in the
         // background, so the metadata file stays small.
         let policy = ExpiryPolicy {
-            every_commits: 100,
-            retain_last: 100,
-            older_than: None,
+            table_properties_first: false,
+            ..ExpiryPolicy::STREAMING
         };
         let levels: Vec<u64> = [10, 10_000].into_iter().filter(|l| *l <= top.max(10)).collect();
         let history = tempfile::tempdir().unwrap();

@@ -13,7 +13,7 @@ use crate::config::{CatalogKind, Config};
 use crate::error::CatalogError;
 use crate::format::TableFormat;
 use crate::name::{self, TableName};
-use crate::options::TableOptions;
+use crate::options::{SnapshotExpiry, TableOptions};
 use crate::{path, registry};
 
 /// A table found in a catalog.
@@ -345,7 +345,7 @@ impl Catalogs {
             (Opened::Sql { sql, .. }, TableFormat::Iceberg) => Arc::new(iceberg_sink(sql.clone(), &name, options)?),
             (Opened::Rest { rest }, TableFormat::Iceberg) => Arc::new(iceberg_sink(rest.clone(), &name, options)?),
             (Opened::Sql { storage, .. } | Opened::Path { storage, .. }, TableFormat::Delta) => {
-                if options.snapshot_expiry.is_some() {
+                if matches!(options.snapshot_expiry, SnapshotExpiry::Policy(_)) {
                     return Err(CatalogError::Unsupported {
                         catalog: name.catalog.clone(),
                         reason: format!(
@@ -593,7 +593,7 @@ fn iceberg_sink(
     if let Some(bytes) = options.target_file_size {
         sink = sink.with_target_file_size(bytes);
     }
-    if let Some(policy) = options.snapshot_expiry {
+    if let Some(policy) = options.snapshot_expiry.iceberg_policy() {
         sink = sink.with_snapshot_expiry(policy);
     }
     if let Some(policy) = options.compaction {

@@ -53,5 +53,5 @@ pub use describe::{HistoryEntry, QueryMarker, TableDescription};
 pub use error::CatalogError;
 pub use format::TableFormat;
 pub use name::TableName;
-pub use options::TableOptions;
+pub use options::{SnapshotExpiry, TableOptions};
 pub use weir_core::maintenance::{CompactGroup, CompactOptions, CompactProgress, CompactReport};

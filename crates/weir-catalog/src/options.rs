@@ -22,7 +22,7 @@ pub struct TableOptions {
     /// The size at which data files are closed.
     pub target_file_size: Option<u64>,
     /// Snapshot expiry the sink runs in the background (Iceberg only).
-    pub snapshot_expiry: Option<weir_iceberg::ExpiryPolicy>,
+    pub snapshot_expiry: SnapshotExpiry,
     /// Compaction the sink runs in the background (either format).
     pub compaction: Option<weir_core::sink::CompactionPolicy>,
 }
@@ -64,9 +64,18 @@ impl TableOptions {
     }
 
     /// Snapshot expiry as the query commits (an Iceberg table's sink only;
-    /// see [`weir_iceberg::ExpiryPolicy`]).
+    /// see [`weir_iceberg::ExpiryPolicy`]), in place of the default,
+    /// [`weir_iceberg::ExpiryPolicy::STREAMING`].
     pub fn snapshot_expiry(mut self, policy: weir_iceberg::ExpiryPolicy) -> Self {
-        self.snapshot_expiry = Some(policy);
+        self.snapshot_expiry = SnapshotExpiry::Policy(policy);
+        self
+    }
+
+    /// Keeps every snapshot of an Iceberg table: no expiry runs with the
+    /// query (run [`weir_iceberg::ExpireSnapshots`] yourself). Each commit
+    /// then grows slower with the table's history.
+    pub fn keep_every_snapshot(mut self) -> Self {
+        self.snapshot_expiry = SnapshotExpiry::Off;
         self
     }
 
@@ -75,5 +84,29 @@ impl TableOptions {
     pub fn compaction(mut self, policy: weir_core::sink::CompactionPolicy) -> Self {
         self.compaction = Some(policy);
         self
+    }
+}
+
+/// Which snapshot expiry an Iceberg table's sink runs as the query commits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SnapshotExpiry {
+    /// [`weir_iceberg::ExpiryPolicy::STREAMING`] for an Iceberg table;
+    /// nothing for a Delta table (whose old files go with vacuum).
+    #[default]
+    Default,
+    /// None: every snapshot stays.
+    Off,
+    /// This policy; a Delta table refuses it.
+    Policy(weir_iceberg::ExpiryPolicy),
+}
+
+impl SnapshotExpiry {
+    /// The policy an Iceberg table's sink runs.
+    pub fn iceberg_policy(&self) -> Option<weir_iceberg::ExpiryPolicy> {
+        match self {
+            SnapshotExpiry::Default => Some(weir_iceberg::ExpiryPolicy::STREAMING),
+            SnapshotExpiry::Off => None,
+            SnapshotExpiry::Policy(policy) => Some(*policy),
+        }
     }
 }

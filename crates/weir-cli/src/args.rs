@@ -295,12 +295,19 @@ pub struct StreamArgs {
     #[arg(long, value_name = "N", default_value_t = 10, requires = "compaction")]
     pub compact_min_files: usize,
     /// Iceberg: expire old snapshots in the background once the query has
-    /// made N commits since the last expiry began.
-    #[arg(long, value_name = "N")]
+    /// made N commits since the last expiry began, keeping the newest
+    /// --expire-retain of any age. Without it, every 100 commits the
+    /// snapshots beyond the newest 100 expire, unless the table's
+    /// history.expire.* properties keep more.
+    #[arg(long, value_name = "N", conflicts_with = "keep_every_snapshot")]
     pub expire_every: Option<u64>,
     /// Iceberg, with --expire-every: the snapshots kept.
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub expire_retain: usize,
+    /// Iceberg: expire no snapshot (each commit grows slower with the
+    /// table's history; expire them with another job).
+    #[arg(long)]
+    pub keep_every_snapshot: bool,
     /// Per-batch progress on standard output.
     #[arg(long, value_enum, default_value_t = Progress::Text)]
     pub progress: Progress,

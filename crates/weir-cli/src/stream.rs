@@ -98,11 +98,15 @@ pub async fn run(catalogs: &Catalogs, args: &StreamArgs) -> Result<(), Failure> 
             FormatArg::Iceberg => TableFormat::Iceberg,
         });
     }
+    if args.keep_every_snapshot {
+        options = options.keep_every_snapshot();
+    }
     if let Some(every) = args.expire_every {
         options = options.snapshot_expiry(weir::iceberg::ExpiryPolicy {
             every_commits: every.max(1),
             retain_last: args.expire_retain.max(1),
             older_than: None,
+            table_properties_first: false,
         });
     }
     if args.compact_every.is_some() || args.compact_after_files.is_some() {

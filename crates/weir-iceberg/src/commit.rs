@@ -444,7 +444,8 @@ impl Producer {
     /// Merges small data manifests as Java's merge-append does, once there
     /// are `commit.manifest.min-count-to-merge` of them (default 100):
     /// their live entries go, as existing entries, into manifests of up to
-    /// `commit.manifest.target-size-bytes` (default 8 MiB). With `all`
+    /// `commit.manifest.target-size-bytes` (default 1 MiB, see
+    /// [`crate::manifests::DEFAULT_TARGET`]). With `all`
     /// (a manifest rewrite), any two small manifests of a spec are merged,
     /// whatever the table's settings. Returns the manifests kept as they
     /// are and the merged ones.
@@ -466,7 +467,7 @@ impl Producer {
             .get("commit.manifest-merge.enabled")
             .is_none_or(|v| v != "false");
         let min_count = property("commit.manifest.min-count-to-merge", 100).max(2);
-        let target = property("commit.manifest.target-size-bytes", 8 * 1024 * 1024);
+        let target = property("commit.manifest.target-size-bytes", crate::manifests::DEFAULT_TARGET);
         // Manifests of only deleted entries matter to no later snapshot.
         let existing = existing
             .into_iter()
@@ -515,20 +516,19 @@ impl Producer {
                 );
                 let mut writer = self.manifest_writer(metadata, &path, spec_id, None)?;
                 for manifest in &group {
-                    let loaded = manifest.load_manifest(&self.file_io).await.map_err(&err)?;
-                    for entry in loaded
-                        .entries()
-                        .iter()
-                        .filter(|e| e.status() != ManifestStatus::Deleted)
-                    {
+                    let (entries, _) = manifest.load_manifest(&self.file_io).await.map_err(&err)?.into_parts();
+                    for entry in entries {
+                        if entry.status() == ManifestStatus::Deleted {
+                            continue;
+                        }
+                        // The loaded manifest is the only owner: its files
+                        // move into the writer rather than being copied.
+                        let entry = Arc::unwrap_or_clone(entry);
                         let sequence = entry.sequence_number().unwrap_or(manifest.sequence_number);
+                        let snapshot = entry.snapshot_id().unwrap_or(manifest.added_snapshot_id);
+                        let file_sequence = entry.file_sequence_number.or(Some(sequence));
                         writer
-                            .add_existing_file(
-                                entry.data_file().clone(),
-                                entry.snapshot_id().unwrap_or(manifest.added_snapshot_id),
-                                sequence,
-                                entry.file_sequence_number.or(Some(sequence)),
-                            )
+                            .add_existing_file(entry.data_file, snapshot, sequence, file_sequence)
                             .map_err(&err)?;
                     }
                 }

@@ -47,6 +47,9 @@ pub struct ExpireSnapshots {
     ident: TableIdent,
     older_than: Option<Duration>,
     retain_last: Option<usize>,
+    /// `retain_last` and `older_than` for a table that sets no
+    /// `history.expire.*` property of its own.
+    fallback: (usize, Option<Duration>),
     dry_run: bool,
 }
 
@@ -95,6 +98,7 @@ impl ExpireSnapshots {
             ident: parse_ident(name)?,
             older_than: None,
             retain_last: None,
+            fallback: (1, None),
             dry_run: false,
         })
     }
@@ -112,6 +116,18 @@ impl ExpireSnapshots {
     /// `min-snapshots-to-keep` takes precedence.
     pub fn retain_last(mut self, n: usize) -> Self {
         self.retain_last = Some(n.max(1));
+        self
+    }
+
+    /// The newest `retain_last` snapshots of each branch stay and only
+    /// snapshots older than `older_than` expire, unless the table's
+    /// `history.expire.min-snapshots-to-keep` or
+    /// `history.expire.max-snapshot-age-ms` say otherwise (where
+    /// [`Self::retain_last`] and [`Self::older_than`] override the table).
+    pub fn unless_the_table_says(mut self, retain_last: usize, older_than: Duration) -> Self {
+        self.retain_last = None;
+        self.older_than = None;
+        self.fallback = (retain_last.max(1), Some(older_than));
         self
     }
 
@@ -262,14 +278,17 @@ impl ExpireSnapshots {
                 }),
             }
         };
+        let millis = |age: Duration| i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+        let (fallback_keep, fallback_age) = self.fallback;
         let age = match self.older_than {
-            Some(age) => i64::try_from(age.as_millis()).unwrap_or(i64::MAX),
-            None => property("history.expire.max-snapshot-age-ms")?.unwrap_or(DEFAULT_MAX_AGE_MS),
+            Some(age) => millis(age),
+            None => property("history.expire.max-snapshot-age-ms")?
+                .unwrap_or_else(|| fallback_age.map_or(DEFAULT_MAX_AGE_MS, millis)),
         };
         let keep = match self.retain_last {
             Some(n) => n,
             None => property("history.expire.min-snapshots-to-keep")?
-                .map_or(1, |n| usize::try_from(n).unwrap_or(usize::MAX).max(1)),
+                .map_or(fallback_keep, |n| usize::try_from(n).unwrap_or(usize::MAX).max(1)),
         };
         let now = chrono::Utc::now().timestamp_millis();
         let mut kept = HashSet::new();

@@ -38,8 +38,10 @@
 //! - **Manifests** are merged as Java's merge-append does: once
 //!   `commit.manifest.min-count-to-merge` (default 100) small data manifests
 //!   pile up, their live entries are rewritten into manifests of up to
-//!   `commit.manifest.target-size-bytes` (`commit.manifest-merge.enabled`
-//!   turns it off), so a snapshot's manifest list stays short.
+//!   `commit.manifest.target-size-bytes` (default 1 MiB, where Java's is
+//!   8 MiB: a merge holds its manifest's entries in memory;
+//!   `commit.manifest-merge.enabled` turns merging off), so a snapshot's
+//!   manifest list stays short and a merge's memory bounded.
 //! - **Metadata.** `write.metadata.previous-versions-max` bounds the
 //!   metadata log and `write.metadata.delete-after-commit.enabled` deletes
 //!   what leaves it (both set, to 100 and true, on tables weir creates); `metadata/version-hint.text` names the current version

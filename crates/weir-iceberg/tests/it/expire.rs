@@ -159,6 +159,7 @@ async fn a_sink_with_an_expiry_policy_keeps_its_history_bounded() {
         every_commits: 10,
         retain_last: 3,
         older_than: None,
+        table_properties_first: false,
     });
     let q = read_stream(RateSource::rows_per_batch(20))
         .write_stream()
@@ -177,6 +178,40 @@ async fn a_sink_with_an_expiry_policy_keeps_its_history_bounded() {
     assert_exactly_once(&event_ids(&h, TABLE), 0..800);
     let d = iceberg(&["describe", &h.reader, TABLE]).expect("readers present");
     assert_eq!(d["properties"]["weir.query.payments-bronze.batch-id"], "39");
+}
+
+/// A policy that puts the table first (the streaming default's way) keeps
+/// what the table's `history.expire.min-snapshots-to-keep` says, not its
+/// own count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_that_puts_the_table_first_keeps_what_the_table_says() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    let policy = weir_iceberg::ExpiryPolicy {
+        every_commits: 10,
+        retain_last: 3,
+        ..weir_iceberg::ExpiryPolicy::STREAMING
+    };
+    let sink = h
+        .sink_on(TABLE)
+        .await
+        .with_table_property("history.expire.min-snapshots-to-keep", "25")
+        .with_snapshot_expiry(policy);
+    let q = read_stream(RateSource::rows_per_batch(20))
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .stop_after_batch(BatchId(39))
+        .start(sink)
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    // Forty commits, expiries every ten: the last kept the table's 25.
+    let left = snapshots(&h);
+    assert!((25..=35).contains(&left), "{left} snapshots of 40 commits are left");
+    assert_exactly_once(&event_ids(&h, TABLE), 0..800);
 }
 
 /// Branches, tags and retention settings as another engine (pyiceberg) sets
