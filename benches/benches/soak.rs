@@ -23,11 +23,8 @@ use weir_test_support::memory::{sample_stream, MemorySample};
 const WORKLOADS: &[(&str, &[&str])] = &[
     ("delta", &["--format", "delta"]),
     ("delta-compact", &["--format", "delta", "--compact-every", "100"]),
-    ("iceberg-expire", &["--format", "iceberg", "--expire-every", "100"]),
-    (
-        "iceberg-expire-compact",
-        &["--format", "iceberg", "--expire-every", "100", "--compact-every", "100"],
-    ),
+    ("iceberg", &["--format", "iceberg"]),
+    ("iceberg-compact", &["--format", "iceberg", "--compact-every", "100"]),
 ];
 
 /// The largest growth allowed from 1,000 commits to 10,000.

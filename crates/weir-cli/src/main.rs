@@ -25,6 +25,25 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options, read before `main`: two arenas instead of four per
+/// core, and freed pages returned to the system after a second. A stream's
+/// heap stays near 10 MB, but each arena keeps the pages its threads last
+/// used (the runtime's and the blocking pool's, which local file access
+/// and the Delta log replay use), so with the default arenas a stream's
+/// resident memory still rose by 40% over 10,000 commits; with these, by
+/// 10%, at the same speed. `_RJEM_MALLOC_CONF` in the environment is read
+/// after this and overrides it.
+#[used]
+#[export_name = "_rjem_malloc_conf"]
+static MALLOC_CONF: MallocConf = MallocConf(c"narenas:2,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
+
+/// A C string jemalloc reads at start-up.
+#[repr(transparent)]
+struct MallocConf(*const std::ffi::c_char);
+
+// SAFETY: the pointer is to a static, immutable C string literal.
+unsafe impl Sync for MallocConf {}
+
 use clap::Parser;
 use weir::catalog::{lake_dir, Catalogs, Config};
 
