@@ -31,7 +31,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// used (the runtime's and the blocking pool's, which local file access
 /// and the Delta log replay use), so with the default arenas a stream's
 /// resident memory still rose by 40% over 10,000 commits; with these, by
-/// 10%, at the same speed. `_RJEM_MALLOC_CONF` in the environment is read
+/// 10 to 20%, at the same speed. `_RJEM_MALLOC_CONF` in the environment is read
 /// after this and overrides it.
 #[used]
 #[export_name = "_rjem_malloc_conf"]

@@ -139,29 +139,30 @@ impl LogStore for BoundedLogStore {
     }
 
     /// On a current-thread runtime the default engine runs its reads on a
-    /// thread of its own, which a second handler would duplicate: the inner
-    /// engine is kept as it is there.
+    /// thread of its own, which a second JSON handler would duplicate: the
+    /// inner engine's JSON handler is kept there, and only the listing is
+    /// wrapped.
     fn engine(&self, operation_id: Option<Uuid>) -> Arc<dyn Engine> {
         let inner = self.inner.engine(operation_id);
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return inner;
-        };
-        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
-            return inner;
-        }
-        let store = self.inner.root_object_store(operation_id);
-        let executor = Arc::new(TokioMultiThreadExecutor::new(handle));
-        let json = DefaultJsonHandler::new(store, executor)
-            .with_buffer_size(COMMIT_FILES_AT_ONCE)
-            .with_batch_size(JSON_ROWS_PER_BATCH);
         let storage = Arc::new(ContiguousListing {
             inner: inner.storage_handler(),
         });
-        Arc::new(BoundedEngine {
-            inner,
-            json: Arc::new(json),
-            storage,
-        })
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .ok()
+            .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let json: Arc<dyn JsonHandler> = match multi_thread {
+            Some(handle) => {
+                let store = self.inner.root_object_store(operation_id);
+                let executor = Arc::new(TokioMultiThreadExecutor::new(handle));
+                Arc::new(
+                    DefaultJsonHandler::new(store, executor)
+                        .with_buffer_size(COMMIT_FILES_AT_ONCE)
+                        .with_batch_size(JSON_ROWS_PER_BATCH),
+                )
+            }
+            None => inner.json_handler(),
+        };
+        Arc::new(BoundedEngine { inner, json, storage })
     }
 
     fn to_uri(&self, location: &Path) -> String {
@@ -190,13 +191,15 @@ impl LogStore for BoundedLogStore {
 }
 
 /// A storage handler that lists a local log directory again when the
-/// listing holds commit N+1 but not N. A local directory is read in the
-/// order of its names' hashes, so a listing taken while another writer (a
-/// background compaction, a second query) commits can see the newer of two
-/// commits made during it and miss the older; the kernel then refuses the
-/// log as broken. Versions are only ever added above the newest, so the
-/// listing taken again holds N. Object stores list in name order, where
-/// this cannot happen; their listings pass through untouched.
+/// listing skipped a commit: it holds commit N+1 but not N, or it was asked
+/// for the commits from N and its first is past N. A local directory is
+/// read in the order of its names' hashes, so a listing taken while another
+/// writer (a background compaction, a second query) commits can see the
+/// newer of two commits made during it and miss the older; the kernel then
+/// refuses the log as broken. Versions are only ever added above the
+/// newest, so the listing taken again holds N. Listings of other schemes
+/// pass through untouched (object stores list in name order; of those the
+/// kernel supports, S3 Express does not, and is not yet covered here).
 struct ContiguousListing {
     inner: Arc<dyn StorageHandler>,
 }
@@ -207,9 +210,10 @@ impl StorageHandler for ContiguousListing {
             return self.inner.list_from(path);
         }
         let list = || self.inner.list_from(path)?.collect::<KernelResult<Vec<FileMeta>>>();
+        let from = listed_from(path);
         let mut listed = list()?;
         for _ in 0..RELISTS {
-            if !has_gap(&listed) {
+            if !has_gap(from, &listed) {
                 break;
             }
             tracing::debug!(%path, "the log's listing missed a commit written meanwhile; listing it again");
@@ -236,10 +240,38 @@ impl StorageHandler for ContiguousListing {
 }
 
 /// Whether a sorted listing's commit files (`<20 digits>.json`) skip a
-/// version.
-fn has_gap(listed: &[FileMeta]) -> bool {
+/// version, counting from `from` (the version the listing starts at, if it
+/// was asked for the commits from one).
+fn has_gap(from: Option<u64>, listed: &[FileMeta]) -> bool {
     let versions: Vec<u64> = listed.iter().filter_map(|f| commit_version(&f.location)).collect();
-    versions.windows(2).any(|pair| pair[1] != pair[0] + 1)
+    // Commits before a checkpoint may be gone (cleaned up): the first one
+    // after `from` is missing only if no checkpoint just before it is there.
+    let skipped_first = match (from, versions.first()) {
+        (Some(from), Some(&first)) if first > from => !listed
+            .iter()
+            .any(|f| checkpoint_version(&f.location) == Some(first - 1)),
+        _ => false,
+    };
+    skipped_first || versions.windows(2).any(|pair| pair[1] != pair[0] + 1)
+}
+
+/// The version of a checkpoint file's URL (`<20 digits>.checkpoint...`).
+fn checkpoint_version(url: &Url) -> Option<u64> {
+    let name = url.path_segments()?.next_back()?;
+    let (digits, rest) = name.split_at_checked(20)?;
+    if !rest.starts_with(".checkpoint.") || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The version a listing from `path` starts at, when `path` names one
+/// (`_delta_log/<20 digits>`, as the kernel lists the commits from it).
+fn listed_from(path: &Url) -> Option<u64> {
+    let name = path.path_segments()?.next_back()?;
+    (name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| name.parse().ok())
+        .flatten()
 }
 
 /// The version of a commit file's URL, if it is one.
@@ -264,16 +296,88 @@ mod tests {
         }
     }
 
+    fn v(n: u64) -> String {
+        format!("{n:020}.json")
+    }
+
     #[test]
     fn a_listing_that_skips_a_commit_has_a_gap() {
         let listed = |names: &[&str]| names.iter().map(|n| meta(n)).collect::<Vec<_>>();
-        let v = |n: u64| format!("{n:020}.json");
         let checkpoint = format!("{:020}.checkpoint.parquet", 9);
-        assert!(!has_gap(&listed(&[&checkpoint, &v(10), &v(11), &v(12)])));
-        assert!(has_gap(&listed(&[&checkpoint, &v(10), &v(12)])));
+        assert!(!has_gap(None, &listed(&[&checkpoint, &v(10), &v(11), &v(12)])));
+        assert!(has_gap(None, &listed(&[&checkpoint, &v(10), &v(12)])));
+        // Asked for the commits from 10, the first seen is 11.
+        assert!(has_gap(Some(10), &listed(&[&v(11), &v(12)])));
+        assert!(!has_gap(Some(10), &listed(&[&v(10), &v(11)])));
+        assert!(!has_gap(Some(10), &listed(&[])));
+        // Commits 10 and 11 cleaned up behind checkpoint 11.
+        let eleven = format!("{:020}.checkpoint.parquet", 11);
+        assert!(!has_gap(Some(10), &listed(&[&eleven, &v(12)])));
         // Not commits: checkpoints, the hint, staged commits, CRC files.
         let staged = format!("_staged_commits/{:020}.3f2a.json", 11);
         let crc = format!("{:020}.crc", 11);
-        assert!(!has_gap(&listed(&[&v(10), &staged, &crc, "_last_checkpoint", &v(11)])));
+        assert!(!has_gap(
+            None,
+            &listed(&[&v(10), &staged, &crc, "_last_checkpoint", &v(11)])
+        ));
+        let from = Url::parse(&format!("file:///t/_delta_log/{:020}", 10)).unwrap();
+        assert_eq!(listed_from(&from), Some(10));
+        assert_eq!(listed_from(&Url::parse("file:///t/_delta_log/").unwrap()), None);
+    }
+
+    /// A storage handler whose first listing misses commit 11.
+    struct Racing {
+        listings: std::sync::atomic::AtomicUsize,
+    }
+
+    impl StorageHandler for Racing {
+        fn list_from(&self, _: &Url) -> KernelResult<Box<dyn Iterator<Item = KernelResult<FileMeta>>>> {
+            let first = self.listings.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+            let names: Vec<String> = match first {
+                true => vec![v(10), v(12)],
+                false => vec![v(10), v(11), v(12), v(13)],
+            };
+            Ok(Box::new(names.into_iter().map(|n| Ok(meta(&n)))))
+        }
+
+        fn read_files(&self, _: Vec<FileSlice>) -> KernelResult<Box<dyn Iterator<Item = KernelResult<Bytes>>>> {
+            unreachable!()
+        }
+
+        fn copy_atomic(&self, _: &Url, _: &Url) -> KernelResult<()> {
+            unreachable!()
+        }
+
+        fn put(&self, _: &Url, _: Bytes, _: bool) -> KernelResult<()> {
+            unreachable!()
+        }
+
+        fn head(&self, _: &Url) -> KernelResult<FileMeta> {
+            unreachable!()
+        }
+    }
+
+    #[test]
+    fn a_local_listing_that_missed_a_commit_is_taken_again() {
+        let racing = Arc::new(Racing {
+            listings: Default::default(),
+        });
+        let listing = ContiguousListing { inner: racing.clone() };
+        let from = Url::parse(&format!("file:///t/_delta_log/{:020}", 10)).unwrap();
+        let names: Vec<String> = listing
+            .list_from(&from)
+            .unwrap()
+            .map(|f| {
+                f.unwrap()
+                    .location
+                    .path_segments()
+                    .unwrap()
+                    .next_back()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(names, [v(10), v(11), v(12), v(13)]);
+        assert_eq!(racing.listings.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 }

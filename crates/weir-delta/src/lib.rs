@@ -36,8 +36,9 @@
 //! - **Log health.** A log checkpoint every `delta.checkpointInterval`
 //!   commits (default 100), then expired-log cleanup; with commits that
 //!   never list the log, commit time does not grow with the table's history.
-//!   The checkpoint is written in row groups of at most 1 MiB, so writing
-//!   and reading it holds one row group, not every live file, in memory.
+//!   The checkpoint is written in row groups of at most 1 MiB through a
+//!   5 MiB upload buffer, and read back a row group at a time, so its
+//!   memory is bounded but for the replay's set of live file paths.
 //! - **A local log listed while another writer commits** (a background
 //!   compaction, a second query) is listed again if it skipped a commit,
 //!   rather than refused as broken.

@@ -6,10 +6,11 @@
 //! at 10,000 live files that is 3.6 MB each way, growing with the table, and
 //! a streaming process that checkpoints every hundred commits keeps that
 //! peak resident. weir writes the same actions (the kernel's reconciled log
-//! replay, which keeps only the set of file paths it has seen) in Snappy
-//! row groups of at most [`ROW_GROUP_BYTES`], each streamed to the store as
-//! it closes, so writing holds one row group and reading this checkpoint
-//! back for the next one holds one row group too.
+//! replay, which keeps the set of file paths it has seen) in Snappy row
+//! groups of at most [`ROW_GROUP_BYTES`]. What the writer holds is one row
+//! group being encoded and an upload buffer of at most [`UPLOAD_BYTES`]
+//! (a larger checkpoint goes up in parts of that size, two at a time); the
+//! next checkpoint reads this one back a row group at a time.
 
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ use buoyant_kernel::engine::arrow_data::ArrowEngineData;
 use buoyant_kernel::Snapshot;
 use deltalake::logstore::LogStore;
 use deltalake::{ObjectStore, Path};
+use object_store::buffered::BufWriter;
 use object_store::ObjectStoreExt;
 use parquet::arrow::arrow_writer::ArrowWriterOptions;
 use parquet::arrow::async_writer::{AsyncArrowWriter, ParquetObjectWriter};
@@ -28,6 +30,13 @@ use tokio::runtime::Handle;
 
 /// The largest row group a checkpoint is written in, encoded.
 pub(crate) const ROW_GROUP_BYTES: usize = 1 << 20;
+
+/// The upload buffer: a checkpoint up to this size is one put, a larger
+/// one a multipart upload in parts of this size (S3's smallest part).
+const UPLOAD_BYTES: usize = 5 << 20;
+
+/// Parts of a multipart upload in flight at once.
+const PARTS_IN_FLIGHT: usize = 2;
 
 /// Why a log checkpoint was not written. The commits it would summarise
 /// stand either way: a log without its checkpoint is whole, only slower to
@@ -47,23 +56,29 @@ pub enum LogCheckpointError {
     /// The checkpoint file could not be written or read back.
     #[error("storing the checkpoint: {0}")]
     Store(#[from] object_store::Error),
-    /// The writer stopped before it finished (the process is shutting down).
+    /// The writer stopped before it finished: cancelled as the runtime
+    /// shut down, or a panic.
     #[error("the checkpoint writer stopped: {0}")]
     Stopped(#[from] tokio::task::JoinError),
-    /// The log has no actions to checkpoint (not a Delta table).
-    #[error("the log has no actions")]
+    /// The kernel's replay gave no actions to write.
+    #[error("the log replay gave no actions")]
     Empty,
 }
 
 impl LogCheckpointError {
-    /// Whether writing it again may succeed.
+    /// Whether writing it again may succeed: a store's transient failure,
+    /// however deep it is wrapped, or a cancelled writer.
     pub fn retryable(&self) -> bool {
         match self {
             LogCheckpointError::Store(e) => crate::error::transient(e),
             LogCheckpointError::Delta(deltalake::DeltaTableError::ObjectStore { source }) => {
                 crate::error::transient(source)
             }
-            LogCheckpointError::Stopped(_) => true,
+            LogCheckpointError::Kernel(buoyant_kernel::Error::ObjectStore(e)) => crate::error::transient(e),
+            LogCheckpointError::Parquet(parquet::errors::ParquetError::External(e)) => e
+                .downcast_ref::<object_store::Error>()
+                .is_some_and(crate::error::transient),
+            LogCheckpointError::Stopped(e) => e.is_cancelled(),
             _ => false,
         }
     }
@@ -149,8 +164,9 @@ fn open(
     let options = ArrowWriterOptions::new()
         .with_properties(properties)
         .with_skip_arrow_metadata(true);
+    let upload = BufWriter::with_capacity(store, path, UPLOAD_BYTES).with_max_concurrency(PARTS_IN_FLIGHT);
     Ok(AsyncArrowWriter::try_new_with_options(
-        ParquetObjectWriter::new(store, path),
+        ParquetObjectWriter::from_buf_writer(upload),
         first.schema(),
         options,
     )?)
@@ -204,6 +220,25 @@ mod tests {
             let lines: Vec<String> = actions.iter().map(|a| a.to_string()).collect();
             std::fs::write(log.join(format!("{v:020}.json")), lines.join("\n")).unwrap();
         }
+    }
+
+    #[test]
+    fn a_store_failure_is_retryable_however_deeply_wrapped() {
+        let timeout = || object_store::Error::Generic {
+            store: "S3",
+            source: "connection reset".into(),
+        };
+        let missing = || object_store::Error::NotFound {
+            path: "t/_delta_log".into(),
+            source: "gone".into(),
+        };
+        let wrapped =
+            |e: object_store::Error| LogCheckpointError::Parquet(parquet::errors::ParquetError::External(Box::new(e)));
+        assert!(wrapped(timeout()).retryable());
+        assert!(!wrapped(missing()).retryable());
+        assert!(LogCheckpointError::Kernel(buoyant_kernel::Error::ObjectStore(timeout())).retryable());
+        assert!(!LogCheckpointError::Kernel(buoyant_kernel::Error::ObjectStore(missing())).retryable());
+        assert!(!LogCheckpointError::Empty.retryable());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

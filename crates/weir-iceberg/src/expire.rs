@@ -47,9 +47,9 @@ pub struct ExpireSnapshots {
     ident: TableIdent,
     older_than: Option<Duration>,
     retain_last: Option<usize>,
-    /// `retain_last` and `older_than` for a table that sets no
-    /// `history.expire.*` property of its own.
-    fallback: (usize, Option<Duration>),
+    /// The least `retain_last` and `older_than` keep, whatever the
+    /// table's `history.expire.*` properties say.
+    at_least: Option<(usize, Duration)>,
     dry_run: bool,
 }
 
@@ -98,7 +98,7 @@ impl ExpireSnapshots {
             ident: parse_ident(name)?,
             older_than: None,
             retain_last: None,
-            fallback: (1, None),
+            at_least: None,
             dry_run: false,
         })
     }
@@ -119,15 +119,16 @@ impl ExpireSnapshots {
         self
     }
 
-    /// The newest `retain_last` snapshots of each branch stay and only
-    /// snapshots older than `older_than` expire, unless the table's
+    /// The newest `retain_last` snapshots of each branch stay, and those
+    /// younger than `older_than`, or more where the table's
     /// `history.expire.min-snapshots-to-keep` or
-    /// `history.expire.max-snapshot-age-ms` say otherwise (where
-    /// [`Self::retain_last`] and [`Self::older_than`] override the table).
-    pub fn unless_the_table_says(mut self, retain_last: usize, older_than: Duration) -> Self {
+    /// `history.expire.max-snapshot-age-ms` keep more: each is the larger
+    /// of the two. ([`Self::retain_last`] and [`Self::older_than`] instead
+    /// override the table's.)
+    pub fn keeping_at_least(mut self, retain_last: usize, older_than: Duration) -> Self {
         self.retain_last = None;
         self.older_than = None;
-        self.fallback = (retain_last.max(1), Some(older_than));
+        self.at_least = Some((retain_last.max(1), older_than));
         self
     }
 
@@ -279,16 +280,19 @@ impl ExpireSnapshots {
             }
         };
         let millis = |age: Duration| i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
-        let (fallback_keep, fallback_age) = self.fallback;
-        let age = match self.older_than {
-            Some(age) => millis(age),
-            None => property("history.expire.max-snapshot-age-ms")?
-                .unwrap_or_else(|| fallback_age.map_or(DEFAULT_MAX_AGE_MS, millis)),
+        let (least_keep, least_age) = match self.at_least {
+            Some((keep, age)) => (keep, Some(millis(age))),
+            None => (1, None),
+        };
+        let age = match (self.older_than, property("history.expire.max-snapshot-age-ms")?) {
+            (Some(age), _) => millis(age),
+            (None, Some(table)) => least_age.map_or(table, |least| table.max(least)),
+            (None, None) => least_age.unwrap_or(DEFAULT_MAX_AGE_MS),
         };
         let keep = match self.retain_last {
             Some(n) => n,
             None => property("history.expire.min-snapshots-to-keep")?
-                .map_or(fallback_keep, |n| usize::try_from(n).unwrap_or(usize::MAX).max(1)),
+                .map_or(least_keep, |n| usize::try_from(n).unwrap_or(usize::MAX).max(least_keep)),
         };
         let now = chrono::Utc::now().timestamp_millis();
         let mut kept = HashSet::new();

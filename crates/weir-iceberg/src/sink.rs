@@ -74,8 +74,9 @@ pub struct ExpiryPolicy {
     /// Only snapshots older than this expire (`None`: any age).
     pub older_than: Option<Duration>,
     /// Whether the table's own `history.expire.min-snapshots-to-keep` and
-    /// `history.expire.max-snapshot-age-ms`, where it sets them, take the
-    /// place of `retain_last` and `older_than`.
+    /// `history.expire.max-snapshot-age-ms`, where it sets them, keep more
+    /// than `retain_last` and `older_than` (each the larger of the two);
+    /// otherwise the policy's values stand alone.
     pub table_properties_first: bool,
 }
 
@@ -224,7 +225,7 @@ impl IcebergSink {
             async move {
                 let age = policy.older_than.unwrap_or(Duration::ZERO);
                 let job = crate::ExpireSnapshots::new(catalog, &name).map(|job| match policy.table_properties_first {
-                    true => job.unless_the_table_says(policy.retain_last, age),
+                    true => job.keeping_at_least(policy.retain_last, age),
                     false => job.retain_last(policy.retain_last).older_than(age),
                 });
                 let outcome = match job {

@@ -215,9 +215,9 @@ async fn vacuum_in_s3_matches_escaped_and_spaced_partition_folders() {
     weir_test_support::assert_exactly_once(&deltalake_ids(&table), 0..40);
 }
 
-/// Log checkpoints of a table in S3: written at the table's interval,
-/// streamed to the bucket a row group at a time, read by Python deltalake,
-/// and holding the query's marker, so a restart resumes exactly.
+/// Log checkpoints of a table in S3: written at the table's interval by
+/// weir's own checkpoint writer, read by Python deltalake, and holding the
+/// query's marker, so a restart resumes exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_checkpoints_in_s3_are_read_back_and_keep_the_marker() {
     use weir_core::prelude::*;
