@@ -116,26 +116,36 @@ impl SinkHarness for S3Harness {
 
 weir_test_support::sink_conformance_tests!(s3_harness);
 
+/// Runs `stream` into `sink` up to batch `last`, checkpointed at `chk`.
+async fn run(stream: weir_core::prelude::ReadStream, chk: &std::path::Path, sink: DeltaSink, last: u64) {
+    let q = stream
+        .write_stream()
+        .checkpoint_location(chk)
+        .stop_after_batch(weir_core::BatchId(last))
+        .start(sink)
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+}
+
 /// Compaction of a table in S3: the output is larger than an upload part,
 /// so the rewrite thread sends it in parts of a multipart upload, and the
 /// table reads back with every row once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_in_s3_sends_a_large_file_in_parts_and_keeps_every_row() {
-    use weir_core::prelude::*;
     let h = s3_harness().await;
     if let Some(reason) = h.skip_reason() {
         eprintln!("skipped: {reason}");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let q = weir_test_support::with_payload(100_000)
-        .write_stream()
-        .checkpoint_location(dir.path().join("chk"))
-        .stop_after_batch(BatchId(4))
-        .start(h.sink_at("compacted"))
-        .await
-        .unwrap();
-    q.await_termination().await.unwrap();
+    run(
+        weir_test_support::with_payload(100_000),
+        &dir.path().join("chk"),
+        h.sink_at("compacted"),
+        4,
+    )
+    .await;
     let table = format!("{}/compacted", h.prefix);
     let done = weir_delta::Compact::new(&table)
         .unwrap()
@@ -232,14 +242,13 @@ async fn log_checkpoints_in_s3_are_read_back_and_keep_the_marker() {
         let sink = h
             .sink_at("checkpointed")
             .with_table_property("delta.checkpointInterval", "5");
-        let q = read_stream(RateSource::rows_per_batch(7))
-            .write_stream()
-            .checkpoint_location(dir.path().join("chk"))
-            .stop_after_batch(BatchId(last))
-            .start(sink)
-            .await
-            .unwrap();
-        q.await_termination().await.unwrap();
+        run(
+            read_stream(RateSource::rows_per_batch(7)),
+            &dir.path().join("chk"),
+            sink,
+            last,
+        )
+        .await;
     }
     let log: Vec<String> = h
         .store("checkpointed")

@@ -148,6 +148,19 @@ async fn expiry_beside_a_running_stream_loses_no_row() {
     assert_exactly_once(&event_ids(&h, TABLE), 0..2000);
 }
 
+/// Forty batches of 20 rows (ids 0..800) by the query `payments-bronze`.
+async fn forty_batches(chk: &Path, sink: weir_iceberg::IcebergSink) {
+    let q = read_stream(RateSource::rows_per_batch(20))
+        .write_stream()
+        .query_name("payments-bronze")
+        .checkpoint_location(chk)
+        .stop_after_batch(BatchId(39))
+        .start(sink)
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_with_an_expiry_policy_keeps_its_history_bounded() {
     if python().is_none() {
@@ -161,15 +174,7 @@ async fn a_sink_with_an_expiry_policy_keeps_its_history_bounded() {
         older_than: None,
         table_properties_first: false,
     });
-    let q = read_stream(RateSource::rows_per_batch(20))
-        .write_stream()
-        .query_name("payments-bronze")
-        .checkpoint_location(chk.path())
-        .stop_after_batch(BatchId(39))
-        .start(sink)
-        .await
-        .unwrap();
-    q.await_termination().await.unwrap();
+    forty_batches(chk.path(), sink).await;
     assert_exactly_once(&event_ids(&h, TABLE), 0..800);
     // The query ran to its end, so its expiries have ended too: the last
     // began fewer than 10 commits before the end, and kept 3 snapshots.
@@ -200,14 +205,7 @@ async fn a_policy_that_puts_the_table_first_keeps_what_the_table_says() {
         .await
         .with_table_property("history.expire.min-snapshots-to-keep", "25")
         .with_snapshot_expiry(policy);
-    let q = read_stream(RateSource::rows_per_batch(20))
-        .write_stream()
-        .checkpoint_location(chk.path())
-        .stop_after_batch(BatchId(39))
-        .start(sink)
-        .await
-        .unwrap();
-    q.await_termination().await.unwrap();
+    forty_batches(chk.path(), sink).await;
     // Forty commits, expiries every ten: the last kept the table's 25.
     let left = snapshots(&h);
     assert!((25..=35).contains(&left), "{left} snapshots of 40 commits are left");
