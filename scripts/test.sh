@@ -47,18 +47,20 @@ if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
     cp "$requirements" "$stamp"
 fi
 
-step "services: SeaweedFS (S3) and PostgreSQL"
+step "services: SeaweedFS (S3), PostgreSQL and Kafka"
 services=$(mktemp -d)
 cleanup() {
     disk || true
     du -sh target 2>/dev/null || true
     scripts/services/seaweedfs.sh stop "$services" || true
     scripts/services/postgres.sh stop "$services" || true
+    scripts/services/kafka.sh stop "$services" || true
     rm -rf "$services" "${lake:-}" || true
 }
 trap cleanup EXIT
 eval "$(scripts/services/seaweedfs.sh start "$services")"
 eval "$(scripts/services/postgres.sh start "$services")"
+eval "$(scripts/services/kafka.sh start "$services")"
 
 step "before the build"
 disk || true

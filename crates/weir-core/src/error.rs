@@ -72,10 +72,12 @@ pub enum Error {
     #[error(transparent)]
     Refused(Box<Refusal>),
 
-    /// A source failed.
+    /// A source failed. `retryable` says whether reading again can help
+    /// (a broker that did not answer in time) or not (data that is gone).
     #[error("source {source_name}: {source}")]
     Source {
         source_name: String,
+        retryable: bool,
         #[source]
         source: BoxError,
     },
@@ -163,7 +165,7 @@ impl Error {
     pub fn retryable(&self) -> bool {
         match self {
             Error::CheckpointIo { .. } => true,
-            Error::Sink { retryable, .. } => *retryable,
+            Error::Sink { retryable, .. } | Error::Source { retryable, .. } => *retryable,
             _ => false,
         }
     }
@@ -178,6 +180,15 @@ impl Error {
         Error::Sink {
             sink: sink.into(),
             batch_id,
+            retryable,
+            source: source.into(),
+        }
+    }
+
+    /// Wraps a source's own error.
+    pub fn source(source_name: impl Into<String>, retryable: bool, source: impl Into<BoxError>) -> Self {
+        Error::Source {
+            source_name: source_name.into(),
             retryable,
             source: source.into(),
         }

@@ -67,6 +67,10 @@ pub struct SourceProgress {
     pub start_offset: Option<Offset>,
     /// Where it ended (inclusive).
     pub end_offset: Offset,
+    /// What the source measured while reading, in its own terms (the Kafka
+    /// source: records, bytes and lag per partition).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<serde_json::Value>,
 }
 
 /// The sink's part of a batch.

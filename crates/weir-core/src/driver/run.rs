@@ -540,6 +540,7 @@ impl Driver {
             },
             sources: vec![SourceProgress {
                 source: source.name().to_string(),
+                metrics: source.metrics(&end),
                 start_offset: start,
                 end_offset: end,
             }],

@@ -104,6 +104,7 @@ impl FileSource {
 
     fn source_err(&self, e: impl Into<crate::error::BoxError>) -> Error {
         Error::Source {
+            retryable: false,
             source_name: self.name.clone(),
             source: e.into(),
         }
@@ -183,6 +184,7 @@ fn log_index(source: &str, offset: Option<&Offset>) -> Result<Option<u64>> {
                 .and_then(|v| v.as_u64())
                 .map(Some)
                 .ok_or_else(|| Error::Source {
+                    retryable: false,
                     source_name: source.into(),
                     source: format!("offset {o} has no integer field {KEY:?}").into(),
                 })
@@ -293,6 +295,7 @@ impl Source for FileSource {
                         .await
                         .unwrap_or_else(|e| {
                             Err(Error::Source {
+                                retryable: false,
                                 source_name: "files".into(),
                                 source: e.into(),
                             })

@@ -72,6 +72,7 @@ impl Source for MemoryStream {
         let batches = self.lock();
         if to > batches.len() || from > to {
             return Err(Error::Source {
+                retryable: false,
                 source_name: self.name.clone(),
                 source: format!("range ({from}, {to}] is not in the stream of {} batches", batches.len()).into(),
             });

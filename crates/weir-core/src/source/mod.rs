@@ -100,6 +100,13 @@ pub trait Source: Send + Sync + fmt::Debug {
     /// always give the same rows.
     async fn read(&self, start: Option<&Offset>, end: &Offset) -> Result<BatchStream>;
 
+    /// What the source measured while reading the batch ending at `end`
+    /// (records, bytes, lag, rows skipped), for the batch's progress under
+    /// `sources[].metrics`. Defaults to nothing.
+    fn metrics(&self, _end: &Offset) -> Option<serde_json::Value> {
+        None
+    }
+
     /// Called after the batch ending at `end` is recorded as committed: the
     /// source may release what it no longer needs to replay.
     async fn commit(&self, _end: &Offset) -> Result<()> {
@@ -115,6 +122,7 @@ pub(crate) fn integer_offset(source: &str, offset: Option<&Offset>, key: &str) -
         .get(key)
         .and_then(|v| v.as_u64())
         .ok_or_else(|| crate::Error::Source {
+            retryable: false,
             source_name: source.to_string(),
             source: format!("offset {offset} has no integer field {key:?}").into(),
         })

@@ -170,6 +170,7 @@ impl Source for RateSource {
         let to = integer_offset(self.name(), Some(end), KEY)?;
         if from > to {
             return Err(Error::Source {
+                retryable: false,
                 source_name: self.name().into(),
                 source: format!("range ({from}, {to}] runs backwards").into(),
             });

@@ -1,0 +1,198 @@
+//! The errors of weir-kafka.
+
+use rdkafka::error::{KafkaError as ClientError, RDKafkaErrorCode};
+
+use crate::offsets::TopicPartition;
+
+/// What can go wrong reading Kafka. Each variant names the topic and
+/// partition involved; [`KafkaError::retryable`] says whether reading again
+/// can help.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KafkaError {
+    /// The Kafka client failed (the broker refused or did not answer).
+    #[error("{context}: {source}")]
+    Client {
+        /// What weir was doing.
+        context: String,
+        #[source]
+        source: ClientError,
+    },
+
+    /// Records the batch must read are no longer on the broker (retention
+    /// deleted them, or the topic was deleted or recreated). Nothing was
+    /// committed; `fail_on_data_loss(false)` skips what is gone and reports it.
+    #[error("data loss in {tp}: offsets {from}..{until} are planned for this batch, but {reason}. Nothing of this batch was committed; to skip what is gone, run with fail_on_data_loss(false) (the skip is reported in the batch's progress)")]
+    DataLoss {
+        /// The partition.
+        tp: TopicPartition,
+        /// The first offset that cannot be read.
+        from: i64,
+        /// The first offset after those.
+        until: i64,
+        /// What the broker said.
+        reason: String,
+    },
+
+    /// A topic the query reads was deleted.
+    #[error("topic {topic} was deleted while the query read it (partitions {partitions:?} still had offsets to read from). Nothing of this batch was committed; to go on without it, run with fail_on_data_loss(false)")]
+    TopicDeleted {
+        /// The topic.
+        topic: String,
+        /// Its partitions the query knew.
+        partitions: Vec<i32>,
+    },
+
+    /// A partition gave no record and did not move for the poll timeout.
+    #[error("{tp}: no record arrived for {waited_ms} ms at offset {position} while the batch reads up to {until}; the broker may be down. Nothing of this batch was committed; a retry reads the same range")]
+    Stalled {
+        /// The partition.
+        tp: TopicPartition,
+        /// Where the consumer stood.
+        position: i64,
+        /// Where the batch ends.
+        until: i64,
+        /// How long it waited.
+        waited_ms: u64,
+    },
+
+    /// A starting offset names a topic or partition that does not exist.
+    #[error("starting offsets name {tp}, which does not exist; name partitions the topic has, or leave it out to start it at the default")]
+    UnknownPartition {
+        /// The partition.
+        tp: TopicPartition,
+    },
+
+    /// A topic the query subscribes to does not exist.
+    #[error("topic {topic} does not exist on the cluster; create it first (weir does not create the topics it reads)")]
+    UnknownTopic {
+        /// The topic.
+        topic: String,
+    },
+
+    /// An offset in the checkpoint is not the form this source writes.
+    #[error("offset {offset} is not a Kafka offset of the form {{\"topic\": {{\"0\": 42}}}}; the checkpoint was written by another source")]
+    NotAnOffset {
+        /// The offset as recorded.
+        offset: String,
+    },
+
+    /// An option of the source is invalid.
+    #[error("invalid option {option}: {reason}")]
+    InvalidOption {
+        /// The option.
+        option: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The rows cannot be put into Arrow columns.
+    #[error("building the batch's columns: {0}")]
+    Arrow(#[from] arrow_schema::ArrowError),
+
+    /// The reading thread stopped unexpectedly.
+    #[error("the Kafka reader stopped: {0}")]
+    Stopped(String),
+}
+
+impl KafkaError {
+    pub(crate) fn client(context: impl Into<String>, source: ClientError) -> Self {
+        KafkaError::Client {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// Whether trying again can help: a broker that did not answer, a leader
+    /// that moved, a stalled fetch. Lost data, a missing topic and invalid
+    /// options stay as they are.
+    pub fn retryable(&self) -> bool {
+        match self {
+            KafkaError::Client { source, .. } => client_retryable(source),
+            KafkaError::Stalled { .. } | KafkaError::Stopped(_) => true,
+            _ => false,
+        }
+    }
+}
+
+fn client_retryable(e: &ClientError) -> bool {
+    use RDKafkaErrorCode as C;
+    match e.rdkafka_error_code() {
+        Some(code) => matches!(
+            code,
+            C::OperationTimedOut
+                | C::RequestTimedOut
+                | C::BrokerTransportFailure
+                | C::AllBrokersDown
+                | C::BrokerNotAvailable
+                | C::LeaderNotAvailable
+                | C::NotLeaderForPartition
+                | C::NetworkException
+                | C::NotCoordinator
+                | C::CoordinatorNotAvailable
+                | C::CoordinatorLoadInProgress
+                | C::NotEnoughReplicas
+                | C::NotEnoughReplicasAfterAppend
+                | C::KafkaStorageError
+                | C::FetchSessionIdNotFound
+                | C::InvalidFetchSessionEpoch
+                | C::UnknownLeaderEpoch
+                | C::OffsetNotAvailable
+                | C::Resolve
+                | C::TimedOutQueue
+        ),
+        None => false,
+    }
+}
+
+impl From<KafkaError> for weir_core::Error {
+    fn from(e: KafkaError) -> Self {
+        weir_core::Error::source("kafka", e.retryable(), e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp() -> TopicPartition {
+        TopicPartition {
+            topic: "payments".into(),
+            partition: 3,
+        }
+    }
+
+    #[test]
+    fn a_timeout_is_retried_and_lost_data_is_not() {
+        let timeout = KafkaError::client(
+            "fetching watermarks",
+            ClientError::MetadataFetch(RDKafkaErrorCode::OperationTimedOut),
+        );
+        assert!(timeout.retryable());
+        let unknown = KafkaError::client(
+            "fetching watermarks",
+            ClientError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition),
+        );
+        assert!(!unknown.retryable());
+        let lost = KafkaError::DataLoss {
+            tp: tp(),
+            from: 10,
+            until: 20,
+            reason: "the partition now starts at 20".into(),
+        };
+        assert!(!lost.retryable());
+        let msg = lost.to_string();
+        assert!(
+            msg.contains("payments-3") && msg.contains("10..20") && msg.contains("fail_on_data_loss(false)"),
+            "{msg}"
+        );
+        assert!(!weir_core::Error::from(lost).retryable());
+        let stalled = KafkaError::Stalled {
+            tp: tp(),
+            position: 5,
+            until: 9,
+            waited_ms: 1000,
+        };
+        assert!(weir_core::Error::from(stalled).retryable());
+    }
+}

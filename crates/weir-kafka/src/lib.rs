@@ -1,0 +1,40 @@
+//! Kafka for weir: [`KafkaSource`], a replayable source whose offsets live in
+//! the query's checkpoint.
+//!
+//! # Guarantees
+//!
+//! - **Exact replay.** A batch's range is the per-partition offsets in
+//!   `offsets/N` (`{"topic": {"0": 42}}`, the first offset not in the batch),
+//!   written before the batch is read. A replayed batch reads exactly that
+//!   range, whatever any consumer group says; no group is needed.
+//! - **Committed records only.** By default the source reads with
+//!   `isolation.level=read_committed`: records of aborted transactions and
+//!   transaction markers never reach a table, and a range still ends at its
+//!   planned offsets.
+//! - **No silent loss.** Records a batch must read that are gone from the
+//!   broker (retention, a deleted topic, a recreated partition) stop the
+//!   query with an error naming the topic, the partition and the range,
+//!   unless `fail_on_data_loss(false)`, which skips them and reports each
+//!   skipped range in the batch's progress (`sources[].metrics.lost`).
+//! - **A fixed start.** Where a new query begins (`starting_offsets`) is
+//!   resolved once, on its first start, and kept in the checkpoint, so a crash
+//!   before the first batch changes nothing.
+//! - Partitions added while the query runs are read from their beginning.
+//! - Memory follows the batch, not the topic: records are handed on in
+//!   chunks of at most 8,192 rows or 8 MiB, and the reader prefetches at most
+//!   16 MiB (`queued.max.messages.kbytes`).
+
+mod broker;
+mod columns;
+mod config;
+mod error;
+pub mod offsets;
+mod read;
+mod source;
+
+pub use broker::Topics;
+pub use columns::{schema, CREATE_TIME, LOG_APPEND_TIME};
+pub use config::ClientSettings;
+pub use error::KafkaError;
+pub use offsets::{PartitionOffsets, TopicPartition};
+pub use source::{IsolationLevel, KafkaSource, StartingOffsets};

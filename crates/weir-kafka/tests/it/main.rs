@@ -1,0 +1,5 @@
+//! weir-kafka's tests, on the real broker `scripts/services/kafka.sh`
+//! starts (`WEIR_TEST_KAFKA_BOOTSTRAP`).
+
+mod broker;
+mod source;
