@@ -56,6 +56,17 @@ pub enum KafkaError {
         waited_ms: u64,
     },
 
+    /// A record's value does not parse into the source's value schema.
+    #[error("the value of the record at {tp} offset {offset} does not parse: {reason}. Nothing of this batch was committed; to keep such records in a column of their own instead, set on_bad_record to a dead-letter column")]
+    BadRecord {
+        /// The record's partition.
+        tp: TopicPartition,
+        /// The record's offset.
+        offset: i64,
+        /// What the parser said.
+        reason: String,
+    },
+
     /// A starting offset names a topic or partition that does not exist.
     #[error("starting offsets name {tp}, which does not exist; name partitions the topic has, or leave it out to start it at the default")]
     UnknownPartition {

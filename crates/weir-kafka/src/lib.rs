@@ -27,6 +27,7 @@
 mod broker;
 mod columns;
 mod config;
+mod decode;
 mod error;
 pub mod offsets;
 mod read;
@@ -35,6 +36,7 @@ mod source;
 pub use broker::Topics;
 pub use columns::{schema, CREATE_TIME, LOG_APPEND_TIME};
 pub use config::ClientSettings;
+pub use decode::{JsonValues, OnBadRecord};
 pub use error::KafkaError;
 pub use offsets::{PartitionOffsets, TopicPartition};
 pub use source::{IsolationLevel, KafkaSource, StartingOffsets};

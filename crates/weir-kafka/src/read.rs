@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use weir_core::source::BatchStream;
 
 use crate::columns::RecordColumns;
+use crate::decode::ValueDecoder;
 use crate::error::KafkaError;
 use crate::offsets::{PartitionRange, TopicPartition};
 
@@ -32,6 +33,7 @@ pub(crate) struct ReadPlan {
     pub ranges: Vec<PartitionRange>,
     pub schema: SchemaRef,
     pub headers: bool,
+    pub values: Option<Arc<ValueDecoder>>,
     pub fail_on_data_loss: bool,
     pub poll_timeout: Duration,
     pub request_timeout: Duration,
@@ -182,13 +184,13 @@ fn read(
         if cols.rows() >= CHUNK_ROWS || cols.bytes() >= CHUNK_BYTES {
             records += cols.rows() as u64;
             bytes += cols.bytes() as u64;
-            send(tx, cols.finish().map_err(KafkaError::from)?)?;
+            send(tx, chunk(plan, &mut cols)?)?;
         }
     }
     if cols.rows() > 0 {
         records += cols.rows() as u64;
         bytes += cols.bytes() as u64;
-        send(tx, cols.finish().map_err(KafkaError::from)?)?;
+        send(tx, chunk(plan, &mut cols)?)?;
     }
     Ok(json!({
         "records": records,
@@ -196,6 +198,15 @@ fn read(
         "partitions": partitions,
         "lost": lost,
     }))
+}
+
+/// The records collected so far, in the query's columns.
+fn chunk(plan: &ReadPlan, cols: &mut RecordColumns) -> Result<RecordBatch, KafkaError> {
+    let raw = cols.finish()?;
+    match &plan.values {
+        Some(values) => values.decode(&raw),
+        None => Ok(raw),
+    }
 }
 
 /// Records a range that is gone, or fails the batch on it.

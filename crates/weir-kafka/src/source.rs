@@ -15,6 +15,7 @@ use weir_core::source::{BatchStream, Offset, ReadLimit, Source, SourceContext};
 
 use crate::broker::{self, Topics};
 use crate::config::ClientSettings;
+use crate::decode::{JsonValues, ValueDecoder};
 use crate::error::KafkaError;
 use crate::offsets::{self, PartitionOffsets, TopicPartition};
 use crate::read::{self, ReadPlan};
@@ -70,6 +71,7 @@ pub struct KafkaSource {
     max_trigger_delay: Duration,
     fail_on_data_loss: bool,
     headers: bool,
+    values: Option<Arc<ValueDecoder>>,
     isolation: IsolationLevel,
     poll_timeout: Duration,
     request_timeout: Duration,
@@ -120,6 +122,7 @@ impl KafkaSource {
             max_trigger_delay: Duration::from_secs(15 * 60),
             fail_on_data_loss: true,
             headers: false,
+            values: None,
             isolation: IsolationLevel::ReadCommitted,
             poll_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(30),
@@ -217,10 +220,20 @@ impl KafkaSource {
         self
     }
 
-    /// Adds the `headers` column.
+    /// Adds the `headers` column (before [`KafkaSource::json_values`], if
+    /// that keeps it).
     pub fn include_headers(mut self, include: bool) -> Self {
         self.headers = include;
         self
+    }
+
+    /// Parses each record's value as JSON into typed columns instead of the
+    /// raw `key` and `value` (see [`JsonValues`]). Fails if a kept column is
+    /// not a Kafka column or a name is taken twice.
+    pub fn json_values(mut self, values: JsonValues) -> Result<Self, KafkaError> {
+        let decoder = ValueDecoder::new(&values, &crate::schema(self.headers))?;
+        self.values = Some(Arc::new(decoder));
+        Ok(self)
     }
 
     /// Which records of transactional producers are read (default
@@ -482,6 +495,7 @@ impl KafkaSource {
             ranges,
             schema: crate::schema(self.headers),
             headers: self.headers,
+            values: self.values.clone(),
             fail_on_data_loss: self.fail_on_data_loss,
             poll_timeout: self.poll_timeout,
             request_timeout: self.request_timeout,
@@ -511,7 +525,10 @@ impl Source for KafkaSource {
     }
 
     fn schema(&self) -> SchemaRef {
-        crate::schema(self.headers)
+        match &self.values {
+            Some(values) => values.schema(),
+            None => crate::schema(self.headers),
+        }
     }
 
     async fn open(&self, ctx: &SourceContext) -> weir_core::Result<()> {

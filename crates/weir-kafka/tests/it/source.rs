@@ -375,3 +375,72 @@ async fn aborted_transactions_never_land_and_a_batch_ends_past_the_markers() {
         .unwrap();
     assert_eq!(ids(&all.batches()).len(), 160);
 }
+
+#[tokio::test]
+async fn json_values_become_typed_columns_and_a_bad_one_names_its_offset() {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use arrow_array::Array;
+    use arrow_schema::{DataType, Field, Schema};
+    use weir_kafka::{JsonValues, OnBadRecord};
+
+    let Some(kafka) = broker::bootstrap() else { return };
+    let topic = broker::topic(&kafka, "json", 2).await;
+    broker::send(&kafka, &topic, 0, 0..10);
+    broker::send(&kafka, &topic, 1, 10..20);
+    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    let source = |on_bad: OnBadRecord| {
+        KafkaSource::subscribe(&kafka, [topic.as_str()])
+            .starting_offsets(StartingOffsets::Earliest)
+            .json_values(
+                JsonValues::new(schema.clone())
+                    .keep_columns(["partition", "offset"])
+                    .on_bad_record(on_bad),
+            )
+            .unwrap()
+    };
+    let chk = tempfile::tempdir().unwrap();
+    let sink = MemorySink::new("t");
+    run(source(OnBadRecord::Fail), chk.path(), &sink).await.result.unwrap();
+    let ids: Vec<i64> = sink
+        .batches()
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect();
+    assert_exactly_once(&ids, 0..20);
+
+    let producer = broker::producer(&kafka, &[]);
+    producer
+        .send(
+            BaseRecord::<(), _>::to(&topic)
+                .partition(1)
+                .payload("{\"id\": \"twenty\"}"),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    producer.flush(Duration::from_secs(30)).unwrap();
+    broker::send(&kafka, &topic, 1, 21..22);
+    let err = run(source(OnBadRecord::Fail), chk.path(), &sink)
+        .await
+        .result
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(&format!("{topic}-1 offset 10 does not parse")),
+        "{err}"
+    );
+    assert_eq!(sink.row_count(), 20, "nothing of the failed batch landed");
+
+    run(
+        source(OnBadRecord::DeadLetterColumn("corrupt".into())),
+        chk.path(),
+        &sink,
+    )
+    .await
+    .result
+    .unwrap();
+    let last = sink.batches().last().unwrap().clone();
+    let corrupt = last.column_by_name("corrupt").unwrap().as_binary::<i32>();
+    assert_eq!(last.num_rows(), 2);
+    assert_eq!(corrupt.value(0), b"{\"id\": \"twenty\"}");
+    assert!(corrupt.is_null(1));
+}
