@@ -218,6 +218,16 @@ pub enum From {
     Rate,
     /// New files of a directory, each read once.
     Files,
+    /// Records of Kafka topics, replayed exactly from the checkpoint.
+    Kafka,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ValueFormatArg {
+    /// The raw `key` and `value` bytes with the Kafka columns.
+    Raw,
+    /// Each value one JSON object, parsed into --schema.
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -326,4 +336,60 @@ pub struct StreamArgs {
     /// Files source: at most this many new files per batch.
     #[arg(long)]
     pub max_files_per_batch: Option<usize>,
+    /// Processes what is available at the start (in batches of the
+    /// source's limits), then stops.
+    #[arg(long, conflicts_with = "trigger_interval")]
+    pub available_now: bool,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+}
+
+/// `--from kafka`.
+#[derive(Debug, Args)]
+pub struct KafkaArgs {
+    /// Kafka source: the brokers to start from, `host:port,...`.
+    #[arg(long, value_name = "HOSTS")]
+    pub bootstrap_servers: Option<String>,
+    /// Kafka source: a topic to read; repeat or separate with commas.
+    #[arg(long, value_name = "TOPIC", value_delimiter = ',')]
+    pub topic: Vec<String>,
+    /// Kafka source: read every topic whose whole name matches this regex.
+    #[arg(long, value_name = "REGEX", conflicts_with = "topic")]
+    pub topic_pattern: Option<String>,
+    /// Kafka source, a new checkpoint: `earliest`, `latest` (default) or
+    /// offsets as JSON, `{"topic":{"0":42,"1":-2}}` (-2 earliest, -1 latest).
+    #[arg(long, value_name = "WHERE")]
+    pub starting_offsets: Option<String>,
+    /// Kafka source, a new checkpoint: the first record at or after this
+    /// time, milliseconds since the epoch.
+    #[arg(long, value_name = "MS", conflicts_with = "starting_offsets")]
+    pub starting_timestamp: Option<i64>,
+    /// Kafka source: at most this many records per batch, shared by lag.
+    #[arg(long, value_name = "N")]
+    pub max_offsets_per_trigger: Option<u64>,
+    /// Kafka source: how values become columns.
+    #[arg(long, value_enum, default_value_t = ValueFormatArg::Raw)]
+    pub value_format: ValueFormatArg,
+    /// Kafka source, --value-format json: a file with the values' columns
+    /// in DDL, e.g. `id BIGINT NOT NULL, amount DOUBLE, ts TIMESTAMP`.
+    #[arg(long, value_name = "FILE")]
+    pub schema: Option<PathBuf>,
+    /// Kafka source, --value-format json: Kafka columns kept after the
+    /// parsed ones, e.g. `partition,offset,timestamp`.
+    #[arg(long, value_name = "COLS", value_delimiter = ',')]
+    pub keep_kafka_columns: Vec<String>,
+    /// Kafka source, --value-format json: a value that does not parse lands
+    /// in this binary column (its other columns null) instead of failing
+    /// the batch.
+    #[arg(long, value_name = "COLUMN")]
+    pub dead_letter_column: Option<String>,
+    /// Kafka source: skip records that are gone before they were read
+    /// (retention, a deleted topic), reporting them, instead of stopping.
+    #[arg(long)]
+    pub accept_data_loss: bool,
+    /// Kafka source: a librdkafka client setting, `key=value`
+    /// (`security.protocol=SASL_SSL`, `sasl.mechanism=SCRAM-SHA-512`, ...);
+    /// repeat for more.
+    #[arg(long = "kafka-option", value_name = "KEY=VALUE")]
+    pub kafka_options: Vec<String>,
 }

@@ -13,7 +13,9 @@
 
 mod args;
 mod compact;
+mod ddl;
 mod files;
+mod kafka;
 mod show;
 mod stream;
 

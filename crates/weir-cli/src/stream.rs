@@ -38,6 +38,10 @@ pub async fn run(catalogs: &Catalogs, args: &StreamArgs) -> Result<(), Failure> 
             }
             Box::new(move || read_stream(files))
         }
+        From::Kafka => {
+            let kafka = crate::kafka::source(&args.kafka)?;
+            Box::new(move || read_stream(kafka))
+        }
     };
     let mut writer = source().write_stream().checkpoint_location(&args.checkpoint);
     if let Some(name) = &args.query_name {
@@ -51,6 +55,9 @@ pub async fn run(catalogs: &Catalogs, args: &StreamArgs) -> Result<(), Failure> 
             "--trigger-interval",
             interval,
         )?));
+    }
+    if args.available_now {
+        writer = writer.trigger(Trigger::available_now());
     }
     if let Some(n) = args.max_batches {
         if args.take_over_output {

@@ -37,6 +37,9 @@ pub use weir_core::*;
 pub use weir_delta as delta;
 pub use weir_files as files;
 pub use weir_iceberg as iceberg;
+/// The Kafka source (feature `kafka`).
+#[cfg(feature = "kafka")]
+pub use weir_kafka as kafka;
 
 use weir_catalog::{CatalogError, Catalogs, TableOptions};
 

@@ -4,4 +4,5 @@ mod cli;
 mod common;
 mod compact;
 mod files;
+mod kafka;
 mod memory;

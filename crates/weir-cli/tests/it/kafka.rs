@@ -1,0 +1,220 @@
+//! `weir stream --from kafka` on the real broker: a producer writes while the
+//! command is killed at random moments; every id lands once, read back by
+//! the format's Python reader and by DuckDB.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use weir_test_support::assert_exactly_once;
+use weir_test_support::readers::{iceberg, json_ids, rate_amount_cents, read};
+
+use crate::common::{failure, lake_with_readers, last_committed, ok, weir};
+
+const RECORDS: i64 = 20_000;
+const PARTITIONS: i32 = 4;
+const KILLS: u32 = 30;
+
+fn bootstrap() -> Option<String> {
+    let found = std::env::var("WEIR_TEST_KAFKA_BOOTSTRAP").ok();
+    assert!(
+        found.is_some() || std::env::var_os("CI").is_none(),
+        "WEIR_TEST_KAFKA_BOOTSTRAP is not set; scripts/test.sh starts Kafka and sets it"
+    );
+    found
+}
+
+fn create_topic(kafka: &str, prefix: &str) -> String {
+    let name = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", kafka).create().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for r in rt
+        .block_on(admin.create_topics(
+            &[NewTopic::new(&name, PARTITIONS, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        ))
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    name
+}
+
+/// Writes ids `0..RECORDS` as JSON payments, spread over the partitions, a
+/// few hundred at a time, until done or stopped.
+fn produce(kafka: String, topic: String, done: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &kafka)
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+        for chunk in (0..RECORDS).collect::<Vec<_>>().chunks(200) {
+            for id in chunk {
+                let cents = (id * 7919) % 100_000;
+                let value = format!(
+                    "{{\"event_id\":{id},\"amount\":{}.{:02},\"merchant\":\"m{}\"}}",
+                    cents / 100,
+                    cents % 100,
+                    id % 17
+                );
+                let record = BaseRecord::<(), _>::to(&topic)
+                    .partition((*id % PARTITIONS as i64) as i32)
+                    .payload(&value);
+                producer.send(record).map_err(|(e, _)| e).unwrap();
+            }
+            producer.flush(Duration::from_secs(30)).unwrap();
+            std::thread::sleep(Duration::from_millis(60));
+        }
+        done.store(true, Ordering::SeqCst);
+    })
+}
+
+fn stream_args<'a>(kafka: &'a str, topic: &'a str, table: &'a str, format: &'a str, schema: &'a str) -> Vec<&'a str> {
+    vec![
+        "stream",
+        "--from",
+        "kafka",
+        "--bootstrap-servers",
+        kafka,
+        "--topic",
+        topic,
+        "--starting-offsets",
+        "earliest",
+        "--max-offsets-per-trigger",
+        "500",
+        "--value-format",
+        "json",
+        "--schema",
+        schema,
+        "--keep-kafka-columns",
+        "partition,offset",
+        "--to",
+        table,
+        "--format",
+        format,
+        "--checkpoint",
+        "chk",
+        "--progress",
+        "none",
+    ]
+}
+
+/// Streams the topic into `table`, killing the command `KILLS` times at
+/// moments of a fixed pseudo-random sequence while the producer writes; then
+/// drains it with `--available-now`.
+fn stream_through_kills(lake: &Path, kafka: &str, table: &str, format: &str) {
+    let topic = create_topic(kafka, table);
+    let schema = lake.join("payment.ddl");
+    std::fs::write(
+        &schema,
+        "event_id BIGINT NOT NULL, amount DECIMAL(18,2), merchant STRING",
+    )
+    .unwrap();
+    let schema = schema.to_str().unwrap().to_string();
+    let args = stream_args(kafka, &topic, table, format, &schema);
+    let done = Arc::new(AtomicBool::new(false));
+    let producer = produce(kafka.to_string(), topic.clone(), done.clone());
+    let (mut killed, mut seed) = (0, 0x2545_f491_u64);
+    while killed < KILLS {
+        let mut child = weir(lake)
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        std::thread::sleep(Duration::from_millis(80 + (seed >> 33) % 700));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            killed += 1;
+        }
+        let status = child.wait().unwrap();
+        assert!(
+            status.code().is_none() || status.success(),
+            "weir stream failed: {status}"
+        );
+    }
+    producer.join().unwrap();
+    assert!(done.load(Ordering::SeqCst));
+    let before = last_committed(lake, "chk");
+    eprintln!("{format}: {killed} kills, batches 0..={before:?} committed before the drain");
+    // The kills fell on a working stream, not on idle or starting ones.
+    assert!(
+        before.is_some_and(|b| b >= 20),
+        "only batches 0..={before:?} committed between kills"
+    );
+    let mut drain = args.clone();
+    drain.push("--available-now");
+    ok(lake, &drain);
+}
+
+#[test]
+fn kafka_into_delta_lands_every_id_once_through_thirty_kills() {
+    let Some(kafka) = bootstrap() else { return };
+    let Some(dir) = lake_with_readers() else { return };
+    let lake = dir.path();
+    stream_through_kills(lake, &kafka, "bronze.payments", "delta");
+    let table = lake.join("weir-lake/warehouse/bronze/payments");
+    for reader in ["deltalake", "duckdb"] {
+        let out = read(&["ids", reader, table.to_str().unwrap()]).expect("readers present");
+        assert_exactly_once(&json_ids(&out), 0..RECORDS);
+        assert_eq!(
+            out["amount_cents"].as_i64(),
+            Some(rate_amount_cents(RECORDS)),
+            "{reader}"
+        );
+    }
+}
+
+#[test]
+fn kafka_into_iceberg_lands_every_id_once_through_thirty_kills() {
+    let Some(kafka) = bootstrap() else { return };
+    let Some(dir) = lake_with_readers() else { return };
+    let lake = dir.path();
+    stream_through_kills(lake, &kafka, "bronze.payments", "iceberg");
+    let db = lake.join("weir-lake/catalog.db");
+    for reader in ["pyiceberg", "duckdb"] {
+        let out = iceberg(&["ids", reader, db.to_str().unwrap(), "bronze.payments"]).expect("readers present");
+        assert_exactly_once(&json_ids(&out), 0..RECORDS);
+        assert_eq!(
+            out["amount_cents"].as_i64(),
+            Some(rate_amount_cents(RECORDS)),
+            "{reader}"
+        );
+    }
+}
+
+#[test]
+fn kafka_options_that_cannot_work_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path();
+    let base = ["stream", "--from", "kafka", "--to", "bronze.k", "--checkpoint", "chk"];
+    let e = failure(lake, &base);
+    assert!(e.contains("--bootstrap-servers"), "{e}");
+    let with = |extra: &[&str]| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(&["--bootstrap-servers", "127.0.0.1:1"]);
+        a.extend_from_slice(extra);
+        failure(lake, &a)
+    };
+    assert!(with(&[]).contains("--topic"));
+    assert!(with(&["--topic", "t", "--value-format", "json"]).contains("--schema FILE"));
+    assert!(with(&["--topic", "t", "--keep-kafka-columns", "offset"]).contains("need --value-format json"));
+    let e = with(&["--topic", "t", "--kafka-option", "sasl.password:hunter2"]);
+    assert!(e.contains("key=value") && !e.contains("hunter2"), "{e}");
+    let e = with(&["--topic", "t", "--starting-offsets", "{\"t\": [1]}"]);
+    assert!(e.contains("{\"topic\": {\"0\": 42}}"), "{e}");
+}
