@@ -97,6 +97,44 @@ pub enum KafkaError {
         reason: String,
     },
 
+    /// The rows a Kafka sink gets cannot become records.
+    #[error("the Kafka sink's rows: {reason}")]
+    Columns {
+        /// What is wrong with them.
+        reason: String,
+    },
+
+    /// The broker did not take a record the sink sent.
+    #[error("a record for topic {topic} was not delivered: {source}")]
+    Delivery {
+        /// The record's topic.
+        topic: String,
+        #[source]
+        source: ClientError,
+    },
+
+    /// A transaction of the exactly-once sink failed; it was aborted, so
+    /// read_committed consumers see none of its records.
+    #[error("transaction {transactional_id}: {context}: {source}")]
+    Transaction {
+        /// The producer's transactional id.
+        transactional_id: String,
+        /// What the sink was doing.
+        context: &'static str,
+        #[source]
+        source: ClientError,
+    },
+
+    /// Another producer with this sink's transactional id started (a second
+    /// run of the same query): this one was fenced and stopped.
+    #[error("transaction {transactional_id}: a newer producer with the same transactional id (another run of query {query_name}) fenced this one; this run stopped without committing. Run one copy of a query at a time")]
+    Fenced {
+        /// The producer's transactional id.
+        transactional_id: String,
+        /// The query.
+        query_name: String,
+    },
+
     /// The rows cannot be put into Arrow columns.
     #[error("building the batch's columns: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
@@ -121,9 +159,18 @@ impl KafkaError {
         match self {
             KafkaError::Client { source, .. } => client_retryable(source),
             KafkaError::Stalled { .. } | KafkaError::Stopped(_) => true,
+            KafkaError::Delivery { source, .. } => client_retryable(source) || is_timeout(source),
+            KafkaError::Transaction { source, .. } => match source {
+                ClientError::Transaction(e) => e.is_retriable() || (e.txn_requires_abort() && !e.is_fatal()),
+                other => client_retryable(other),
+            },
             _ => false,
         }
     }
+}
+
+fn is_timeout(e: &ClientError) -> bool {
+    matches!(e.rdkafka_error_code(), Some(RDKafkaErrorCode::MessageTimedOut))
 }
 
 fn client_retryable(e: &ClientError) -> bool {

@@ -1,7 +1,9 @@
 //! Kafka for weir: [`KafkaSource`], a replayable source whose offsets live in
-//! the query's checkpoint.
+//! the query's checkpoint, and [`KafkaSink`], at least once or exactly once.
 //!
 //! # Guarantees
+//!
+//! Of the source:
 //!
 //! - **Exact replay.** A batch's range is the per-partition offsets in
 //!   `offsets/N` (`{"topic": {"0": 42}}`, the first offset not in the batch),
@@ -23,14 +25,31 @@
 //! - Memory follows the batch, not the topic: records are handed on in
 //!   chunks of at most 8,192 rows or 8 MiB, and the reader prefetches at most
 //!   16 MiB (`queued.max.messages.kbytes`).
+//!
+//! Of the sink:
+//!
+//! - **At least once** by default, as Spark's Kafka sink: rows of the batch
+//!   running at a crash are written again when it is replayed, and only
+//!   those. The producer is idempotent, so its retries add no duplicates.
+//! - **Exactly once** with [`Guarantee::ExactlyOnce`], for consumers that
+//!   read with `isolation.level=read_committed`: each batch is one Kafka
+//!   transaction holding its records and a marker (query id, batch id) in
+//!   the marker topic. On start the producer takes the query's
+//!   transactional id (`weir-<query name>`), which aborts what an earlier run
+//!   left open and fences any older producer still running; the last
+//!   committed marker then tells which batches are in, so a replayed batch
+//!   that committed is skipped. Consumers reading uncommitted records see
+//!   those of aborted attempts too.
 
 mod broker;
 mod columns;
 mod config;
 mod decode;
 mod error;
+mod marker;
 pub mod offsets;
 mod read;
+mod sink;
 mod source;
 
 pub use broker::Topics;
@@ -39,4 +58,5 @@ pub use config::ClientSettings;
 pub use decode::{JsonValues, OnBadRecord};
 pub use error::KafkaError;
 pub use offsets::{PartitionOffsets, TopicPartition};
+pub use sink::{Guarantee, KafkaSink, DEFAULT_MARKER_TOPIC};
 pub use source::{IsolationLevel, KafkaSource, StartingOffsets};

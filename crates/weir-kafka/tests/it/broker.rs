@@ -151,3 +151,62 @@ pub fn records(batches: &[RecordBatch]) -> Vec<(i64, i32, i64)> {
 pub fn ids(batches: &[RecordBatch]) -> Vec<i64> {
     records(batches).into_iter().map(|(id, _, _)| id).collect()
 }
+
+/// Every record of `topic` from its beginning to its end, as `(key, value)`
+/// strings, read by a plain consumer with `isolation`
+/// (`read_committed` or `read_uncommitted`).
+pub fn consume_all(bootstrap: &str, topic: &str, isolation: &str) -> Vec<(Option<String>, String)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "weir-test-reader")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
+        .create()
+        .unwrap();
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
+    let mut tpl = TopicPartitionList::new();
+    let mut ends = std::collections::HashMap::new();
+    for p in metadata.topics()[0].partitions() {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
+            .unwrap();
+        if low < high {
+            tpl.add_partition_offset(topic, p.id(), rdkafka::Offset::Offset(low))
+                .unwrap();
+            ends.insert(p.id(), high);
+        }
+    }
+    let mut out = Vec::new();
+    if ends.is_empty() {
+        return out;
+    }
+    consumer.assign(&tpl).unwrap();
+    let started = std::time::Instant::now();
+    while !ends.is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "reading {topic} took too long"
+        );
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.unwrap();
+            let key = m.key().map(|k| String::from_utf8_lossy(k).into_owned());
+            out.push((
+                key,
+                String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+            ));
+            if m.offset() + 1 >= ends[&m.partition()] {
+                ends.remove(&m.partition());
+            }
+        }
+        let position = consumer.position().unwrap();
+        ends.retain(|p, end| {
+            position
+                .find_partition(topic, *p)
+                .and_then(|e| e.offset().to_raw())
+                .is_none_or(|o| o < *end)
+        });
+    }
+    out
+}

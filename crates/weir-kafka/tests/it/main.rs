@@ -2,4 +2,5 @@
 //! starts (`WEIR_TEST_KAFKA_BOOTSTRAP`).
 
 mod broker;
+mod sink;
 mod source;

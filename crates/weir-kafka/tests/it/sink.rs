@@ -1,0 +1,206 @@
+//! The Kafka sink on a real broker: at least once, duplicates only from the
+//! replayed batch; exactly once for read_committed consumers through a crash
+//! at every point; a second run of a query fences the first.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use weir_core::crash::{CrashPoint, CrashPoints};
+use weir_core::prelude::*;
+use weir_kafka::{Guarantee, KafkaSink};
+use weir_test_support::assert_exactly_once;
+
+use crate::broker;
+
+/// Rate rows as `key` `k<id>` and `value` `{"id": <id>}`.
+fn as_records(batch: RecordBatch) -> Result<RecordBatch, BoxError> {
+    let ids = batch.column(0).as_primitive::<Int64Type>();
+    let keys: StringArray = ids.values().iter().map(|i| Some(format!("k{i}"))).collect();
+    let values: StringArray = ids.values().iter().map(|i| Some(format!("{{\"id\":{i}}}"))).collect();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("key", DataType::Utf8, true),
+        Field::new("value", DataType::Utf8, true),
+    ]));
+    Ok(RecordBatch::try_new(schema, vec![Arc::new(keys), Arc::new(values)]).unwrap())
+}
+
+/// A query name of its own: the transactional id derives from it, and the
+/// tests run at once.
+fn query_name() -> String {
+    format!("alerts-{}", uuid::Uuid::new_v4().simple())
+}
+
+async fn run(sink: KafkaSink, name: &str, chk: &Path, crash: Option<CrashPoints>) -> weir_core::Result<()> {
+    let source = RateSource::rows_per_batch(100).with_total_rows(1000);
+    let mut writer = read_stream(source)
+        .map_batches(as_records)
+        .write_stream()
+        .query_name(name)
+        .checkpoint_location(chk)
+        .trigger(Trigger::available_now());
+    if let Some(crash) = crash {
+        writer = writer.crash_points(crash);
+    }
+    writer.start(sink).await?.await_termination().await
+}
+
+fn ids(records: &[(Option<String>, String)]) -> Vec<i64> {
+    records
+        .iter()
+        .map(|(key, value)| {
+            let v: serde_json::Value = serde_json::from_str(value).unwrap();
+            let id = v["id"].as_i64().unwrap();
+            assert_eq!(key.as_deref(), Some(format!("k{id}").as_str()));
+            id
+        })
+        .collect()
+}
+
+fn counts(ids: &[i64]) -> BTreeMap<i64, usize> {
+    let mut c = BTreeMap::new();
+    for id in ids {
+        *c.entry(*id).or_default() += 1;
+    }
+    c
+}
+
+#[tokio::test]
+async fn at_least_once_repeats_only_the_batch_running_at_a_crash() {
+    let Some(kafka) = broker::bootstrap() else { return };
+    let topic = broker::topic(&kafka, "alo", 2).await;
+    let chk = tempfile::tempdir().unwrap();
+    let sink = || KafkaSink::new(&kafka).topic(&topic);
+    let name = query_name();
+    let crash = CrashPoints::new().fail_at(CrashPoint::AfterDataWritten, Some(BatchId(3)));
+    assert!(run(sink(), &name, chk.path(), Some(crash)).await.is_err());
+    run(sink(), &name, chk.path(), None).await.unwrap();
+    let got = ids(&broker::consume_all(&kafka, &topic, "read_committed"));
+    let twice: Vec<i64> = counts(&got)
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(id, _)| id)
+        .collect();
+    // Batch 3 (ids 300..400) was written, not recorded, and written again.
+    assert_eq!(twice, (300..400).collect::<Vec<_>>());
+    assert_eq!(got.len(), 1100);
+    let mut once = got.clone();
+    once.sort();
+    once.dedup();
+    assert_exactly_once(&once, 0..1000);
+}
+
+#[tokio::test]
+async fn exactly_once_holds_for_read_committed_consumers_through_a_crash_at_every_point() {
+    let Some(kafka) = broker::bootstrap() else { return };
+    let topic = broker::topic(&kafka, "eos", 3).await;
+    let markers = format!("markers-{}", uuid::Uuid::new_v4().simple());
+    let chk = tempfile::tempdir().unwrap();
+    let sink = || {
+        KafkaSink::new(&kafka).topic(&topic).guarantee(Guarantee::ExactlyOnce {
+            marker_topic: markers.clone(),
+        })
+    };
+    let points = [
+        CrashPoint::AfterOffsetsWritten,
+        CrashPoint::AfterDataWritten,
+        CrashPoint::AfterSinkCommit,
+        CrashPoint::AfterCommitLog,
+    ];
+    let name = query_name();
+    for (i, point) in points.into_iter().enumerate() {
+        let crash = CrashPoints::new().fail_at(point, Some(BatchId(2 * i as u64 + 1)));
+        let err = run(sink(), &name, chk.path(), Some(crash)).await.unwrap_err();
+        assert!(err.to_string().contains("injected crash"), "{err}");
+    }
+    run(sink(), &name, chk.path(), None).await.unwrap();
+    assert_exactly_once(&ids(&broker::consume_all(&kafka, &topic, "read_committed")), 0..1000);
+    // The crash after the data was written left an aborted transaction:
+    // a read_uncommitted consumer sees its records twice.
+    let all = ids(&broker::consume_all(&kafka, &topic, "read_uncommitted"));
+    let twice: Vec<i64> = counts(&all)
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(twice, (300..400).collect::<Vec<_>>());
+    // One marker per committed batch, in their transactions.
+    let marks = broker::consume_all(&kafka, &markers, "read_committed");
+    assert_eq!(marks.len(), 10, "{marks:?}");
+    assert!(marks.iter().all(|(k, _)| k.as_deref() == Some(name.as_str())));
+}
+
+#[tokio::test]
+async fn a_second_run_of_the_query_fences_the_first() {
+    let Some(kafka) = broker::bootstrap() else { return };
+    let topic = broker::topic(&kafka, "fence", 1).await;
+    let markers = format!("markers-{}", uuid::Uuid::new_v4().simple());
+    let sink = || {
+        KafkaSink::new(&kafka).topic(&topic).guarantee(Guarantee::ExactlyOnce {
+            marker_topic: markers.clone(),
+        })
+    };
+    let name = query_name();
+    let start = |chk: &Path, every: Duration| {
+        read_stream(RateSource::rows_per_batch(10))
+            .map_batches(as_records)
+            .write_stream()
+            .query_name(&name)
+            .checkpoint_location(chk)
+            .trigger(Trigger::processing_time(every))
+            .start(sink())
+    };
+    let chk = tempfile::tempdir().unwrap();
+    // The first run commits batch 0, then waits three seconds.
+    let first = start(chk.path(), Duration::from_secs(3)).await.unwrap();
+    for _ in 0..100 {
+        if first.last_progress().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(first.is_active() && first.last_progress().is_some());
+    // A copy of its checkpoint: the same query id, another lease.
+    let copy = tempfile::tempdir().unwrap();
+    weir_test_support::copy_dir(chk.path(), copy.path());
+    let second = start(copy.path(), Duration::from_millis(50)).await.unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(30), first.await_termination())
+        .await
+        .expect("the first run stops")
+        .unwrap_err();
+    assert!(err.to_string().contains("fenced"), "{err}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(second.is_active(), "{:?}", second.exception());
+    second.stop_and_wait().await.unwrap();
+    // What the two committed, read_committed: each id at most once.
+    let got = ids(&broker::consume_all(&kafka, &topic, "read_committed"));
+    assert!(counts(&got).values().all(|n| *n == 1), "a committed id twice");
+}
+
+#[tokio::test]
+async fn rows_without_a_value_or_a_topic_are_refused_before_anything_is_sent() {
+    let Some(kafka) = broker::bootstrap() else { return };
+    let chk = tempfile::tempdir().unwrap();
+    let err = read_stream(RateSource::rows_per_batch(10))
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::once())
+        .start(KafkaSink::new(&kafka).topic("t"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("there is no column value"), "{err}");
+    let err = read_stream(RateSource::rows_per_batch(10))
+        .map_batches(as_records)
+        .write_stream()
+        .checkpoint_location(tempfile::tempdir().unwrap().path())
+        .trigger(Trigger::once())
+        .start(KafkaSink::new(&kafka))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no topic"), "{err}");
+}
