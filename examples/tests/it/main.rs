@@ -5,5 +5,6 @@
 mod common;
 mod delta;
 mod iceberg;
+mod kafka_payments;
 mod kill;
 mod payments;
