@@ -387,6 +387,10 @@ pub struct KafkaArgs {
     /// (retention, a deleted topic), reporting them, instead of stopping.
     #[arg(long)]
     pub accept_data_loss: bool,
+    /// Kafka source: after each batch, commit its end offsets to this
+    /// consumer group for lag monitors (never read back).
+    #[arg(long, value_name = "GROUP")]
+    pub commit_offsets_to_group: Option<String>,
     /// Kafka source: a librdkafka client setting, `key=value`
     /// (`security.protocol=SASL_SSL`, `sasl.mechanism=SCRAM-SHA-512`, ...);
     /// repeat for more.

@@ -31,6 +31,9 @@ pub fn source(args: &KafkaArgs) -> Result<KafkaSource, Failure> {
     if let Some(max) = args.max_offsets_per_trigger {
         source = source.max_offsets_per_trigger(max);
     }
+    if let Some(group) = &args.commit_offsets_to_group {
+        source = source.commit_offsets_to_group(group);
+    }
     if args.accept_data_loss {
         source = source.fail_on_data_loss(false);
     }

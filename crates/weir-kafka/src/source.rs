@@ -75,12 +75,14 @@ pub struct KafkaSource {
     isolation: IsolationLevel,
     poll_timeout: Duration,
     request_timeout: Duration,
+    group: Option<String>,
     state: Arc<Mutex<State>>,
 }
 
 #[derive(Default)]
 struct State {
     client: Option<Arc<BaseConsumer>>,
+    committer: Option<Arc<BaseConsumer>>,
     reader: Option<Arc<Mutex<BaseConsumer>>>,
     initial: Option<PartitionOffsets>,
     available_now: Option<PartitionOffsets>,
@@ -126,6 +128,7 @@ impl KafkaSource {
             isolation: IsolationLevel::ReadCommitted,
             poll_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(30),
+            group: None,
             state: Arc::default(),
         }
     }
@@ -247,6 +250,15 @@ impl KafkaSource {
     /// batch fails, retryably (default 120 s, as Spark's `pollTimeoutMs`).
     pub fn poll_timeout(mut self, timeout: Duration) -> Self {
         self.poll_timeout = timeout;
+        self
+    }
+
+    /// After each batch is recorded as committed, commits its end offsets
+    /// to this consumer group, so lag monitors see the query's progress.
+    /// They are never read back: the checkpoint alone says where a batch
+    /// starts. A failed group commit is logged and changes nothing.
+    pub fn commit_offsets_to_group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
         self
     }
 
@@ -573,6 +585,49 @@ impl Source for KafkaSource {
 
     async fn read(&self, start: Option<&Offset>, end: &Offset) -> weir_core::Result<BatchStream> {
         Ok(self.read_range(start, end).await?)
+    }
+
+    async fn commit(&self, end: &Offset) -> weir_core::Result<()> {
+        let Some(group) = self.group.clone() else { return Ok(()) };
+        let offsets = self.parse(Some(end))?;
+        let committer = {
+            let mut state = self.state.lock().expect("source state");
+            match &state.committer {
+                Some(c) => Some(c.clone()),
+                None => {
+                    let mut config = self.client_config();
+                    config.set("group.id", &group);
+                    match config.create::<BaseConsumer>() {
+                        Ok(c) => {
+                            let c = Arc::new(c);
+                            state.committer = Some(c.clone());
+                            Some(c)
+                        }
+                        Err(e) => {
+                            tracing::warn!(group, error = %e, "cannot commit offsets to the consumer group");
+                            None
+                        }
+                    }
+                }
+            }
+        };
+        let Some(committer) = committer else { return Ok(()) };
+        let result = tokio::task::spawn_blocking(move || {
+            let mut tpl = rdkafka::TopicPartitionList::new();
+            for (tp, o) in offsets.iter() {
+                tpl.add_partition_offset(&tp.topic, tp.partition, rdkafka::Offset::Offset(o))?;
+            }
+            rdkafka::consumer::Consumer::commit(&*committer, &tpl, rdkafka::consumer::CommitMode::Sync)
+        })
+        .await;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(group, error = %e, "committing offsets to the consumer group failed; the query goes on")
+            }
+            Err(e) => tracing::warn!(group, error = %e, "committing offsets to the consumer group stopped"),
+        }
+        Ok(())
     }
 
     fn metrics(&self, end: &Offset) -> Option<serde_json::Value> {

@@ -444,3 +444,43 @@ async fn json_values_become_typed_columns_and_a_bad_one_names_its_offset() {
     assert_eq!(corrupt.value(0), b"{\"id\": \"twenty\"}");
     assert!(corrupt.is_null(1));
 }
+
+#[tokio::test]
+async fn a_pattern_picks_up_topics_created_later_and_offsets_reach_the_group() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+
+    let Some(kafka) = broker::bootstrap() else { return };
+    let prefix = format!("pat{}", uuid::Uuid::new_v4().simple());
+    let first = broker::topic(&kafka, &format!("{prefix}-a"), 1).await;
+    broker::send(&kafka, &first, 0, 0..10);
+    let group = format!("weir-test-{prefix}");
+    let source = || {
+        KafkaSource::subscribe_pattern(&kafka, &format!("{prefix}-.*"))
+            .unwrap()
+            .starting_offsets(StartingOffsets::Earliest)
+            .commit_offsets_to_group(&group)
+    };
+    let chk = tempfile::tempdir().unwrap();
+    let sink = MemorySink::new("t");
+    run(source(), chk.path(), &sink).await.result.unwrap();
+    let second = broker::topic(&kafka, &format!("{prefix}-b"), 2).await;
+    broker::send(&kafka, &second, 1, 10..20);
+    let other = broker::topic(&kafka, &format!("x{prefix}-c"), 1).await;
+    broker::send(&kafka, &other, 0, 100..110);
+    run(source(), chk.path(), &sink).await.result.unwrap();
+    assert_exactly_once(&ids(&sink.batches()), 0..20);
+
+    // The group holds the end of the last batch, for lag monitors.
+    let reader: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &kafka)
+        .set("group.id", &group)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition(&first, 0);
+    tpl.add_partition(&second, 1);
+    let committed = reader.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
+    let at = |t: &str, p: i32| committed.find_partition(t, p).unwrap().offset();
+    assert_eq!(at(&first, 0), rdkafka::Offset::Offset(10));
+    assert_eq!(at(&second, 1), rdkafka::Offset::Offset(10));
+}

@@ -1,0 +1,397 @@
+//! Kafka throughput, each side timed in the same run, rounds alternating,
+//! medians reported:
+//!
+//! 1. Kafka to Delta and Kafka to Iceberg: `weir stream --from kafka` (the
+//!    release binary) reads a topic of JSON payments of about 200 bytes in 8
+//!    partitions, 500,000 records a batch on a 1 s trigger, parses them into
+//!    typed columns and commits them; records/s end to end, against the raw
+//!    rate of the same librdkafka consumer settings reading the same topic
+//!    and doing nothing else. Target: at least 0.7 of the raw rate.
+//! 2. The peak resident memory of each `weir stream` run: it should follow
+//!    the batch size, not the topic.
+//! 3. The exactly-once Kafka sink against the at-least-once one, 2,000,000
+//!    rows of the rate source as JSON records: throughput ratio, target at
+//!    least 0.8.
+//!
+//! ```text
+//! cargo bench -p weir-benches --bench kafka
+//! WEIR_BENCH_KAFKA_RECORDS=1000000 cargo bench -p weir-benches --bench kafka
+//! ```
+//!
+//! It uses the broker `WEIR_TEST_KAFKA_BOOTSTRAP` names, or starts one with
+//! `scripts/services/kafka.sh`. The process exits 1 when a target is missed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::TopicPartitionList;
+use weir_core::prelude::*;
+use weir_kafka::{Guarantee, KafkaSink};
+
+const PARTITIONS: i32 = 8;
+const PER_BATCH: u64 = 500_000;
+const ROUNDS: usize = 2;
+const SINK_ROWS: u64 = 2_000_000;
+
+fn main() {
+    let records: u64 = std::env::var("WEIR_BENCH_KAFKA_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5_000_000);
+    let broker = Broker::start();
+    let weir = build_weir();
+    let topic = format!("bench-{}", uuid::Uuid::new_v4().simple());
+    create_topic(&broker.bootstrap, &topic, PARTITIONS);
+    let started = Instant::now();
+    let bytes = produce(&broker.bootstrap, &topic, records);
+    println!(
+        "produced {records} records, {:.0} bytes each, into {PARTITIONS} partitions in {:.1} s",
+        bytes as f64 / records as f64,
+        started.elapsed().as_secs_f64()
+    );
+
+    let (mut raw, mut delta, mut iceberg) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        raw.push(consume_raw(&broker.bootstrap, &topic, records));
+        delta.push(stream(&weir, &broker.bootstrap, &topic, records, "delta"));
+        iceberg.push(stream(&weir, &broker.bootstrap, &topic, records, "iceberg"));
+        println!(
+            "round {round}: raw {:.0}/s, delta {:.0}/s ({:.0} MiB peak), iceberg {:.0}/s ({:.0} MiB peak)",
+            raw[round],
+            delta[round].rate,
+            mib(delta[round].peak),
+            iceberg[round].rate,
+            mib(iceberg[round].peak)
+        );
+    }
+    let raw = median(raw);
+    let mut missed = Vec::new();
+    for (name, runs) in [("delta", delta), ("iceberg", iceberg)] {
+        let rate = median(runs.iter().map(|r| r.rate).collect());
+        let peak = runs.iter().map(|r| r.peak).max().unwrap_or(0);
+        let ratio = rate / raw;
+        println!(
+            "Kafka to {name}: {rate:.0} records/s, {ratio:.2} of the raw consumer's {raw:.0}/s (target 0.70); peak resident {:.0} MiB",
+            mib(peak)
+        );
+        if ratio < 0.7 {
+            missed.push(format!("kafka to {name} at {ratio:.2} of the raw rate"));
+        }
+    }
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (mut alo, mut eos) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        alo.push(rt.block_on(sink(&broker.bootstrap, false)));
+        eos.push(rt.block_on(sink(&broker.bootstrap, true)));
+    }
+    let (alo, eos) = (median(alo), median(eos));
+    let ratio = eos / alo;
+    println!("Kafka sink: at least once {alo:.0} rows/s, exactly once {eos:.0} rows/s: {ratio:.2} (target 0.80)");
+    if ratio < 0.8 {
+        missed.push(format!("the exactly-once sink at {ratio:.2} of the at-least-once one"));
+    }
+    drop(broker);
+    if !missed.is_empty() {
+        eprintln!("targets missed: {}", missed.join("; "));
+        std::process::exit(1);
+    }
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The broker: the suite's, or one started for this run.
+struct Broker {
+    bootstrap: String,
+    started: Option<tempfile::TempDir>,
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+impl Broker {
+    fn start() -> Broker {
+        if let Ok(bootstrap) = std::env::var("WEIR_TEST_KAFKA_BOOTSTRAP") {
+            return Broker {
+                bootstrap,
+                started: None,
+            };
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(workspace().join("scripts/services/kafka.sh"))
+            .arg("start")
+            .arg(dir.path())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("scripts/services/kafka.sh runs");
+        assert!(out.status.success(), "Kafka did not start");
+        let exports = String::from_utf8(out.stdout).unwrap();
+        let bootstrap = exports
+            .lines()
+            .find_map(|l| l.strip_prefix("export WEIR_TEST_KAFKA_BOOTSTRAP="))
+            .expect("the broker's address")
+            .to_string();
+        Broker {
+            bootstrap,
+            started: Some(dir),
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.started {
+            let _ = Command::new(workspace().join("scripts/services/kafka.sh"))
+                .arg("stop")
+                .arg(dir.path())
+                .status();
+        }
+    }
+}
+
+fn build_weir() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--quiet", "-p", "weir-cli", "--bin", "weir"])
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building the weir command failed");
+    let exe = std::env::current_exe().unwrap();
+    let release = exe.parent().and_then(|d| d.parent()).expect("target/release");
+    release.join("weir")
+}
+
+fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for r in rt
+        .block_on(admin.create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        ))
+        .unwrap()
+    {
+        r.unwrap();
+    }
+}
+
+/// A payment of about 200 bytes.
+fn payment(id: u64) -> String {
+    let cents = (id * 7919) % 100_000;
+    format!(
+        r#"{{"event_id":{id},"ts":"2026-01-01T00:{:02}:{:02}Z","account_id":{},"merchant":"merchant-{:05}","amount":{}.{:02},"currency":"EUR","country":"DE","channel":"card-present","status":"authorised"}}"#,
+        (id / 60) % 60,
+        id % 60,
+        id % 100_000,
+        id % 20_000,
+        cents / 100,
+        cents % 100
+    )
+}
+
+const SCHEMA: &str = "event_id BIGINT NOT NULL, ts TIMESTAMP, account_id BIGINT, merchant STRING, \
+                      amount DECIMAL(18,2), currency STRING, country STRING, channel STRING, status STRING";
+
+/// Writes `records` payments round-robin over the partitions; their bytes.
+fn produce(bootstrap: &str, topic: &str, records: u64) -> u64 {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "20")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.kbytes", "262144")
+        .create()
+        .unwrap();
+    let mut bytes = 0;
+    for id in 0..records {
+        let value = payment(id);
+        bytes += value.len() as u64;
+        let mut record = BaseRecord::<(), _>::to(topic)
+            .partition((id % PARTITIONS as u64) as i32)
+            .payload(&value);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    producer.poll(Duration::from_millis(5));
+                    record = back;
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(300)).unwrap();
+    bytes
+}
+
+/// Records per second of a consumer with the Kafka source's settings that
+/// reads the whole topic and does nothing else.
+fn consume_raw(bootstrap: &str, topic: &str, records: u64) -> f64 {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "weir")
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .set("queued.max.messages.kbytes", "16384")
+        .create()
+        .unwrap();
+    let started = Instant::now();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Offset(0)).unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let (mut n, mut bytes) = (0u64, 0u64);
+    while n < records {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            bytes += m.unwrap().payload_len() as u64;
+            n += 1;
+        }
+    }
+    assert!(bytes > 0);
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+struct Streamed {
+    rate: f64,
+    peak: u64,
+}
+
+/// `weir stream --from kafka` over the whole topic into a new table.
+fn stream(weir: &Path, bootstrap: &str, topic: &str, records: u64, format: &str) -> Streamed {
+    let lake = tempfile::tempdir().unwrap();
+    let schema = lake.path().join("payment.ddl");
+    std::fs::write(&schema, SCHEMA).unwrap();
+    let batches = records.div_ceil(PER_BATCH);
+    let started = Instant::now();
+    let mut child = Command::new(weir)
+        .arg("--lake")
+        .arg(lake.path().join("weir-lake"))
+        .args([
+            "stream",
+            "--from",
+            "kafka",
+            "--bootstrap-servers",
+            bootstrap,
+            "--topic",
+            topic,
+        ])
+        .args([
+            "--starting-offsets",
+            "earliest",
+            "--max-offsets-per-trigger",
+            &PER_BATCH.to_string(),
+        ])
+        .args(["--value-format", "json", "--schema"])
+        .arg(&schema)
+        .args(["--to", "bench.payments", "--format", format, "--trigger-interval", "1s"])
+        .args([
+            "--max-batches",
+            &batches.to_string(),
+            "--progress",
+            "none",
+            "--checkpoint",
+        ])
+        .arg(lake.path().join("chk"))
+        .env_remove("WEIR_CONFIG")
+        .spawn()
+        .expect("weir starts");
+    let mut peak = 0;
+    while child.try_wait().unwrap().is_none() {
+        peak = peak.max(high_water_mark(child.id()));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    assert!(child.wait().unwrap().success(), "weir stream into {format} failed");
+    let rows = table_rows(weir, lake.path());
+    assert_eq!(rows, records, "the {format} table holds every record");
+    Streamed {
+        rate: records as f64 / seconds,
+        peak,
+    }
+}
+
+/// The peak resident set of process `pid` so far (`VmHWM`), in bytes.
+fn high_water_mark(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn table_rows(weir: &Path, lake: &Path) -> u64 {
+    let out = Command::new(weir)
+        .arg("--lake")
+        .arg(lake.join("weir-lake"))
+        .args(["describe", "bench.payments", "--json"])
+        .env_remove("WEIR_CONFIG")
+        .output()
+        .unwrap();
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).expect("describe --json");
+    d["rows"].as_u64().expect("rows")
+}
+
+/// Rate rows as `key` and a JSON `value`.
+fn as_records(batch: RecordBatch) -> Result<RecordBatch, BoxError> {
+    let ids = batch.column(0).as_primitive::<Int64Type>();
+    let keys: StringArray = ids.values().iter().map(|i| Some((i % 1000).to_string())).collect();
+    let values: StringArray = ids.values().iter().map(|i| Some(payment(*i as u64))).collect();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("key", DataType::Utf8, true),
+        Field::new("value", DataType::Utf8, true),
+    ]));
+    Ok(RecordBatch::try_new(schema, vec![Arc::new(keys), Arc::new(values)])?)
+}
+
+/// Rows per second of the Kafka sink writing the rate source's rows.
+async fn sink(bootstrap: &str, exactly_once: bool) -> f64 {
+    let topic = format!("bench-sink-{}", uuid::Uuid::new_v4().simple());
+    create_topic(bootstrap, &topic, PARTITIONS);
+    let mut sink = KafkaSink::new(bootstrap).topic(&topic).option("linger.ms", "20");
+    if exactly_once {
+        sink = sink.guarantee(Guarantee::ExactlyOnce {
+            marker_topic: format!("bench-markers-{}", uuid::Uuid::new_v4().simple()),
+        });
+    }
+    let chk = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    read_stream(RateSource::rows_per_batch(100_000).with_total_rows(SINK_ROWS))
+        .map_batches(as_records)
+        .write_stream()
+        .query_name(format!("bench-{}", uuid::Uuid::new_v4().simple()))
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::available_now())
+        .start(sink)
+        .await
+        .unwrap()
+        .await_termination()
+        .await
+        .unwrap();
+    SINK_ROWS as f64 / started.elapsed().as_secs_f64()
+}
