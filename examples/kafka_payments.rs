@@ -33,7 +33,7 @@ use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use weir::catalog::{Catalogs, Config};
-use weir::kafka::{Guarantee, JsonValues, KafkaSink, KafkaSource, StartingOffsets};
+use weir::kafka::{Guarantee, KafkaSink, KafkaSource, StartingOffsets, ValueColumns};
 use weir::prelude::*;
 
 const BRONZE: &str = "lake.bronze.payments";
@@ -136,7 +136,7 @@ fn payments(o: &Options) -> Result<ReadStream, BoxError> {
     let source = KafkaSource::subscribe(&o.servers, [o.topic.as_str()])
         .starting_offsets(StartingOffsets::Earliest)
         .max_offsets_per_trigger(50_000)
-        .json_values(JsonValues::new(schema))?;
+        .value_columns(ValueColumns::json(schema))?;
     Ok(read_stream(source))
 }
 

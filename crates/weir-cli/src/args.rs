@@ -226,8 +226,10 @@ pub enum From {
 pub enum ValueFormatArg {
     /// The raw `key` and `value` bytes with the Kafka columns.
     Raw,
-    /// Each value one JSON object, parsed into --schema.
+    /// Each value one JSON object, parsed into --schema (DDL).
     Json,
+    /// Each value one Avro datum of --schema (an Avro record schema).
+    Avro,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -371,14 +373,20 @@ pub struct KafkaArgs {
     #[arg(long, value_enum, default_value_t = ValueFormatArg::Raw)]
     pub value_format: ValueFormatArg,
     /// Kafka source, --value-format json: a file with the values' columns
-    /// in DDL, e.g. `id BIGINT NOT NULL, amount DOUBLE, ts TIMESTAMP`.
+    /// in DDL, e.g. `id BIGINT NOT NULL, amount DOUBLE, ts TIMESTAMP`;
+    /// --value-format avro: a file with the Avro record schema.
     #[arg(long, value_name = "FILE")]
     pub schema: Option<PathBuf>,
-    /// Kafka source, --value-format json: Kafka columns kept after the
+    /// Kafka source, --value-format avro: how each value is framed,
+    /// `confluent:ID` (the schema registry's wire format with the schema's
+    /// id), `single-object` or `bare`.
+    #[arg(long, value_name = "FRAMING", default_value = "bare")]
+    pub avro_framing: String,
+    /// Kafka source, --value-format json or avro: Kafka columns kept after the
     /// parsed ones, e.g. `partition,offset,timestamp`.
     #[arg(long, value_name = "COLS", value_delimiter = ',')]
     pub keep_kafka_columns: Vec<String>,
-    /// Kafka source, --value-format json: a value that does not parse lands
+    /// Kafka source, --value-format json or avro: a value that does not parse lands
     /// in this binary column (its other columns null) instead of failing
     /// the batch.
     #[arg(long, value_name = "COLUMN")]

@@ -1,6 +1,6 @@
 //! `weir stream --from kafka`: the source its options describe.
 
-use weir::kafka::{JsonValues, KafkaSource, OnBadRecord, PartitionOffsets, StartingOffsets};
+use weir::kafka::{AvroFraming, KafkaSource, OnBadRecord, PartitionOffsets, StartingOffsets, ValueColumns};
 
 use crate::args::{KafkaArgs, ValueFormatArg};
 use crate::Failure;
@@ -40,21 +40,42 @@ pub fn source(args: &KafkaArgs) -> Result<KafkaSource, Failure> {
     match args.value_format {
         ValueFormatArg::Raw => {
             if args.schema.is_some() || !args.keep_kafka_columns.is_empty() || args.dead_letter_column.is_some() {
-                return Err("--schema, --keep-kafka-columns and --dead-letter-column need --value-format json".into());
+                return Err(
+                    "--schema, --keep-kafka-columns and --dead-letter-column need --value-format json or avro".into(),
+                );
             }
         }
-        ValueFormatArg::Json => {
-            let file = args.schema.as_ref().ok_or("--value-format json needs --schema FILE")?;
+        format => {
+            let file = args
+                .schema
+                .as_ref()
+                .ok_or("--value-format json or avro needs --schema FILE")?;
             let text = std::fs::read_to_string(file).map_err(|e| format!("--schema {}: {e}", file.display()))?;
-            let schema = crate::ddl::parse(&text).map_err(|e| format!("--schema {}: {e}", file.display()))?;
-            let mut values = JsonValues::new(schema).keep_columns(args.keep_kafka_columns.iter().cloned());
+            let values = match format {
+                ValueFormatArg::Json => ValueColumns::json(
+                    crate::ddl::parse(&text).map_err(|e| format!("--schema {}: {e}", file.display()))?,
+                ),
+                _ => ValueColumns::avro(&text, avro_framing(&args.avro_framing)?)?,
+            };
+            let mut values = values.keep_columns(args.keep_kafka_columns.iter().cloned());
             if let Some(column) = &args.dead_letter_column {
                 values = values.on_bad_record(OnBadRecord::DeadLetterColumn(column.clone()));
             }
-            source = source.json_values(values)?;
+            source = source.value_columns(values)?;
         }
     }
     Ok(source)
+}
+
+fn avro_framing(text: &str) -> Result<AvroFraming, Failure> {
+    Ok(match text {
+        "single-object" => AvroFraming::SingleObject,
+        "bare" => AvroFraming::Bare,
+        other => match other.strip_prefix("confluent:").map(str::parse) {
+            Some(Ok(schema_id)) => AvroFraming::Confluent { schema_id },
+            _ => return Err(format!("--avro-framing {other:?}: use confluent:ID, single-object or bare").into()),
+        },
+    })
 }
 
 fn starting_offsets(text: &str) -> Result<StartingOffsets, Failure> {

@@ -1,15 +1,17 @@
-//! Typed columns from record values: JSON parsed into a given Arrow schema,
-//! with the Kafka columns a query keeps beside them, and records that do not
-//! parse failing the batch or set aside in a dead-letter column.
+//! Typed columns from record values (JSON into a given Arrow schema, Avro
+//! with a given schema), with the Kafka columns a query keeps beside them,
+//! and records that do not parse failing the batch or set aside in a
+//! dead-letter column.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, BinaryArray, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array};
-use arrow_json::reader::{Decoder, ReaderBuilder};
-use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use crate::error::KafkaError;
+pub use crate::formats::AvroFraming;
+use crate::formats::Parser;
 use crate::offsets::TopicPartition;
 
 /// What to do with a record whose value does not parse.
@@ -23,23 +25,33 @@ pub enum OnBadRecord {
     DeadLetterColumn(String),
 }
 
-/// Record values read as JSON: each value is one JSON object, parsed into
-/// `schema`'s fields (fields the object lacks are null; fields the schema
-/// lacks are ignored), followed by the Kafka columns named in
-/// `keep_columns`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JsonValues {
-    schema: SchemaRef,
+/// How record values become typed columns: parsed by a format, followed by
+/// the Kafka columns named in `keep_columns`.
+#[derive(Debug, Clone)]
+pub struct ValueColumns {
+    parser: Parser,
     keep_columns: Vec<String>,
     on_bad_record: OnBadRecord,
 }
 
-impl JsonValues {
-    /// Values parsed into `schema`; no Kafka column kept; a record that does
-    /// not parse fails the batch.
-    pub fn new(schema: SchemaRef) -> Self {
-        JsonValues {
-            schema,
+impl ValueColumns {
+    /// Each value one JSON object, parsed into `schema`'s fields: a field the
+    /// object lacks is null (an error if the field is not nullable); a field
+    /// the schema lacks is ignored.
+    pub fn json(schema: SchemaRef) -> Self {
+        Self::with(Parser::json(schema))
+    }
+
+    /// Each value one Avro datum of the record schema `schema` (Avro's JSON
+    /// form), framed as `framing` says; the columns follow the schema's
+    /// fields.
+    pub fn avro(schema: &str, framing: AvroFraming) -> Result<Self, KafkaError> {
+        Ok(Self::with(Parser::avro(schema, framing)?))
+    }
+
+    fn with(parser: Parser) -> Self {
+        ValueColumns {
+            parser,
             keep_columns: Vec::new(),
             on_bad_record: OnBadRecord::Fail,
         }
@@ -66,32 +78,29 @@ impl JsonValues {
 /// Turns the raw columns of a chunk of records into the query's columns.
 #[derive(Debug, Clone)]
 pub(crate) struct ValueDecoder {
-    parsed: SchemaRef,
+    parser: Parser,
     keep: Vec<String>,
     on_bad: OnBadRecord,
     output: SchemaRef,
 }
 
 impl ValueDecoder {
-    /// A decoder for `json`, whose kept columns come from `raw`.
-    pub(crate) fn new(json: &JsonValues, raw: &Schema) -> Result<Self, KafkaError> {
-        let (fields, keep, on_bad) = (json.schema.clone(), &json.keep_columns, json.on_bad_record.clone());
+    /// A decoder for `values`, whose kept columns come from `raw`.
+    pub(crate) fn new(values: &ValueColumns, raw: &Schema) -> Result<Self, KafkaError> {
+        let (keep, on_bad) = (&values.keep_columns, values.on_bad_record.clone());
         let invalid = |reason: String| KafkaError::InvalidOption {
-            option: "value_format",
+            option: "value_columns",
             reason,
         };
-        let parsed: SchemaRef = match on_bad {
-            // A row that did not parse has nulls in every parsed column.
-            OnBadRecord::DeadLetterColumn(_) => Arc::new(Schema::new(
-                fields
-                    .fields()
-                    .iter()
-                    .map(|f| f.as_ref().clone().with_nullable(true))
-                    .collect::<Vec<_>>(),
-            )),
-            OnBadRecord::Fail => fields,
-        };
-        let mut out: Vec<Field> = parsed.fields().iter().map(|f| f.as_ref().clone()).collect();
+        let dead_letter = matches!(on_bad, OnBadRecord::DeadLetterColumn(_));
+        // A row that did not parse has nulls in every parsed column.
+        let mut out: Vec<Field> = values
+            .parser
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(f.is_nullable() || dead_letter))
+            .collect();
         let mut names: BTreeSet<String> = out.iter().map(|f| f.name().clone()).collect();
         for name in keep {
             let field = raw
@@ -108,11 +117,8 @@ impl ValueDecoder {
             }
             out.push(Field::new(name, DataType::Binary, true));
         }
-        ReaderBuilder::new(parsed.clone())
-            .build_decoder()
-            .map_err(|e| invalid(e.to_string()))?;
         Ok(ValueDecoder {
-            parsed,
+            parser: values.parser.clone(),
             keep: keep.to_vec(),
             on_bad,
             output: Arc::new(Schema::new(out)),
@@ -124,21 +130,13 @@ impl ValueDecoder {
         self.output.clone()
     }
 
-    /// A decoder that flushes `rows` rows in one batch.
-    fn decoder(&self, rows: usize) -> Decoder {
-        ReaderBuilder::new(self.parsed.clone())
-            .with_batch_size(rows.max(1))
-            .build_decoder()
-            .expect("checked when the decoder was made")
-    }
-
     /// The query's columns for the raw records `raw`.
     pub(crate) fn decode(&self, raw: &RecordBatch) -> Result<RecordBatch, KafkaError> {
         let values = column::<BinaryArray>(raw, "value");
         let rows: Vec<Option<&[u8]>> = (0..values.len())
             .map(|i| values.is_valid(i).then(|| values.value(i)))
             .collect();
-        let (mut columns, dead) = match parse_all(self.decoder(rows.len()), &self.parsed, &rows) {
+        let (mut columns, dead) = match self.parser.parse(&rows) {
             Ok(batch) => (batch.columns().to_vec(), None),
             Err(_) => self.parse_around_bad(raw, &rows)?,
         };
@@ -162,7 +160,7 @@ impl ValueDecoder {
         let mut good = Vec::with_capacity(rows.len());
         let mut dead: Vec<Option<&[u8]>> = vec![None; rows.len()];
         for (i, row) in rows.iter().enumerate() {
-            match parse_all(self.decoder(1), &self.parsed, std::slice::from_ref(row)) {
+            match self.parser.parse(std::slice::from_ref(row)) {
                 Ok(_) => good.push(i),
                 Err(e) => match &self.on_bad {
                     OnBadRecord::Fail => {
@@ -180,7 +178,7 @@ impl ValueDecoder {
             }
         }
         let good_rows: Vec<Option<&[u8]>> = good.iter().map(|i| rows[*i]).collect();
-        let parsed = parse_all(self.decoder(good_rows.len()), &self.parsed, &good_rows)?;
+        let parsed = self.parser.parse(&good_rows)?;
         // Row i of the chunk is row `slot[i]` of `parsed`, or null.
         let mut slot = vec![None; rows.len()];
         for (n, i) in good.iter().enumerate() {
@@ -201,26 +199,6 @@ fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> &'a T {
         .column_by_name(name)
         .and_then(|c| c.as_any().downcast_ref::<T>())
         .expect("the raw columns")
-}
-
-/// Parses every row as one JSON object into `schema`; a missing value (a
-/// tombstone) is an error, as is a value that is not exactly one object.
-fn parse_all(mut decoder: Decoder, schema: &SchemaRef, rows: &[Option<&[u8]>]) -> Result<RecordBatch, ArrowError> {
-    for (i, row) in rows.iter().enumerate() {
-        let Some(bytes) = row else {
-            return Err(ArrowError::JsonError("the record has no value (a tombstone)".into()));
-        };
-        // The decoder stops when a batch is full: what it left must be blank.
-        let used = decoder.decode(bytes)?;
-        let rest_blank = bytes[used..].iter().all(u8::is_ascii_whitespace);
-        decoder.decode(b"\n")?;
-        if !rest_blank || decoder.has_partial_record() || decoder.len() != i + 1 {
-            return Err(ArrowError::JsonError("the value is not exactly one JSON object".into()));
-        }
-    }
-    Ok(decoder
-        .flush()?
-        .unwrap_or_else(|| RecordBatch::new_empty(schema.clone())))
 }
 
 #[cfg(test)]
@@ -249,14 +227,14 @@ mod tests {
         cols.finish().unwrap()
     }
 
-    fn values() -> JsonValues {
-        JsonValues::new(Arc::new(Schema::new(vec![
+    fn values() -> ValueColumns {
+        ValueColumns::json(Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, false),
             Field::new("amount", DataType::Float64, true),
         ])))
     }
 
-    fn decoder(json: JsonValues) -> ValueDecoder {
+    fn decoder(json: ValueColumns) -> ValueDecoder {
         ValueDecoder::new(&json, &crate::schema(false)).unwrap()
     }
 
@@ -323,8 +301,11 @@ mod tests {
             "{unknown}"
         );
         let schema = Arc::new(Schema::new(vec![Field::new("offset", DataType::Int64, true)]));
-        let clash =
-            ValueDecoder::new(&JsonValues::new(schema).keep_columns(["offset"]), &crate::schema(false)).unwrap_err();
+        let clash = ValueDecoder::new(
+            &ValueColumns::json(schema).keep_columns(["offset"]),
+            &crate::schema(false),
+        )
+        .unwrap_err();
         assert!(clash.to_string().contains("already has a column \"offset\""), "{clash}");
     }
 }

@@ -15,7 +15,7 @@ use weir_core::source::{BatchStream, Offset, ReadLimit, Source, SourceContext};
 
 use crate::broker::{self, Topics};
 use crate::config::ClientSettings;
-use crate::decode::{JsonValues, ValueDecoder};
+use crate::decode::{ValueColumns, ValueDecoder};
 use crate::error::KafkaError;
 use crate::offsets::{self, PartitionOffsets, TopicPartition};
 use crate::read::{self, ReadPlan};
@@ -223,17 +223,17 @@ impl KafkaSource {
         self
     }
 
-    /// Adds the `headers` column (before [`KafkaSource::json_values`], if
+    /// Adds the `headers` column (before [`KafkaSource::value_columns`], if
     /// that keeps it).
     pub fn include_headers(mut self, include: bool) -> Self {
         self.headers = include;
         self
     }
 
-    /// Parses each record's value as JSON into typed columns instead of the
-    /// raw `key` and `value` (see [`JsonValues`]). Fails if a kept column is
-    /// not a Kafka column or a name is taken twice.
-    pub fn json_values(mut self, values: JsonValues) -> Result<Self, KafkaError> {
+    /// Parses each record's value (JSON or Avro) into typed columns instead
+    /// of the raw `key` and `value` (see [`ValueColumns`]). Fails if a kept
+    /// column is not a Kafka column or a name is taken twice.
+    pub fn value_columns(mut self, values: ValueColumns) -> Result<Self, KafkaError> {
         let decoder = ValueDecoder::new(&values, &crate::schema(self.headers))?;
         self.values = Some(Arc::new(decoder));
         Ok(self)

@@ -382,7 +382,7 @@ async fn json_values_become_typed_columns_and_a_bad_one_names_its_offset() {
     use arrow_array::types::Int64Type;
     use arrow_array::Array;
     use arrow_schema::{DataType, Field, Schema};
-    use weir_kafka::{JsonValues, OnBadRecord};
+    use weir_kafka::{OnBadRecord, ValueColumns};
 
     let Some(kafka) = broker::bootstrap() else { return };
     let topic = broker::topic(&kafka, "json", 2).await;
@@ -392,8 +392,8 @@ async fn json_values_become_typed_columns_and_a_bad_one_names_its_offset() {
     let source = |on_bad: OnBadRecord| {
         KafkaSource::subscribe(&kafka, [topic.as_str()])
             .starting_offsets(StartingOffsets::Earliest)
-            .json_values(
-                JsonValues::new(schema.clone())
+            .value_columns(
+                ValueColumns::json(schema.clone())
                     .keep_columns(["partition", "offset"])
                     .on_bad_record(on_bad),
             )
@@ -483,4 +483,69 @@ async fn a_pattern_picks_up_topics_created_later_and_offsets_reach_the_group() {
     let at = |t: &str, p: i32| committed.find_partition(t, p).unwrap().offset();
     assert_eq!(at(&first, 0), rdkafka::Offset::Offset(10));
     assert_eq!(at(&second, 1), rdkafka::Offset::Offset(10));
+}
+
+#[tokio::test]
+async fn avro_values_in_confluents_wire_format_become_typed_columns() {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use arrow_array::Array;
+    use weir_kafka::{AvroFraming, OnBadRecord, ValueColumns};
+
+    let Some(kafka) = broker::bootstrap() else { return };
+    let topic = broker::topic(&kafka, "avro", 1).await;
+    let schema = r#"{"type": "record", "name": "Payment", "fields": [{"name": "event_id", "type": "long"}]}"#;
+    let avro = apache_avro::Schema::parse_str(schema).unwrap();
+    let producer = broker::producer(&kafka, &[]);
+    for id in 0..20i64 {
+        let mut record = apache_avro::types::Record::new(&avro).unwrap();
+        record.put("event_id", id);
+        let datum = apache_avro::to_avro_datum(&avro, record).unwrap();
+        let framed = [&[0u8][..], &42u32.to_be_bytes(), &datum].concat();
+        producer
+            .send(BaseRecord::<(), _>::to(&topic).partition(0).payload(&framed))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer
+        .send(BaseRecord::<(), _>::to(&topic).partition(0).payload("not avro"))
+        .map_err(|(e, _)| e)
+        .unwrap();
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let values = ValueColumns::avro(schema, AvroFraming::Confluent { schema_id: 42 })
+        .unwrap()
+        .keep_columns(["offset"])
+        .on_bad_record(OnBadRecord::DeadLetterColumn("corrupt".into()));
+    let source = KafkaSource::subscribe(&kafka, [topic.as_str()])
+        .starting_offsets(StartingOffsets::Earliest)
+        .value_columns(values)
+        .unwrap();
+    let sink = MemorySink::new("t");
+    run(source, tempfile::tempdir().unwrap().path(), &sink)
+        .await
+        .result
+        .unwrap();
+    let batches = sink.batches();
+    let ids: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| {
+            let c = b.column(0).as_primitive::<Int64Type>();
+            (0..c.len())
+                .filter(|i| c.is_valid(*i))
+                .map(|i| c.value(i))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_exactly_once(&ids, 0..20);
+    let corrupt: Vec<&[u8]> = batches
+        .iter()
+        .flat_map(|b| {
+            let c = b.column_by_name("corrupt").unwrap().as_binary::<i32>();
+            (0..c.len())
+                .filter(|i| c.is_valid(*i))
+                .map(|i| c.value(i))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(corrupt, vec![&b"not avro"[..]]);
 }
