@@ -91,4 +91,10 @@ integration/downstream/check.sh .venv-readers/bin/python
 step "tests"
 cargo nextest run --workspace --locked --no-fail-fast
 
+step "Kafka over SASL SCRAM: weir-kafka with its tls feature (the system's OpenSSL)"
+if ! pkg-config --exists openssl 2>/dev/null; then
+    scripts/apt-install.sh libssl-dev pkg-config
+fi
+cargo nextest run -p weir-kafka --features tls --locked -E 'test(sasl)'
+
 step "all checks passed"

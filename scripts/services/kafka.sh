@@ -19,6 +19,12 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
+# Java and Maven come from the system's packages when the machine lacks them.
+need_tools() {
+    command -v java >/dev/null || scripts/apt-install.sh openjdk-17-jre-headless
+    command -v mvn >/dev/null || scripts/apt-install.sh maven
+}
+
 fetch_jars() {
     if cmp -s "$pom" "$lib/.pom" 2>/dev/null; then
         return
@@ -32,20 +38,26 @@ fetch_jars() {
 
 case "$cmd" in
 start)
+    need_tools
     fetch_jars
     home=$dir/kafka
     mkdir -p "$home/data"
     port=$(free_port)
     controller_port=$(free_port)
+    sasl_port=$(free_port)
     cat >"$home/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$controller_port
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port,SASL_PLAINTEXT://127.0.0.1:$sasl_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sasl_port
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_weir="weir-secret";
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 log.dirs=$home/data
 num.partitions=1
 auto.create.topics.enable=false
@@ -69,8 +81,13 @@ PROPS
     java=(java -Xms128m -Xmx512m -XX:+UseSerialGC
         -Dlog4j2.configurationFile="$home/log4j2.properties" -cp "$PWD/$lib/*")
     cluster=$("${java[@]}" kafka.tools.StorageTool random-uuid 2>/dev/null)
+    # A SASL listener beside the plain one: user weir, password weir-secret,
+    # for PLAIN and both SCRAM mechanisms.
     "${java[@]}" kafka.tools.StorageTool format -t "$cluster" \
-        -c "$home/server.properties" >"$home/format.log" 2>&1 || {
+        -c "$home/server.properties" \
+        --add-scram 'SCRAM-SHA-256=[name=weir,password=weir-secret]' \
+        --add-scram 'SCRAM-SHA-512=[name=weir,password=weir-secret]' \
+        >"$home/format.log" 2>&1 || {
         echo "formatting Kafka's storage failed:" >&2
         cat "$home/format.log" >&2
         exit 1
@@ -91,6 +108,7 @@ PROPS
         exit 1
     fi
     echo "export WEIR_TEST_KAFKA_BOOTSTRAP=127.0.0.1:$port"
+    echo "export WEIR_TEST_KAFKA_SASL_BOOTSTRAP=127.0.0.1:$sasl_port"
     ;;
 stop)
     if [ -f "$dir/kafka.pid" ]; then

@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer as _;
 use rdkafka::{Offset as KOffset, TopicPartitionList};
 use regex::Regex;
 
+use crate::context::Consumer;
 use crate::error::KafkaError;
 use crate::offsets::{PartitionOffsets, TopicPartition};
 
@@ -41,7 +42,7 @@ impl Topics {
 /// The partitions there are now, by topic. A subscribed topic that does not
 /// exist is left out (the caller decides whether that is an error).
 pub(crate) fn partitions(
-    client: &BaseConsumer,
+    client: &Consumer,
     topics: &Topics,
     timeout: Duration,
 ) -> Result<BTreeMap<String, Vec<i32>>, KafkaError> {
@@ -71,11 +72,7 @@ pub(crate) fn partitions(
 
 /// The first offset a partition still has and the offset after its last
 /// readable record (for a read_committed client, the last stable offset).
-pub(crate) fn watermarks(
-    client: &BaseConsumer,
-    tp: &TopicPartition,
-    timeout: Duration,
-) -> Result<(i64, i64), KafkaError> {
+pub(crate) fn watermarks(client: &Consumer, tp: &TopicPartition, timeout: Duration) -> Result<(i64, i64), KafkaError> {
     client
         .fetch_watermarks(&tp.topic, tp.partition, timeout)
         .map_err(|e| KafkaError::client(format!("reading where {tp} begins and ends"), e))
@@ -83,7 +80,7 @@ pub(crate) fn watermarks(
 
 /// The end of each partition, as [`watermarks`] gives it.
 pub(crate) fn latest(
-    client: &BaseConsumer,
+    client: &Consumer,
     parts: &BTreeMap<String, Vec<i32>>,
     timeout: Duration,
 ) -> Result<PartitionOffsets, KafkaError> {
@@ -102,7 +99,7 @@ pub(crate) fn latest(
 
 /// The beginning of each partition.
 pub(crate) fn earliest(
-    client: &BaseConsumer,
+    client: &Consumer,
     parts: &BTreeMap<String, Vec<i32>>,
     timeout: Duration,
 ) -> Result<PartitionOffsets, KafkaError> {
@@ -122,7 +119,7 @@ pub(crate) fn earliest(
 /// For each partition, the first offset whose record's time is at or after
 /// `ms` (milliseconds since the epoch), or the partition's end if none is.
 pub(crate) fn offsets_for_time(
-    client: &BaseConsumer,
+    client: &Consumer,
     parts: &BTreeMap<String, Vec<i32>>,
     ms: i64,
     timeout: Duration,

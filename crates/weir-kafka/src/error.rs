@@ -67,6 +67,15 @@ pub enum KafkaError {
         reason: String,
     },
 
+    /// The brokers refused the client's credentials.
+    #[error("the brokers {brokers} refused the client's credentials: {reason}. Check sasl.mechanism, sasl.username and sasl.password (not shown)")]
+    Authentication {
+        /// The brokers.
+        brokers: String,
+        /// What librdkafka said (it never includes the password).
+        reason: String,
+    },
+
     /// A starting offset names a topic or partition that does not exist.
     #[error("starting offsets name {tp}, which does not exist; name partitions the topic has, or leave it out to start it at the default")]
     UnknownPartition {

@@ -44,6 +44,7 @@
 mod broker;
 mod columns;
 mod config;
+mod context;
 mod decode;
 mod error;
 mod formats;

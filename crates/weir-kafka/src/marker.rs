@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer as _;
 use rdkafka::error::{KafkaError as ClientError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{Offset as KOffset, TopicPartitionList};
@@ -15,6 +15,7 @@ use weir_core::protocol::SinkMarker;
 use weir_core::{BatchId, QueryId, QueryName};
 
 use crate::config::ClientSettings;
+use crate::context::{Consumer, Context};
 use crate::error::KafkaError;
 use crate::offsets::TopicPartition;
 
@@ -63,23 +64,25 @@ pub(crate) async fn latest(
     query: &QueryName,
     timeout: Duration,
 ) -> Result<Option<SinkMarker>, KafkaError> {
-    let consumer: BaseConsumer = settings
+    let consumer: Consumer = settings
         .client_config(&[
             ("isolation.level", "read_committed"),
             ("enable.auto.commit", "false"),
             ("enable.partition.eof", "true"),
             ("group.id", "weir-markers"),
         ])
-        .create()
+        .create_with_context(Context::new(settings.bootstrap_servers()))
         .map_err(|e| KafkaError::client("connecting to read the markers", e))?;
     let (topic, key) = (topic.to_string(), query.to_string());
-    tokio::task::spawn_blocking(move || read_latest(&consumer, &topic, &key, timeout))
-        .await
-        .map_err(|e| KafkaError::Stopped(e.to_string()))?
+    tokio::task::spawn_blocking(move || {
+        read_latest(&consumer, &topic, &key, timeout).map_err(|e| crate::context::explained(&consumer, e))
+    })
+    .await
+    .map_err(|e| KafkaError::Stopped(e.to_string()))?
 }
 
 fn read_latest(
-    consumer: &BaseConsumer,
+    consumer: &Consumer,
     topic: &str,
     key: &str,
     timeout: Duration,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer as _;
 use rdkafka::error::KafkaError as ClientError;
 use rdkafka::message::Message;
 use rdkafka::{Offset as KOffset, TopicPartitionList};
@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use weir_core::source::BatchStream;
 
 use crate::columns::RecordColumns;
+use crate::context::Consumer;
 use crate::decode::ValueDecoder;
 use crate::error::KafkaError;
 use crate::offsets::{PartitionRange, TopicPartition};
@@ -53,7 +54,7 @@ impl From<KafkaError> for Stop {
 
 /// Reads `plan` on a blocking thread; `done` gets the read's metrics before
 /// the stream ends. One read at a time per reader.
-pub(crate) fn spawn<F>(reader: Arc<Mutex<BaseConsumer>>, plan: ReadPlan, done: F) -> BatchStream
+pub(crate) fn spawn<F>(reader: Arc<Mutex<Consumer>>, plan: ReadPlan, done: F) -> BatchStream
 where
     F: FnOnce(serde_json::Value) + Send + 'static,
 {
@@ -67,7 +68,7 @@ where
             Ok(metrics) => done(metrics),
             Err(Stop::Closed) => {}
             Err(Stop::Failed(e)) => {
-                let _ = tx.blocking_send(Err(e.into()));
+                let _ = tx.blocking_send(Err(consumer.context().explain(e).into()));
             }
         }
         if let Err(e) = consumer.unassign() {
@@ -84,7 +85,7 @@ struct Pending {
 }
 
 fn read(
-    consumer: &BaseConsumer,
+    consumer: &Consumer,
     plan: &ReadPlan,
     tx: &mpsc::Sender<weir_core::Result<RecordBatch>>,
 ) -> Result<serde_json::Value, Stop> {
@@ -231,7 +232,7 @@ fn lose(
 }
 
 fn finish(
-    consumer: &BaseConsumer,
+    consumer: &Consumer,
     pending: &mut HashMap<(String, i32), Pending>,
     key: &(String, i32),
 ) -> Result<(), KafkaError> {

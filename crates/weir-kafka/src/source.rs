@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use arrow_schema::SchemaRef;
 use async_trait::async_trait;
 use bytes::Bytes;
-use rdkafka::consumer::BaseConsumer;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use weir_core::checkpoint::PutOutcome;
@@ -15,6 +14,7 @@ use weir_core::source::{BatchStream, Offset, ReadLimit, Source, SourceContext};
 
 use crate::broker::{self, Topics};
 use crate::config::ClientSettings;
+use crate::context::{Consumer, Context};
 use crate::decode::{ValueColumns, ValueDecoder};
 use crate::error::KafkaError;
 use crate::offsets::{self, PartitionOffsets, TopicPartition};
@@ -81,9 +81,9 @@ pub struct KafkaSource {
 
 #[derive(Default)]
 struct State {
-    client: Option<Arc<BaseConsumer>>,
-    committer: Option<Arc<BaseConsumer>>,
-    reader: Option<Arc<Mutex<BaseConsumer>>>,
+    client: Option<Arc<Consumer>>,
+    committer: Option<Arc<Consumer>>,
+    reader: Option<Arc<Mutex<Consumer>>>,
     initial: Option<PartitionOffsets>,
     available_now: Option<PartitionOffsets>,
     last_trigger: Option<Instant>,
@@ -262,6 +262,13 @@ impl KafkaSource {
         self
     }
 
+    /// How long a request to the cluster (metadata, offsets) may take
+    /// before it fails, retryably (default 30 s).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
     fn client_config(&self) -> rdkafka::ClientConfig {
         let isolation = match self.isolation {
             IsolationLevel::ReadCommitted => "read_committed",
@@ -283,21 +290,21 @@ impl KafkaSource {
         config
     }
 
-    fn client(&self) -> Result<Arc<BaseConsumer>, KafkaError> {
+    fn client(&self) -> Result<Arc<Consumer>, KafkaError> {
         let mut state = self.state.lock().expect("source state");
         if let Some(c) = &state.client {
             return Ok(c.clone());
         }
-        let c: BaseConsumer = self
+        let c: Consumer = self
             .client_config()
-            .create()
+            .create_with_context(Context::new(self.settings.bootstrap_servers()))
             .map_err(|e| KafkaError::client(format!("connecting to {}", self.settings.bootstrap_servers()), e))?;
         let c = Arc::new(c);
         state.client = Some(c.clone());
         Ok(c)
     }
 
-    fn reader(&self) -> Result<Arc<Mutex<BaseConsumer>>, KafkaError> {
+    fn reader(&self) -> Result<Arc<Mutex<Consumer>>, KafkaError> {
         let mut state = self.state.lock().expect("source state");
         if let Some(r) = &state.reader {
             return Ok(r.clone());
@@ -307,8 +314,8 @@ impl KafkaSource {
         if config.get("queued.max.messages.kbytes").is_none() {
             config.set("queued.max.messages.kbytes", "16384");
         }
-        let r: BaseConsumer = config
-            .create()
+        let r: Consumer = config
+            .create_with_context(Context::new(self.settings.bootstrap_servers()))
             .map_err(|e| KafkaError::client(format!("connecting to {}", self.settings.bootstrap_servers()), e))?;
         let r = Arc::new(Mutex::new(r));
         state.reader = Some(r.clone());
@@ -319,14 +326,17 @@ impl KafkaSource {
     async fn blocking<T, F>(&self, f: F) -> Result<T, KafkaError>
     where
         T: Send + 'static,
-        F: FnOnce(&BaseConsumer, &Topics, Duration) -> Result<T, KafkaError> + Send + 'static,
+        F: FnOnce(&Consumer, &Topics, Duration) -> Result<T, KafkaError> + Send + 'static,
     {
         let client = self.client()?;
         let topics = self.topics.clone();
         let timeout = self.request_timeout;
-        tokio::task::spawn_blocking(move || f(&client, &topics, timeout))
-            .await
-            .map_err(|e| KafkaError::Stopped(e.to_string()))?
+        tokio::task::spawn_blocking(move || {
+            crate::context::serve(&client);
+            f(&client, &topics, timeout).map_err(|e| crate::context::explained(&client, e))
+        })
+        .await
+        .map_err(|e| KafkaError::Stopped(e.to_string()))?
     }
 
     /// The partitions there are now; a subscribed or assigned topic that is
@@ -597,7 +607,7 @@ impl Source for KafkaSource {
                 None => {
                     let mut config = self.client_config();
                     config.set("group.id", &group);
-                    match config.create::<BaseConsumer>() {
+                    match config.create_with_context::<_, Consumer>(Context::new(self.settings.bootstrap_servers())) {
                         Ok(c) => {
                             let c = Arc::new(c);
                             state.committer = Some(c.clone());
@@ -617,7 +627,9 @@ impl Source for KafkaSource {
             for (tp, o) in offsets.iter() {
                 tpl.add_partition_offset(&tp.topic, tp.partition, rdkafka::Offset::Offset(o))?;
             }
-            rdkafka::consumer::Consumer::commit(&*committer, &tpl, rdkafka::consumer::CommitMode::Sync)
+            let result = rdkafka::consumer::Consumer::commit(&*committer, &tpl, rdkafka::consumer::CommitMode::Sync);
+            crate::context::serve(&committer);
+            result
         })
         .await;
         match result {

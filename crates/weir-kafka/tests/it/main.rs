@@ -2,5 +2,6 @@
 //! starts (`WEIR_TEST_KAFKA_BOOTSTRAP`).
 
 mod broker;
+mod security;
 mod sink;
 mod source;
