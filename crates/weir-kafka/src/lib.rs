@@ -23,8 +23,11 @@
 //!   before the first batch changes nothing.
 //! - Partitions added while the query runs are read from their beginning.
 //! - Memory follows the batch, not the topic: records are handed on in
-//!   chunks of at most 8,192 rows or 8 MiB, and the reader prefetches at most
-//!   16 MiB (`queued.max.messages.kbytes`).
+//!   chunks of at most 8,192 rows or 8 MiB, and the reader fetches ahead at
+//!   most 10,000 records per partition (`queued.min.messages`) and 16 MiB
+//!   (`queued.max.messages.kbytes`). Its assignment is kept from batch to
+//!   batch, each partition on a queue of its own, so what it fetched ahead
+//!   is read by the next batch, not fetched again.
 //!
 //! Of the sink:
 //!

@@ -18,7 +18,7 @@ use crate::context::{Consumer, Context};
 use crate::decode::{ValueColumns, ValueDecoder};
 use crate::error::KafkaError;
 use crate::offsets::{self, PartitionOffsets, TopicPartition};
-use crate::read::{self, ReadPlan};
+use crate::read::{self, ReadPlan, Reader};
 
 /// Where a new query begins reading.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,7 +83,7 @@ pub struct KafkaSource {
 struct State {
     client: Option<Arc<Consumer>>,
     committer: Option<Arc<Consumer>>,
-    reader: Option<Arc<Mutex<Consumer>>>,
+    reader: Option<Arc<Mutex<Reader>>>,
     initial: Option<PartitionOffsets>,
     available_now: Option<PartitionOffsets>,
     last_trigger: Option<Instant>,
@@ -304,20 +304,28 @@ impl KafkaSource {
         Ok(c)
     }
 
-    fn reader(&self) -> Result<Arc<Mutex<Consumer>>, KafkaError> {
+    fn reader(&self) -> Result<Arc<Mutex<Reader>>, KafkaError> {
         let mut state = self.state.lock().expect("source state");
         if let Some(r) = &state.reader {
             return Ok(r.clone());
         }
         let mut config = self.client_config();
-        // The reader's prefetch is what a batch holds beyond its own rows.
-        if config.get("queued.max.messages.kbytes").is_none() {
-            config.set("queued.max.messages.kbytes", "16384");
+        // What the reader fetches ahead, per partition, is what a query
+        // holds beyond its batch: librdkafka's defaults (100,000 records a
+        // partition, some 400 bytes each with its bookkeeping) would make
+        // it follow the partition count rather than the batch.
+        for (key, value) in [
+            ("queued.max.messages.kbytes", "16384"),
+            ("queued.min.messages", "10000"),
+        ] {
+            if config.get(key).is_none() {
+                config.set(key, value);
+            }
         }
         let r: Consumer = config
             .create_with_context(Context::new(self.settings.bootstrap_servers()))
             .map_err(|e| KafkaError::client(format!("connecting to {}", self.settings.bootstrap_servers()), e))?;
-        let r = Arc::new(Mutex::new(r));
+        let r = Arc::new(Mutex::new(Reader::new(r)));
         state.reader = Some(r.clone());
         Ok(r)
     }
@@ -513,8 +521,17 @@ impl KafkaSource {
         let base = self.parse(start)?;
         let end_offsets = self.parse(Some(end))?;
         let ranges = offsets::ranges(&base, &end_offsets);
+        let positions = end_offsets
+            .iter()
+            .map(|(tp, until)| {
+                let from = base.get(&tp.topic, tp.partition).unwrap_or(0);
+                (tp, from.min(until))
+            })
+            .collect();
         let plan = ReadPlan {
+            client: self.client()?,
             ranges,
+            positions,
             schema: crate::schema(self.headers),
             headers: self.headers,
             values: self.values.clone(),

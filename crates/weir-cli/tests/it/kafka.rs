@@ -21,7 +21,7 @@ const RECORDS: i64 = 20_000;
 const PARTITIONS: i32 = 4;
 const KILLS: u32 = 30;
 
-fn bootstrap() -> Option<String> {
+pub(crate) fn bootstrap() -> Option<String> {
     let found = std::env::var("WEIR_TEST_KAFKA_BOOTSTRAP").ok();
     assert!(
         found.is_some() || std::env::var_os("CI").is_none(),
@@ -30,7 +30,7 @@ fn bootstrap() -> Option<String> {
     found
 }
 
-fn create_topic(kafka: &str, prefix: &str) -> String {
+pub(crate) fn create_topic(kafka: &str, prefix: &str) -> String {
     let name = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
     let admin: AdminClient<DefaultClientContext> =
         ClientConfig::new().set("bootstrap.servers", kafka).create().unwrap();
@@ -50,32 +50,56 @@ fn create_topic(kafka: &str, prefix: &str) -> String {
     name
 }
 
-/// Writes ids `0..RECORDS` as JSON payments, spread over the partitions, a
-/// few hundred at a time, until done or stopped.
+/// Writes payments with ids `ids` as JSON, spread over the partitions,
+/// `chunk` at a time with `pause` between chunks.
+pub(crate) fn produce_payments(kafka: &str, topic: &str, ids: std::ops::Range<i64>, chunk: usize, pause: Duration) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", kafka)
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    for chunk in ids.collect::<Vec<_>>().chunks(chunk) {
+        for id in chunk {
+            let cents = (id * 7919) % 100_000;
+            let value = format!(
+                "{{\"event_id\":{id},\"amount\":{}.{:02},\"merchant\":\"m{}\"}}",
+                cents / 100,
+                cents % 100,
+                id % 17
+            );
+            let mut record = BaseRecord::<(), _>::to(topic)
+                .partition((*id % PARTITIONS as i64) as i32)
+                .payload(&value);
+            while let Err((e, back)) = producer.send(record) {
+                assert_eq!(
+                    e.rdkafka_error_code(),
+                    Some(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                    "{e}"
+                );
+                producer.poll(Duration::from_millis(10));
+                record = back;
+            }
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+        std::thread::sleep(pause);
+    }
+}
+
+/// The columns of those payments, in DDL, in a file under `dir`.
+pub(crate) fn payment_schema(dir: &Path) -> String {
+    let schema = dir.join("payment.ddl");
+    std::fs::write(
+        &schema,
+        "event_id BIGINT NOT NULL, amount DECIMAL(18,2), merchant STRING",
+    )
+    .unwrap();
+    schema.to_str().unwrap().to_string()
+}
+
+/// Writes ids `0..RECORDS` in the background, a few hundred at a time.
 fn produce(kafka: String, topic: String, done: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let producer: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", &kafka)
-            .set("linger.ms", "5")
-            .create()
-            .unwrap();
-        for chunk in (0..RECORDS).collect::<Vec<_>>().chunks(200) {
-            for id in chunk {
-                let cents = (id * 7919) % 100_000;
-                let value = format!(
-                    "{{\"event_id\":{id},\"amount\":{}.{:02},\"merchant\":\"m{}\"}}",
-                    cents / 100,
-                    cents % 100,
-                    id % 17
-                );
-                let record = BaseRecord::<(), _>::to(&topic)
-                    .partition((*id % PARTITIONS as i64) as i32)
-                    .payload(&value);
-                producer.send(record).map_err(|(e, _)| e).unwrap();
-            }
-            producer.flush(Duration::from_secs(30)).unwrap();
-            std::thread::sleep(Duration::from_millis(60));
-        }
+        produce_payments(&kafka, &topic, 0..RECORDS, 200, Duration::from_millis(60));
         done.store(true, Ordering::SeqCst);
     })
 }
@@ -115,13 +139,7 @@ fn stream_args<'a>(kafka: &'a str, topic: &'a str, table: &'a str, format: &'a s
 /// drains it with `--available-now`.
 fn stream_through_kills(lake: &Path, kafka: &str, table: &str, format: &str) {
     let topic = create_topic(kafka, table);
-    let schema = lake.join("payment.ddl");
-    std::fs::write(
-        &schema,
-        "event_id BIGINT NOT NULL, amount DECIMAL(18,2), merchant STRING",
-    )
-    .unwrap();
-    let schema = schema.to_str().unwrap().to_string();
+    let schema = payment_schema(lake);
     let args = stream_args(kafka, &topic, table, format, &schema);
     let done = Arc::new(AtomicBool::new(false));
     let producer = produce(kafka.to_string(), topic.clone(), done.clone());

@@ -31,12 +31,19 @@ fn median(samples: &[MemorySample], from: u64, to: u64) -> u64 {
     window[window.len() / 2]
 }
 
-/// Runs `weir stream` for [`COMMITS`] commits of [`ROWS`] rows into
-/// `lake.bronze.m` with `format`'s defaults, and checks that its resident
-/// memory near the end is at most 1.5 times that near 1,000 commits.
+/// Runs `weir stream` for [`COMMITS`] commits of [`ROWS`] rows from the rate
+/// source into `lake.bronze.m` with `format`'s defaults, and checks that its
+/// resident memory near the end is at most 1.5 times that near 1,000 commits.
 fn stream_keeps_a_flat_memory(lake: &std::path::Path, format: &str) {
+    let rate = ["--from", "rate", "--rows-per-batch", &ROWS.to_string()].map(String::from);
+    source_keeps_a_flat_memory(lake, format, &rate);
+}
+
+/// The same for a stream from `source` (its `weir stream` options).
+fn source_keeps_a_flat_memory(lake: &std::path::Path, format: &str, source: &[String]) {
     let mut child = weir(lake)
-        .args(["stream", "--from", "rate", "--rows-per-batch", &ROWS.to_string()])
+        .arg("stream")
+        .args(source)
         .args(["--max-batches", &COMMITS.to_string(), "--to", "lake.bronze.m"])
         .args(["--format", format, "--checkpoint", "chk", "--progress", "json"])
         .stdout(Stdio::piped())
@@ -88,4 +95,36 @@ fn a_long_iceberg_stream_keeps_a_flat_resident_memory() {
         snapshots.is_some_and(|n| (100..=200).contains(&n)),
         "the default expiry keeps the newest 100 snapshots (and up to 100 made since it last ran): {snapshots:?}"
     );
+}
+
+/// A Kafka-sourced stream too: the reader's prefetch and the chunks it hands
+/// on follow the batch, not the 500,000 records of the topic.
+#[test]
+fn a_long_kafka_stream_keeps_a_flat_resident_memory() {
+    let Some(kafka) = crate::kafka::bootstrap() else { return };
+    let Some(lake) = lake_with_readers() else { return };
+    let topic = crate::kafka::create_topic(&kafka, "memory");
+    let total = (COMMITS * ROWS) as i64;
+    crate::kafka::produce_payments(&kafka, &topic, 0..total, 50_000, std::time::Duration::ZERO);
+    let schema = crate::kafka::payment_schema(lake.path());
+    let source = [
+        "--from",
+        "kafka",
+        "--bootstrap-servers",
+        &kafka,
+        "--topic",
+        &topic,
+        "--starting-offsets",
+        "earliest",
+        "--max-offsets-per-trigger",
+        &ROWS.to_string(),
+        "--value-format",
+        "json",
+        "--schema",
+        &schema,
+    ]
+    .map(String::from);
+    source_keeps_a_flat_memory(lake.path(), "delta", &source);
+    let ids = delta_ids(&lake.path().join("weir-lake/warehouse/bronze/m"));
+    assert_exactly_once(&ids, 0..total);
 }
