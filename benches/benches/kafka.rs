@@ -327,7 +327,11 @@ fn stream(weir: &Path, bootstrap: &str, topic: &str, records: u64, format: &str)
     let seconds = started.elapsed().as_secs_f64();
     assert!(child.wait().unwrap().success(), "weir stream into {format} failed");
     let committed = last_committed(weir, lake.path());
-    assert_eq!(committed, Some(batches - 1), "every batch of the {format} stream committed");
+    assert_eq!(
+        committed,
+        Some(batches - 1),
+        "every batch of the {format} stream committed"
+    );
     if let Some(rows) = table_rows(weir, lake.path()) {
         assert_eq!(rows, records, "the {format} table holds every record");
     }
