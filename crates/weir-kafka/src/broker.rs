@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rdkafka::consumer::Consumer as _;
+use rdkafka::metadata::Metadata;
 use rdkafka::{Offset as KOffset, TopicPartitionList};
 use regex::Regex;
 
@@ -40,20 +41,35 @@ impl Topics {
 }
 
 /// The partitions there are now, by topic. A subscribed topic that does not
-/// exist is left out (the caller decides whether that is an error).
+/// exist is left out (the caller decides whether that is an error). Named
+/// topics are asked for by name; only a pattern needs every topic's.
 pub(crate) fn partitions(
     client: &Consumer,
     topics: &Topics,
     timeout: Duration,
 ) -> Result<BTreeMap<String, Vec<i32>>, KafkaError> {
-    let metadata = client
-        .fetch_metadata(None, timeout)
-        .map_err(|e| KafkaError::client("reading the cluster's topics", e))?;
+    let named: Vec<&str> = match topics {
+        Topics::Subscribe(names) => names.iter().map(String::as_str).collect(),
+        Topics::Assign(tps) => {
+            let mut names: Vec<&str> = tps.iter().map(|tp| tp.topic.as_str()).collect();
+            names.sort_unstable();
+            names.dedup();
+            names
+        }
+        Topics::Pattern(_) => vec![],
+    };
+    let mut found = Vec::new();
+    if named.is_empty() {
+        found.push(fetch(client, None, timeout)?);
+    }
+    for name in named {
+        found.push(fetch(client, Some(name), timeout)?);
+    }
     let mut out = BTreeMap::new();
-    for topic in metadata.topics() {
+    for topic in found.iter().flat_map(|m| m.topics()) {
         let name = topic.name();
         let wanted = match topics {
-            Topics::Subscribe(names) => names.iter().any(|n| n == name),
+            Topics::Subscribe(_) => true,
             Topics::Pattern(re) => !name.starts_with("__") && re.is_match(name),
             Topics::Assign(tps) => tps.iter().any(|tp| tp.topic == name),
         };
@@ -70,6 +86,12 @@ pub(crate) fn partitions(
     Ok(out)
 }
 
+fn fetch(client: &Consumer, topic: Option<&str>, timeout: Duration) -> Result<Metadata, KafkaError> {
+    client
+        .fetch_metadata(topic, timeout)
+        .map_err(|e| KafkaError::client("reading the cluster's topics", e))
+}
+
 /// The first offset a partition still has and the offset after its last
 /// readable record (for a read_committed client, the last stable offset).
 pub(crate) fn watermarks(client: &Consumer, tp: &TopicPartition, timeout: Duration) -> Result<(i64, i64), KafkaError> {
@@ -78,70 +100,67 @@ pub(crate) fn watermarks(client: &Consumer, tp: &TopicPartition, timeout: Durati
         .map_err(|e| KafkaError::client(format!("reading where {tp} begins and ends"), e))
 }
 
-/// The end of each partition, as [`watermarks`] gives it.
-pub(crate) fn latest(
-    client: &Consumer,
-    parts: &BTreeMap<String, Vec<i32>>,
-    timeout: Duration,
-) -> Result<PartitionOffsets, KafkaError> {
-    let mut out = PartitionOffsets::new();
-    for (topic, ids) in parts {
-        for id in ids {
-            let tp = TopicPartition {
-                topic: topic.clone(),
-                partition: *id,
-            };
-            out.insert(topic, *id, watermarks(client, &tp, timeout)?.1);
-        }
-    }
-    Ok(out)
+/// Which offset of each partition [`offsets`] asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum At {
+    /// The first offset it still has.
+    Earliest,
+    /// The offset after its last readable record (for a read_committed
+    /// client, the last stable offset).
+    Latest,
+    /// The first offset whose record's time is at or after this many
+    /// milliseconds since the epoch, or the partition's end if none is.
+    Time(i64),
 }
 
-/// The beginning of each partition.
-pub(crate) fn earliest(
+/// The offsets `at` of every partition of `parts`, in one request per
+/// leader (the partitions' watermarks take two per partition).
+pub(crate) fn offsets(
     client: &Consumer,
     parts: &BTreeMap<String, Vec<i32>>,
+    at: At,
     timeout: Duration,
 ) -> Result<PartitionOffsets, KafkaError> {
-    let mut out = PartitionOffsets::new();
-    for (topic, ids) in parts {
-        for id in ids {
-            let tp = TopicPartition {
-                topic: topic.clone(),
-                partition: *id,
-            };
-            out.insert(topic, *id, watermarks(client, &tp, timeout)?.0);
-        }
-    }
-    Ok(out)
-}
-
-/// For each partition, the first offset whose record's time is at or after
-/// `ms` (milliseconds since the epoch), or the partition's end if none is.
-pub(crate) fn offsets_for_time(
-    client: &Consumer,
-    parts: &BTreeMap<String, Vec<i32>>,
-    ms: i64,
-    timeout: Duration,
-) -> Result<PartitionOffsets, KafkaError> {
+    let asked = match at {
+        At::Earliest => KOffset::Beginning,
+        At::Latest => KOffset::End,
+        At::Time(ms) => KOffset::Offset(ms),
+    };
     let mut tpl = TopicPartitionList::new();
     for (topic, ids) in parts {
         for id in ids {
-            tpl.add_partition_offset(topic, *id, KOffset::Offset(ms))
-                .map_err(|e| KafkaError::client("asking for offsets by time", e))?;
+            tpl.add_partition_offset(topic, *id, asked)
+                .map_err(|e| KafkaError::client("asking for offsets", e))?;
         }
+    }
+    if tpl.count() == 0 {
+        return Ok(PartitionOffsets::new());
     }
     let found = client
         .offsets_for_times(tpl, timeout)
-        .map_err(|e| KafkaError::client(format!("asking for the offsets of time {ms} ms"), e))?;
-    let ends = latest(client, parts, timeout)?;
+        .map_err(|e| KafkaError::client(format!("asking for the {at:?} offsets"), e))?;
     let mut out = PartitionOffsets::new();
+    let mut past_the_end = BTreeMap::new();
     for elem in found.elements() {
-        let offset = match elem.offset() {
-            KOffset::Offset(o) => o,
-            _ => ends.get(elem.topic(), elem.partition()).unwrap_or(0),
+        let tp = || TopicPartition {
+            topic: elem.topic().to_string(),
+            partition: elem.partition(),
         };
-        out.insert(elem.topic(), elem.partition(), offset);
+        elem.error()
+            .map_err(|e| KafkaError::client(format!("asking for the {at:?} offset of {}", tp()), e))?;
+        match elem.offset() {
+            KOffset::Offset(o) => out.insert(elem.topic(), elem.partition(), o),
+            // No record at or after the time.
+            _ => past_the_end
+                .entry(elem.topic().to_string())
+                .or_insert_with(Vec::new)
+                .push(elem.partition()),
+        }
+    }
+    if !past_the_end.is_empty() {
+        for (tp, o) in offsets(client, &past_the_end, At::Latest, timeout)?.iter() {
+            out.insert(&tp.topic, tp.partition, o);
+        }
     }
     Ok(out)
 }

@@ -37,9 +37,13 @@ impl ClientSettings {
         self.get("bootstrap.servers").unwrap_or("")
     }
 
-    /// The settings as librdkafka takes them, with weir's own on top.
-    pub(crate) fn client_config(&self, overrides: &[(&str, &str)]) -> ClientConfig {
+    /// The settings as librdkafka takes them: weir's `defaults` where the
+    /// user set nothing, the user's, and weir's `overrides` on top.
+    pub(crate) fn client_config(&self, defaults: &[(&str, &str)], overrides: &[(&str, &str)]) -> ClientConfig {
         let mut config = ClientConfig::new();
+        for (k, v) in defaults {
+            config.set(*k, *v);
+        }
         for (k, v) in &self.0 {
             config.set(k, v);
         }

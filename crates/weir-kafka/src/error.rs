@@ -144,6 +144,16 @@ pub enum KafkaError {
         query_name: String,
     },
 
+    /// A record in the marker topic under this query's name is not a weir
+    /// marker: something else writes the topic.
+    #[error("the record at {tp} offset {offset} has this query's name as its key but is not a weir marker; give the sink a marker topic of its own")]
+    NotAMarker {
+        /// The marker topic's partition.
+        tp: TopicPartition,
+        /// The record's offset.
+        offset: i64,
+    },
+
     /// The rows cannot be put into Arrow columns.
     #[error("building the batch's columns: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),

@@ -30,7 +30,7 @@ pub(crate) struct MarkerRecord {
 /// Creates the marker topic unless it exists.
 pub(crate) async fn create_topic(settings: &ClientSettings, topic: &str) -> Result<(), KafkaError> {
     let admin: AdminClient<DefaultClientContext> = settings
-        .client_config(&[])
+        .client_config(&[], &[])
         .create()
         .map_err(|e| KafkaError::client("connecting the admin client", e))?;
     let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
@@ -65,12 +65,15 @@ pub(crate) async fn latest(
     timeout: Duration,
 ) -> Result<Option<SinkMarker>, KafkaError> {
     let consumer: Consumer = settings
-        .client_config(&[
-            ("isolation.level", "read_committed"),
-            ("enable.auto.commit", "false"),
-            ("enable.partition.eof", "true"),
-            ("group.id", "weir-markers"),
-        ])
+        .client_config(
+            &[],
+            &[
+                ("isolation.level", "read_committed"),
+                ("enable.auto.commit", "false"),
+                ("enable.partition.eof", "true"),
+                ("group.id", "weir-markers"),
+            ],
+        )
         .create_with_context(Context::new(settings.bootstrap_servers()))
         .map_err(|e| KafkaError::client("connecting to read the markers", e))?;
     let (topic, key) = (topic.to_string(), query.to_string());
@@ -110,8 +113,9 @@ fn read_latest(
                     let record: MarkerRecord =
                         m.payload()
                             .and_then(|p| serde_json::from_slice(p).ok())
-                            .ok_or_else(|| KafkaError::Columns {
-                                reason: format!("the marker at {tp} offset {} is not a weir marker", m.offset()),
+                            .ok_or_else(|| KafkaError::NotAMarker {
+                                tp: tp.clone(),
+                                offset: m.offset(),
                             })?;
                     found = Some(SinkMarker {
                         query_id: record.query_id,

@@ -2,7 +2,7 @@
 //! own, polled on a blocking thread until every partition reaches the end
 //! of its range, the records handed on as Arrow record batches.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,11 +17,12 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use weir_core::source::BatchStream;
 
+use crate::broker::{self, At};
 use crate::columns::RecordColumns;
 use crate::context::{Consumer, Context};
 use crate::decode::ValueDecoder;
 use crate::error::KafkaError;
-use crate::offsets::{PartitionRange, TopicPartition};
+use crate::offsets::{PartitionOffsets, PartitionRange, TopicPartition};
 
 /// Rows per record batch handed on.
 const CHUNK_ROWS: usize = 8192;
@@ -172,11 +173,18 @@ fn read(
     let mut lost = Vec::new();
     // Per partition with records to read: (from, until).
     let mut wanted: HashMap<Key, (i64, i64)> = HashMap::new();
+    let mut parts: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     for r in &plan.ranges {
-        let (low, high) = plan
-            .client
-            .fetch_watermarks(&r.tp.topic, r.tp.partition, plan.request_timeout)
-            .map_err(|e| KafkaError::client(format!("reading where {} begins and ends", r.tp), e))?;
+        parts.entry(r.tp.topic.clone()).or_default().push(r.tp.partition);
+    }
+    let lows = broker::offsets(&plan.client, &parts, At::Earliest, plan.request_timeout)?;
+    let highs = broker::offsets(&plan.client, &parts, At::Latest, plan.request_timeout)?;
+    for r in &plan.ranges {
+        let bound = |o: &PartitionOffsets| {
+            o.get(&r.tp.topic, r.tp.partition)
+                .ok_or_else(|| KafkaError::Stopped(format!("the cluster did not say where {} begins and ends", r.tp)))
+        };
+        let (low, high) = (bound(&lows)?, bound(&highs)?);
         let (mut from, mut until) = (r.from, r.until);
         if from < low {
             let gone = (from, low.min(until));

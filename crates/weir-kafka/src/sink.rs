@@ -65,8 +65,7 @@ pub struct KafkaSink {
 #[derive(Default)]
 struct State {
     producer: Option<FutureProducer>,
-    transactional_id: Option<String>,
-    query_name: Option<QueryName>,
+    txn: Txn,
     /// The attempt whose transaction is open.
     open: Option<Uuid>,
     marker: Option<SinkMarker>,
@@ -75,10 +74,38 @@ struct State {
 impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("State")
-            .field("transactional_id", &self.transactional_id)
+            .field("txn", &self.txn)
             .field("open", &self.open)
             .field("marker", &self.marker)
             .finish_non_exhaustive()
+    }
+}
+
+/// Whose transactions the producer runs, for its errors.
+#[derive(Debug, Clone, Default)]
+struct Txn {
+    transactional_id: String,
+    query_name: String,
+}
+
+impl Txn {
+    fn fenced(&self) -> KafkaError {
+        KafkaError::Fenced {
+            transactional_id: self.transactional_id.clone(),
+            query_name: self.query_name.clone(),
+        }
+    }
+
+    /// `e` from a transaction call while doing `context`.
+    fn error(&self, context: &'static str, e: ClientError) -> KafkaError {
+        if e.rdkafka_error_code().is_some_and(fenced_code) {
+            return self.fenced();
+        }
+        KafkaError::Transaction {
+            transactional_id: self.transactional_id.clone(),
+            context,
+            source: e,
+        }
     }
 }
 
@@ -222,28 +249,13 @@ impl KafkaSink {
             // An attempt that never reached commit or abort.
             producer
                 .abort_transaction(self.timeout)
-                .map_err(|e| self.txn_error(&state, "aborting an unfinished transaction", e))?;
+                .map_err(|e| state.txn.error("aborting an unfinished transaction", e))?;
         }
         producer
             .begin_transaction()
-            .map_err(|e| self.txn_error(&state, "beginning a transaction", e))?;
+            .map_err(|e| state.txn.error("beginning a transaction", e))?;
         state.open = Some(attempt);
         Ok(())
-    }
-
-    fn txn_error(&self, state: &State, context: &'static str, e: ClientError) -> KafkaError {
-        let transactional_id = state.transactional_id.clone().unwrap_or_default();
-        if fenced(&e) {
-            return KafkaError::Fenced {
-                transactional_id,
-                query_name: state.query_name.as_ref().map(ToString::to_string).unwrap_or_default(),
-            };
-        }
-        KafkaError::Transaction {
-            transactional_id,
-            context,
-            source: e,
-        }
     }
 
     async fn commit_transaction(&self, ctx: &BatchContext) -> Result<(), KafkaError> {
@@ -268,7 +280,6 @@ impl KafkaSink {
         await_delivery(marker_topic, delivery).await?;
         let timeout = self.timeout;
         let state = self.state.clone();
-        let sink = self.clone();
         self.blocking(move |p| {
             // A commit that timed out may be called again; it is idempotent.
             let mut tries = 0;
@@ -278,7 +289,7 @@ impl KafkaSink {
                     Err(ClientError::Transaction(e)) if e.is_retriable() && tries < 5 => tries += 1,
                     Err(e) => {
                         let mut state = state.lock().expect("sink state");
-                        let err = sink.txn_error(&state, "committing the batch's transaction", e);
+                        let err = state.txn.error("committing the batch's transaction", e);
                         if !matches!(err, KafkaError::Fenced { .. }) {
                             let _ = p.abort_transaction(timeout);
                         }
@@ -292,10 +303,6 @@ impl KafkaSink {
         })
         .await
     }
-}
-
-fn fenced(e: &ClientError) -> bool {
-    e.rdkafka_error_code().is_some_and(fenced_code)
 }
 
 fn fenced_code(code: RDKafkaErrorCode) -> bool {
@@ -335,10 +342,7 @@ impl Sink for KafkaSink {
 
     async fn prepare(&self, query: &QueryInfo) -> weir_core::Result<()> {
         self.check_schema(&query.schema).map_err(|e| self.err(None, e))?;
-        let mut config = self.settings.client_config(&[]);
-        if config.get("enable.idempotence").is_none() {
-            config.set("enable.idempotence", "true");
-        }
+        let mut config = self.settings.client_config(&[("enable.idempotence", "true")], &[]);
         let txn_id = format!("{}{}", self.txn_prefix, query.query_name);
         if let Guarantee::ExactlyOnce { marker_topic } = &self.guarantee {
             config.set("transactional.id", &txn_id);
@@ -355,20 +359,19 @@ impl Sink for KafkaSink {
         {
             let mut state = self.state.lock().expect("sink state");
             state.producer = Some(producer);
-            state.transactional_id = Some(txn_id.clone());
-            state.query_name = Some(query.query_name.clone());
+            state.txn = Txn {
+                transactional_id: txn_id.clone(),
+                query_name: query.query_name.to_string(),
+            };
         }
         if let Guarantee::ExactlyOnce { marker_topic } = &self.guarantee {
             // Fences every older producer of this query and aborts what it
             // left open, so the markers read next are final.
             let timeout = self.timeout;
-            let state = self.state.clone();
-            let sink = self.clone();
+            let txn = self.state.lock().expect("sink state").txn.clone();
             self.blocking(move |p| {
-                p.init_transactions(timeout).map_err(|e| {
-                    let state = state.lock().expect("sink state");
-                    sink.txn_error(&state, "starting the producer's transactions", e)
-                })
+                p.init_transactions(timeout)
+                    .map_err(|e| txn.error("starting the producer's transactions", e))
             })
             .await
             .map_err(|e| self.err(None, e))?;
@@ -395,17 +398,11 @@ impl Sink for KafkaSink {
             sent: Sent { records: 0, bytes: 0 },
             sink: self.name(),
             batch_id: batch.batch_id,
-            fence: {
-                let state = self.state.lock().expect("sink state");
-                (
-                    state.transactional_id.clone().unwrap_or_default(),
-                    batch.query_name.to_string(),
-                )
-            },
+            txn: self.state.lock().expect("sink state").txn.clone(),
         }))
     }
 
-    async fn commit(&self, batch: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<CommitOutcome> {
+    async fn commit(&self, batch: &BatchContext, _messages: Vec<CommitMessage>) -> weir_core::Result<CommitOutcome> {
         let known = self.state.lock().expect("sink state").marker;
         let decision =
             decide_commit(known, batch.commit_facts()).map_err(|r| weir_core::Error::Refused(Box::new(r)))?;
@@ -415,12 +412,6 @@ impl Sink for KafkaSink {
         self.commit_transaction(batch)
             .await
             .map_err(|e| self.err(Some(batch), e))?;
-        let records: u64 = messages
-            .iter()
-            .filter_map(|m| m.decode::<Sent>().ok())
-            .map(|s| s.records)
-            .sum();
-        tracing::debug!(batch_id = %batch.batch_id, records, "Kafka sink committed");
         if self.keeps_marker() {
             self.state.lock().expect("sink state").marker = Some(SinkMarker {
                 query_id: batch.query_id,
@@ -437,12 +428,11 @@ impl Sink for KafkaSink {
         }
         let timeout = self.timeout;
         let state = self.state.clone();
-        let sink = self.clone();
         self.blocking(move |p| {
             let result = p.abort_transaction(timeout);
             let mut state = state.lock().expect("sink state");
             state.open = None;
-            result.map_err(|e| sink.txn_error(&state, "aborting the batch's transaction", e))
+            result.map_err(|e| state.txn.error("aborting the batch's transaction", e))
         })
         .await
         .map_err(|e| self.err(Some(batch), e))
@@ -458,8 +448,8 @@ struct KafkaWriter {
     sent: Sent,
     sink: String,
     batch_id: weir_core::BatchId,
-    /// The transactional id and query name, for a fenced producer's error.
-    fence: (String, String),
+    /// For a fenced producer's error.
+    txn: Txn,
 }
 
 /// Deliveries awaited at most before sending more.
@@ -469,10 +459,7 @@ impl KafkaWriter {
     fn err(&self, e: KafkaError) -> weir_core::Error {
         // A fenced producer fails its deliveries as purged: name the cause.
         let e = match self.producer.client().fatal_error() {
-            Some((code, _)) if fenced_code(code) => KafkaError::Fenced {
-                transactional_id: self.fence.0.clone(),
-                query_name: self.fence.1.clone(),
-            },
+            Some((code, _)) if fenced_code(code) => self.txn.fenced(),
             _ => e,
         };
         weir_core::Error::sink(self.sink.clone(), Some(self.batch_id), e.retryable(), e)

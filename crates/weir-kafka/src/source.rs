@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use weir_core::checkpoint::PutOutcome;
 use weir_core::source::{BatchStream, Offset, ReadLimit, Source, SourceContext};
 
-use crate::broker::{self, Topics};
+use crate::broker::{self, At, Topics};
 use crate::config::ClientSettings;
 use crate::context::{Consumer, Context};
 use crate::decode::{ValueColumns, ValueDecoder};
@@ -269,65 +269,62 @@ impl KafkaSource {
         self
     }
 
-    fn client_config(&self) -> rdkafka::ClientConfig {
+    /// A consumer on the source's settings, with `defaults` where the user
+    /// set nothing and `group` as its group if given.
+    fn connect(&self, defaults: &[(&str, &str)], group: Option<&str>) -> Result<Consumer, KafkaError> {
         let isolation = match self.isolation {
             IsolationLevel::ReadCommitted => "read_committed",
             IsolationLevel::ReadUncommitted => "read_uncommitted",
         };
-        let mut config = self.settings.client_config(&[
+        // librdkafka assigns partitions only to a consumer with a group id.
+        // The source never joins the group (it assigns, never subscribes)
+        // and never commits to it but with `commit_offsets_to_group`: its
+        // offsets are in the checkpoint.
+        let mut defaults = defaults.to_vec();
+        defaults.push(("group.id", "weir"));
+        let mut overrides = vec![
             ("isolation.level", isolation),
             ("enable.auto.commit", "false"),
             ("enable.auto.offset.store", "false"),
             ("auto.offset.reset", "error"),
             ("enable.partition.eof", "true"),
-        ]);
-        // librdkafka assigns partitions only to a consumer with a group id.
-        // The source never joins the group (it assigns, never subscribes)
-        // and never commits to it: its offsets are in the checkpoint.
-        if config.get("group.id").is_none() {
-            config.set("group.id", "weir");
+        ];
+        if let Some(group) = group {
+            overrides.push(("group.id", group));
         }
+        let config = self.settings.client_config(&defaults, &overrides);
+        let servers = self.settings.bootstrap_servers();
         config
+            .create_with_context(Context::new(servers))
+            .map_err(|e| KafkaError::client(format!("connecting to {servers}"), e))
     }
 
+    /// The client that asks for metadata and offsets, made on first use.
     fn client(&self) -> Result<Arc<Consumer>, KafkaError> {
         let mut state = self.state.lock().expect("source state");
-        if let Some(c) = &state.client {
-            return Ok(c.clone());
-        }
-        let c: Consumer = self
-            .client_config()
-            .create_with_context(Context::new(self.settings.bootstrap_servers()))
-            .map_err(|e| KafkaError::client(format!("connecting to {}", self.settings.bootstrap_servers()), e))?;
-        let c = Arc::new(c);
-        state.client = Some(c.clone());
-        Ok(c)
+        cached(&mut state.client, || Ok(Arc::new(self.connect(&[], None)?)))
     }
 
+    /// The consumer that reads records, made on first use.
     fn reader(&self) -> Result<Arc<Mutex<Reader>>, KafkaError> {
         let mut state = self.state.lock().expect("source state");
-        if let Some(r) = &state.reader {
-            return Ok(r.clone());
-        }
-        let mut config = self.client_config();
         // What the reader fetches ahead, per partition, is what a query
         // holds beyond its batch: librdkafka's defaults (100,000 records a
         // partition, some 400 bytes each with its bookkeeping) would make
         // it follow the partition count rather than the batch.
-        for (key, value) in [
+        let defaults = [
             ("queued.max.messages.kbytes", "16384"),
             ("queued.min.messages", "10000"),
-        ] {
-            if config.get(key).is_none() {
-                config.set(key, value);
-            }
-        }
-        let r: Consumer = config
-            .create_with_context(Context::new(self.settings.bootstrap_servers()))
-            .map_err(|e| KafkaError::client(format!("connecting to {}", self.settings.bootstrap_servers()), e))?;
-        let r = Arc::new(Mutex::new(Reader::new(r)));
-        state.reader = Some(r.clone());
-        Ok(r)
+        ];
+        cached(&mut state.reader, || {
+            Ok(Arc::new(Mutex::new(Reader::new(self.connect(&defaults, None)?))))
+        })
+    }
+
+    /// The consumer of `group` that batches' offsets are committed to.
+    fn committer(&self, group: &str) -> Result<Arc<Consumer>, KafkaError> {
+        let mut state = self.state.lock().expect("source state");
+        cached(&mut state.committer, || Ok(Arc::new(self.connect(&[], Some(group))?)))
     }
 
     /// Runs `f` with the metadata client on a blocking thread.
@@ -376,10 +373,16 @@ impl KafkaSource {
     async fn resolve_start(&self) -> Result<PartitionOffsets, KafkaError> {
         let parts = self.partitions(false).await?;
         match self.starting.clone() {
-            StartingOffsets::Earliest => self.blocking(move |c, _, d| broker::earliest(c, &parts, d)).await,
-            StartingOffsets::Latest => self.blocking(move |c, _, d| broker::latest(c, &parts, d)).await,
+            StartingOffsets::Earliest => {
+                self.blocking(move |c, _, d| broker::offsets(c, &parts, At::Earliest, d))
+                    .await
+            }
+            StartingOffsets::Latest => {
+                self.blocking(move |c, _, d| broker::offsets(c, &parts, At::Latest, d))
+                    .await
+            }
             StartingOffsets::Timestamp(ms) => {
-                self.blocking(move |c, _, d| broker::offsets_for_time(c, &parts, ms, d))
+                self.blocking(move |c, _, d| broker::offsets(c, &parts, At::Time(ms), d))
                     .await
             }
             StartingOffsets::Specific(given) => {
@@ -404,7 +407,12 @@ impl KafkaSource {
                     });
                 }
                 let (low, high) = self
-                    .blocking(move |c, _, d| Ok((broker::earliest(c, &parts, d)?, broker::latest(c, &parts, d)?)))
+                    .blocking(move |c, _, d| {
+                        Ok((
+                            broker::offsets(c, &parts, At::Earliest, d)?,
+                            broker::offsets(c, &parts, At::Latest, d)?,
+                        ))
+                    })
                     .await?;
                 let mut out = PartitionOffsets::new();
                 for (tp, o) in given.iter() {
@@ -466,7 +474,9 @@ impl KafkaSource {
                 "a topic the query read was deleted; going on without it"
             );
         }
-        let latest = self.blocking(move |c, _, d| broker::latest(c, &parts, d)).await?;
+        let latest = self
+            .blocking(move |c, _, d| broker::offsets(c, &parts, At::Latest, d))
+            .await?;
         let mut end = PartitionOffsets::new();
         let cap = self.state.lock().expect("source state").available_now.clone();
         for (tp, high) in latest.iter() {
@@ -605,7 +615,9 @@ impl Source for KafkaSource {
 
     async fn prepare_for_available_now(&self) -> weir_core::Result<()> {
         let parts = self.partitions(true).await?;
-        let latest = self.blocking(move |c, _, d| broker::latest(c, &parts, d)).await?;
+        let latest = self
+            .blocking(move |c, _, d| broker::offsets(c, &parts, At::Latest, d))
+            .await?;
         self.state.lock().expect("source state").available_now = Some(latest);
         Ok(())
     }
@@ -617,44 +629,14 @@ impl Source for KafkaSource {
     async fn commit(&self, end: &Offset) -> weir_core::Result<()> {
         let Some(group) = self.group.clone() else { return Ok(()) };
         let offsets = self.parse(Some(end))?;
-        let committer = {
-            let mut state = self.state.lock().expect("source state");
-            match &state.committer {
-                Some(c) => Some(c.clone()),
-                None => {
-                    let mut config = self.client_config();
-                    config.set("group.id", &group);
-                    match config.create_with_context::<_, Consumer>(Context::new(self.settings.bootstrap_servers())) {
-                        Ok(c) => {
-                            let c = Arc::new(c);
-                            state.committer = Some(c.clone());
-                            Some(c)
-                        }
-                        Err(e) => {
-                            tracing::warn!(group, error = %e, "cannot commit offsets to the consumer group");
-                            None
-                        }
-                    }
-                }
-            }
+        let committed = match self.committer(&group) {
+            Ok(committer) => tokio::task::spawn_blocking(move || commit_to_group(&committer, &offsets))
+                .await
+                .unwrap_or_else(|e| Err(KafkaError::Stopped(e.to_string()))),
+            Err(e) => Err(e),
         };
-        let Some(committer) = committer else { return Ok(()) };
-        let result = tokio::task::spawn_blocking(move || {
-            let mut tpl = rdkafka::TopicPartitionList::new();
-            for (tp, o) in offsets.iter() {
-                tpl.add_partition_offset(&tp.topic, tp.partition, rdkafka::Offset::Offset(o))?;
-            }
-            let result = rdkafka::consumer::Consumer::commit(&*committer, &tpl, rdkafka::consumer::CommitMode::Sync);
-            crate::context::serve(&committer);
-            result
-        })
-        .await;
-        match result {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(group, error = %e, "committing offsets to the consumer group failed; the query goes on")
-            }
-            Err(e) => tracing::warn!(group, error = %e, "committing offsets to the consumer group stopped"),
+        if let Err(e) = committed {
+            tracing::warn!(group, error = %e, "committing offsets to the consumer group failed; the query goes on");
         }
         Ok(())
     }
@@ -663,4 +645,26 @@ impl Source for KafkaSource {
         let state = self.state.lock().expect("source state");
         state.metrics.iter().find(|(o, _)| o == end).map(|(_, m)| m.clone())
     }
+}
+
+/// What `slot` holds, made by `make` if it holds nothing yet.
+fn cached<T: Clone>(slot: &mut Option<T>, make: impl FnOnce() -> Result<T, KafkaError>) -> Result<T, KafkaError> {
+    if let Some(v) = slot {
+        return Ok(v.clone());
+    }
+    let v = make()?;
+    *slot = Some(v.clone());
+    Ok(v)
+}
+
+/// Commits `offsets` to the committer's group.
+fn commit_to_group(committer: &Consumer, offsets: &PartitionOffsets) -> Result<(), KafkaError> {
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for (tp, o) in offsets.iter() {
+        tpl.add_partition_offset(&tp.topic, tp.partition, rdkafka::Offset::Offset(o))
+            .map_err(|e| KafkaError::client("committing offsets to the group", e))?;
+    }
+    let result = rdkafka::consumer::Consumer::commit(committer, &tpl, rdkafka::consumer::CommitMode::Sync);
+    crate::context::serve(committer);
+    result.map_err(|e| KafkaError::client("committing offsets to the group", e))
 }
