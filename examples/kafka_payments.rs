@@ -9,10 +9,10 @@
 //!   written exactly once for read_committed consumers (one Kafka
 //!   transaction per batch).
 //!
-//! Payments are JSON objects `{"event_id", "ts", "account_id", "amount"}`
-//! on the payments topic. `--produce N` first writes payments with ids
-//! `0..N` (amounts as the rate source makes them), so the example can be
-//! tried on an empty topic:
+//! Payments are the rate source's rows (`event_id`, `ts`, `account_id`,
+//! `amount`) as JSON objects on the payments topic. `--produce N` first
+//! writes those of ids `0..N`, so the example can be tried on an empty
+//! topic:
 //!
 //! ```text
 //! cargo run --release -p weir-examples --bin kafka-payments -- \
@@ -22,26 +22,24 @@
 //! Without `--available-now` the three queries run every `--trigger-interval`
 //! (default 1s) until Ctrl-C.
 
+#[path = "payment_rules.rs"]
+mod payment_rules;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Decimal128Type, Int64Type};
-use arrow_array::{BooleanArray, RecordBatch, StringArray};
-use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use arrow_array::{RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use weir::catalog::{Catalogs, Config};
 use weir::kafka::{Guarantee, KafkaSink, KafkaSource, StartingOffsets, ValueColumns};
 use weir::prelude::*;
 
-const BRONZE: &str = "lake.bronze.payments";
-const RISK: &str = "lake.risk.high_value";
-/// Cents from which a payment is high-value, and from which it raises an
-/// alert.
-const HIGH_VALUE: i128 = 90_000;
-const ALERT: i128 = 99_000;
+use crate::payment_rules::{at_least, ALERT, BRONZE, HIGH_VALUE, RISK};
 
 struct Options {
     lake: PathBuf,
@@ -87,33 +85,32 @@ fn options() -> Result<Options, BoxError> {
     Ok(o)
 }
 
-/// Payment `id`'s amount in cents, as the rate source makes it.
-fn cents(id: i64) -> i64 {
-    (id * 7919) % 100_000
-}
-
-/// Writes payments `0..n` to the topic, spread over its partitions.
+/// Writes the rate source's payments `0..n` to the topic as JSON lines,
+/// keyed by account.
 fn produce(o: &Options) -> Result<(), BoxError> {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", &o.servers)
         .set("linger.ms", "5")
         .create()?;
-    for id in 0..o.produce as i64 {
-        let (c, ts) = (cents(id), 1_767_225_600_000_000 + id * 1000);
-        let value = format!(
-            r#"{{"event_id":{id},"ts":{ts},"account_id":{},"amount":{}.{:02}}}"#,
-            id % 1000,
-            c / 100,
-            c % 100
-        );
-        let key = (id % 1000).to_string();
-        let mut record = BaseRecord::to(&o.topic).key(&key).payload(&value);
-        while let Err((e, back)) = producer.send(record) {
-            if e.rdkafka_error_code() != Some(rdkafka::types::RDKafkaErrorCode::QueueFull) {
-                return Err(e.into());
+    for from in (0..o.produce).step_by(10_000) {
+        let rows = RateSource::generate(from, (from + 10_000).min(o.produce));
+        let mut lines = arrow_json::LineDelimitedWriter::new(Vec::new());
+        lines.write(&rows)?;
+        lines.finish()?;
+        let accounts = rows
+            .column_by_name("account_id")
+            .ok_or("no account_id")?
+            .as_primitive::<Int64Type>();
+        for (value, account) in lines.into_inner().split(|b| *b == b'\n').zip(accounts.values()) {
+            let key = account.to_string();
+            let mut record = BaseRecord::to(&o.topic).key(&key).payload(value);
+            while let Err((e, back)) = producer.send(record) {
+                if e.rdkafka_error_code() != Some(rdkafka::types::RDKafkaErrorCode::QueueFull) {
+                    return Err(e.into());
+                }
+                producer.poll(Duration::from_millis(10));
+                record = back;
             }
-            producer.poll(Duration::from_millis(10));
-            record = back;
         }
     }
     producer.flush(Duration::from_secs(60))?;
@@ -123,31 +120,13 @@ fn produce(o: &Options) -> Result<(), BoxError> {
 
 /// The payments topic, read from its beginning, values parsed.
 fn payments(o: &Options) -> Result<ReadStream, BoxError> {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("event_id", DataType::Int64, false),
-        Field::new(
-            "ts",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            false,
-        ),
-        Field::new("account_id", DataType::Int64, false),
-        Field::new("amount", DataType::Decimal128(18, 2), false),
-    ]));
+    // The rate source's columns.
+    let schema = RateSource::output_schema();
     let source = KafkaSource::subscribe(&o.servers, [o.topic.as_str()])
         .starting_offsets(StartingOffsets::Earliest)
         .max_offsets_per_trigger(50_000)
         .value_columns(ValueColumns::json(schema))?;
     Ok(read_stream(source))
-}
-
-/// The payments of `batch` whose amount is at least `cents`.
-fn at_least(batch: RecordBatch, cents: i128) -> Result<RecordBatch, BoxError> {
-    let amounts = batch
-        .column_by_name("amount")
-        .ok_or("no amount")?
-        .as_primitive::<Decimal128Type>();
-    let keep: BooleanArray = amounts.iter().map(|a| Some(a.is_some_and(|a| a >= cents))).collect();
-    Ok(arrow_select::filter::filter_record_batch(&batch, &keep)?)
 }
 
 /// Alerts as Kafka records: key the account, value the payment as JSON.

@@ -21,6 +21,8 @@
 mod delta_read;
 #[path = "lake_options.rs"]
 mod lake_options;
+#[path = "payment_rules.rs"]
+mod payment_rules;
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -28,7 +30,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Decimal128Type, Int64Type};
-use arrow_array::{BooleanArray, RecordBatch};
+use arrow_array::RecordBatch;
 use futures::TryStreamExt;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 use weir::catalog::{Catalogs, Config};
@@ -36,23 +38,7 @@ use weir::prelude::*;
 
 use crate::delta_read::delta_event_ids;
 use crate::lake_options::LakeOptions;
-
-const BRONZE: &str = "lake.bronze.payments";
-const RISK: &str = "lake.risk.high_value";
-/// Cents from which a payment is high-value, and from which it raises an
-/// alert.
-const HIGH_VALUE: i128 = 90_000;
-const ALERT: i128 = 99_000;
-
-/// The payments of `batch` whose amount is at least `cents`.
-fn at_least(batch: RecordBatch, cents: i128) -> std::result::Result<RecordBatch, BoxError> {
-    let amounts = batch
-        .column_by_name("amount")
-        .ok_or("no amount column")?
-        .as_primitive::<Decimal128Type>();
-    let keep: BooleanArray = amounts.iter().map(|a| Some(a.is_some_and(|a| a >= cents))).collect();
-    Ok(arrow_select::filter::filter_record_batch(&batch, &keep)?)
-}
+use crate::payment_rules::{at_least, ALERT, BRONZE, HIGH_VALUE, RISK};
 
 /// The alerts store: alerts keyed by event id, and each query's last
 /// applied batch.

@@ -12,6 +12,9 @@
 
 pub mod conformance;
 mod data;
+#[cfg(feature = "kafka")]
+pub mod kafka;
+pub mod kill;
 pub mod memory;
 pub mod readers;
 

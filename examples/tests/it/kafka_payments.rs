@@ -8,15 +8,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::TopicPartitionList;
-use weir_test_support::assert_exactly_once;
+use rdkafka::producer::BaseRecord;
+use weir_test_support::kill::kill_repeatedly;
 use weir_test_support::readers::{iceberg, json_ids, python, read};
+use weir_test_support::{assert_exactly_once, kafka};
 
 const PAYMENTS: i64 = 20_000;
 const KILLS: u32 = 20;
@@ -25,29 +20,9 @@ fn cents(id: i64) -> i64 {
     (id * 7919) % 100_000
 }
 
-fn create_topics(kafka: &str, names: &[&str], partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", kafka).create().unwrap();
-    let topics: Vec<NewTopic> = names
-        .iter()
-        .map(|n| NewTopic::new(n, partitions, TopicReplication::Fixed(1)))
-        .collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    for r in rt.block_on(admin.create_topics(&topics, &AdminOptions::new())).unwrap() {
-        r.unwrap();
-    }
-}
-
 fn produce(kafka: String, topic: String) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let producer: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", &kafka)
-            .set("linger.ms", "5")
-            .create()
-            .unwrap();
+        let producer = kafka::producer(&kafka, &[]);
         for chunk in (0..PAYMENTS).collect::<Vec<_>>().chunks(250) {
             for id in chunk {
                 let c = cents(*id);
@@ -59,12 +34,9 @@ fn produce(kafka: String, topic: String) -> std::thread::JoinHandle<()> {
                     c % 100
                 );
                 let key = (id % 1000).to_string();
-                producer
-                    .send(BaseRecord::to(&topic).key(&key).payload(&value))
-                    .map_err(|(e, _)| e)
-                    .unwrap();
+                kafka::send(&producer, BaseRecord::to(&topic).key(&key).payload(&value));
             }
-            producer.flush(Duration::from_secs(30)).unwrap();
+            kafka::flush(&producer);
             std::thread::sleep(Duration::from_millis(80));
         }
     })
@@ -72,43 +44,13 @@ fn produce(kafka: String, topic: String) -> std::thread::JoinHandle<()> {
 
 /// Every event id on `topic`, read with `isolation`.
 fn alert_ids(kafka: &str, topic: &str, isolation: &str) -> Vec<i64> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", kafka)
-        .set("group.id", "weir-test-reader")
-        .set("isolation.level", isolation)
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let (low, high) = consumer.fetch_watermarks(topic, 0, Duration::from_secs(10)).unwrap();
-    let mut ids = Vec::new();
-    if low == high {
-        return ids;
-    }
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Offset(low))
-        .unwrap();
-    consumer.assign(&tpl).unwrap();
-    let started = std::time::Instant::now();
-    loop {
-        assert!(started.elapsed() < Duration::from_secs(60));
-        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
-            let m = m.unwrap();
-            let v: serde_json::Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
-            ids.push(v["event_id"].as_i64().unwrap());
-            if m.offset() + 1 >= high {
-                break;
-            }
-        }
-        let pos = consumer.position().unwrap();
-        if pos
-            .find_partition(topic, 0)
-            .and_then(|e| e.offset().to_raw())
-            .is_some_and(|o| o >= high)
-        {
-            break;
-        }
-    }
-    ids
+    kafka::read_all(kafka, topic, isolation)
+        .iter()
+        .map(|(_, value)| {
+            let v: serde_json::Value = serde_json::from_str(value).unwrap();
+            v["event_id"].as_i64().unwrap()
+        })
+        .collect()
 }
 
 fn example(lake: &Path, kafka: &str, topic: &str, alerts: &str, markers: &str) -> Command {
@@ -130,41 +72,29 @@ fn example(lake: &Path, kafka: &str, topic: &str, alerts: &str, markers: &str) -
 
 #[test]
 fn three_sinks_from_kafka_hold_each_payment_once_through_kills() {
-    let Some(kafka) = std::env::var("WEIR_TEST_KAFKA_BOOTSTRAP").ok() else {
-        assert!(std::env::var_os("CI").is_none(), "scripts/test.sh starts Kafka");
-        return;
-    };
+    let Some(kafka) = kafka::bootstrap() else { return };
     if python().is_none() {
         return;
     }
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    let (topic, alerts, markers) = (
-        format!("payments-{run}"),
-        format!("alerts-{run}"),
-        format!("markers-{run}"),
+    let (topic, alerts) = (
+        kafka::create_topic(&kafka, "payments", 4),
+        kafka::create_topic(&kafka, "alerts", 1),
     );
-    create_topics(&kafka, &[&topic], 4);
-    create_topics(&kafka, &[&alerts], 1);
+    let markers = format!("markers-{}", uuid::Uuid::new_v4().simple());
     let lake = tempfile::tempdir().unwrap();
     let producer = produce(kafka.clone(), topic.clone());
-    let (mut killed, mut seed) = (0, 0x9e37_79b9_u64);
-    while killed < KILLS {
-        let mut child = example(lake.path(), &kafka, &topic, &alerts, &markers)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        seed = seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        std::thread::sleep(Duration::from_millis(300 + (seed >> 33) % 1200));
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap();
-            killed += 1;
-        }
-        let status = child.wait().unwrap();
-        assert!(status.code().is_none(), "the example stopped by itself: {status}");
-    }
+    let ended = kill_repeatedly(
+        || {
+            example(lake.path(), &kafka, &topic, &alerts, &markers)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        },
+        KILLS,
+        300..1500,
+    );
+    assert_eq!(ended, 0, "without --available-now the example runs until it is stopped");
     producer.join().unwrap();
     let out = example(lake.path(), &kafka, &topic, &alerts, &markers)
         .arg("--available-now")
@@ -194,8 +124,38 @@ fn three_sinks_from_kafka_hold_each_payment_once_through_kills() {
     let all = alert_ids(&kafka, &alerts, "read_uncommitted");
     assert!(all.len() >= committed.len());
     eprintln!(
-        "{killed} kills; alerts: {} committed, {} in the log with aborted attempts",
+        "{KILLS} kills; alerts: {} committed, {} in the log with aborted attempts",
         committed.len(),
         all.len()
     );
+}
+
+#[test]
+fn produce_fills_the_topic_with_the_rate_sources_payments() {
+    let Some(kafka) = kafka::bootstrap() else { return };
+    if python().is_none() {
+        return;
+    }
+    let (topic, alerts) = (
+        kafka::create_topic(&kafka, "payments", 2),
+        kafka::create_topic(&kafka, "alerts", 1),
+    );
+    let markers = format!("markers-{}", uuid::Uuid::new_v4().simple());
+    let lake = tempfile::tempdir().unwrap();
+    let out = example(lake.path(), &kafka, &topic, &alerts, &markers)
+        .args(["--produce", "3000", "--available-now"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bronze = lake.path().join("warehouse/bronze/payments");
+    let got = read(&["ids", "deltalake", bronze.to_str().unwrap()]).expect("readers");
+    assert_exactly_once(&json_ids(&got), 0..3000);
+    // The amounts came through JSON as the rate source made them.
+    assert_eq!(
+        got["amount_cents"].as_i64(),
+        Some(weir_test_support::readers::rate_amount_cents(3000))
+    );
+    let mut alerted = alert_ids(&kafka, &alerts, "read_committed");
+    alerted.sort_unstable();
+    assert_eq!(alerted, (0..3000).filter(|i| cents(*i) >= 99_000).collect::<Vec<_>>());
 }

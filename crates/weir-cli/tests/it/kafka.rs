@@ -8,12 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use weir_test_support::assert_exactly_once;
+use rdkafka::producer::BaseRecord;
+pub(crate) use weir_test_support::kafka::bootstrap;
+use weir_test_support::kill::kill_repeatedly;
 use weir_test_support::readers::{iceberg, json_ids, rate_amount_cents, read};
+use weir_test_support::{assert_exactly_once, kafka};
 
 use crate::common::{failure, lake_with_readers, last_committed, ok, weir};
 
@@ -21,43 +20,10 @@ const RECORDS: i64 = 20_000;
 const PARTITIONS: i32 = 4;
 const KILLS: u32 = 30;
 
-pub(crate) fn bootstrap() -> Option<String> {
-    let found = std::env::var("WEIR_TEST_KAFKA_BOOTSTRAP").ok();
-    assert!(
-        found.is_some() || std::env::var_os("CI").is_none(),
-        "WEIR_TEST_KAFKA_BOOTSTRAP is not set; scripts/test.sh starts Kafka and sets it"
-    );
-    found
-}
-
-pub(crate) fn create_topic(kafka: &str, prefix: &str) -> String {
-    let name = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", kafka).create().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    for r in rt
-        .block_on(admin.create_topics(
-            &[NewTopic::new(&name, PARTITIONS, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        ))
-        .unwrap()
-    {
-        r.unwrap();
-    }
-    name
-}
-
 /// Writes payments with ids `ids` as JSON, spread over the partitions,
 /// `chunk` at a time with `pause` between chunks.
 pub(crate) fn produce_payments(kafka: &str, topic: &str, ids: std::ops::Range<i64>, chunk: usize, pause: Duration) {
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", kafka)
-        .set("linger.ms", "5")
-        .create()
-        .unwrap();
+    let producer = kafka::producer(kafka, &[]);
     for chunk in ids.collect::<Vec<_>>().chunks(chunk) {
         for id in chunk {
             let cents = (id * 7919) % 100_000;
@@ -67,20 +33,13 @@ pub(crate) fn produce_payments(kafka: &str, topic: &str, ids: std::ops::Range<i6
                 cents % 100,
                 id % 17
             );
-            let mut record = BaseRecord::<(), _>::to(topic)
-                .partition((*id % PARTITIONS as i64) as i32)
-                .payload(&value);
-            while let Err((e, back)) = producer.send(record) {
-                assert_eq!(
-                    e.rdkafka_error_code(),
-                    Some(rdkafka::types::RDKafkaErrorCode::QueueFull),
-                    "{e}"
-                );
-                producer.poll(Duration::from_millis(10));
-                record = back;
-            }
+            let partition = (*id % PARTITIONS as i64) as i32;
+            kafka::send(
+                &producer,
+                BaseRecord::<(), _>::to(topic).partition(partition).payload(&value),
+            );
         }
-        producer.flush(Duration::from_secs(30)).unwrap();
+        kafka::flush(&producer);
         std::thread::sleep(pause);
     }
 }
@@ -143,32 +102,22 @@ fn stream_through_kills(lake: &Path, kafka: &str, table: &str, format: &str) {
     let args = stream_args(kafka, &topic, table, format, &schema);
     let done = Arc::new(AtomicBool::new(false));
     let producer = produce(kafka.to_string(), topic.clone(), done.clone());
-    let (mut killed, mut seed) = (0, 0x2545_f491_u64);
-    while killed < KILLS {
-        let mut child = weir(lake)
-            .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        seed = seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        std::thread::sleep(Duration::from_millis(80 + (seed >> 33) % 700));
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap();
-            killed += 1;
-        }
-        let status = child.wait().unwrap();
-        assert!(
-            status.code().is_none() || status.success(),
-            "weir stream failed: {status}"
-        );
-    }
+    kill_repeatedly(
+        || {
+            weir(lake)
+                .args(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        },
+        KILLS,
+        80..780,
+    );
     producer.join().unwrap();
     assert!(done.load(Ordering::SeqCst));
     let before = last_committed(lake, "chk");
-    eprintln!("{format}: {killed} kills, batches 0..={before:?} committed before the drain");
+    eprintln!("{format}: {KILLS} kills, batches 0..={before:?} committed before the drain");
     // The kills fell on a working stream, not on idle or starting ones.
     assert!(
         before.is_some_and(|b| b >= 20),
@@ -235,4 +184,9 @@ fn kafka_options_that_cannot_work_are_refused_by_name() {
     assert!(e.contains("key=value") && !e.contains("hunter2"), "{e}");
     let e = with(&["--topic", "t", "--starting-offsets", "{\"t\": [1]}"]);
     assert!(e.contains("{\"topic\": {\"0\": 42}}"), "{e}");
+}
+
+/// A new topic of [`PARTITIONS`] partitions.
+pub(crate) fn create_topic(kafka: &str, prefix: &str) -> String {
+    kafka::create_topic(kafka, prefix, PARTITIONS)
 }

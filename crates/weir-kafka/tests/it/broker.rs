@@ -1,50 +1,16 @@
 //! The test broker: topics made and changed with the admin client, records
 //! produced with ids in their values.
 
-use std::time::Duration;
-
 use arrow_array::{Array, BinaryArray, Int32Array, Int64Array, RecordBatch};
-use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::admin::{AdminOptions, NewPartitions};
+use rdkafka::producer::{BaseProducer, BaseRecord};
 use rdkafka::TopicPartitionList;
-
-/// The broker's address, or `None` (with a notice) outside CI when no broker
-/// runs. In CI one must.
-pub fn bootstrap() -> Option<String> {
-    let found = std::env::var("WEIR_TEST_KAFKA_BOOTSTRAP").ok();
-    assert!(
-        found.is_some() || std::env::var_os("CI").is_none(),
-        "WEIR_TEST_KAFKA_BOOTSTRAP is not set; scripts/test.sh starts Kafka and sets it"
-    );
-    if found.is_none() {
-        eprintln!("no Kafka broker (WEIR_TEST_KAFKA_BOOTSTRAP); scripts/services/kafka.sh starts one");
-    }
-    found
-}
-
-fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("admin client")
-}
+use weir_test_support::kafka::{admin, flush};
+pub use weir_test_support::kafka::{bootstrap, producer, read_all, sasl_bootstrap};
 
 /// A new topic with a unique name and `partitions` partitions.
-pub async fn topic(bootstrap: &str, prefix: &str, partitions: i32) -> String {
-    let name = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
-    let results = admin(bootstrap)
-        .create_topics(
-            &[NewTopic::new(&name, partitions, TopicReplication::Fixed(1))],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-        )
-        .await
-        .expect("create topic");
-    for r in results {
-        r.expect("topic created");
-    }
-    name
+pub fn topic(bootstrap: &str, prefix: &str, partitions: i32) -> String {
+    weir_test_support::kafka::create_topic(bootstrap, prefix, partitions)
 }
 
 /// Grows `topic` to `total` partitions.
@@ -81,34 +47,18 @@ pub async fn delete_records_before(bootstrap: &str, topic: &str, partition: i32,
         .expect("delete records");
 }
 
-pub fn producer(bootstrap: &str, extra: &[(&str, &str)]) -> BaseProducer {
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", bootstrap).set("linger.ms", "5");
-    for (k, v) in extra {
-        config.set(*k, *v);
-    }
-    config.create().expect("producer")
-}
-
 /// Sends records with ids `ids` (value `{"id": N}`, key `kN`) to `partition`
 /// of `topic`, and waits until the broker has them all.
 pub fn produce(producer: &BaseProducer, topic: &str, partition: i32, ids: impl IntoIterator<Item = i64>) {
     for id in ids {
         let value = format!("{{\"id\":{id}}}");
         let key = format!("k{id}");
-        let mut record = BaseRecord::to(topic).partition(partition).payload(&value).key(&key);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((e, r)) if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) => {
-                    producer.poll(Duration::from_millis(10));
-                    record = r;
-                }
-                Err((e, _)) => panic!("send: {e}"),
-            }
-        }
+        weir_test_support::kafka::send(
+            producer,
+            BaseRecord::to(topic).partition(partition).payload(&value).key(&key),
+        );
     }
-    producer.flush(Duration::from_secs(30)).expect("flush");
+    flush(producer);
 }
 
 /// Sends `ids` to `partition` of `topic` and flushes, with a new producer.
@@ -150,63 +100,4 @@ pub fn records(batches: &[RecordBatch]) -> Vec<(i64, i32, i64)> {
 /// The ids in `batches`.
 pub fn ids(batches: &[RecordBatch]) -> Vec<i64> {
     records(batches).into_iter().map(|(id, _, _)| id).collect()
-}
-
-/// Every record of `topic` from its beginning to its end, as `(key, value)`
-/// strings, read by a plain consumer with `isolation`
-/// (`read_committed` or `read_uncommitted`).
-pub fn consume_all(bootstrap: &str, topic: &str, isolation: &str) -> Vec<(Option<String>, String)> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::message::Message;
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "weir-test-reader")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", isolation)
-        .create()
-        .unwrap();
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
-    let mut tpl = TopicPartitionList::new();
-    let mut ends = std::collections::HashMap::new();
-    for p in metadata.topics()[0].partitions() {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
-            .unwrap();
-        if low < high {
-            tpl.add_partition_offset(topic, p.id(), rdkafka::Offset::Offset(low))
-                .unwrap();
-            ends.insert(p.id(), high);
-        }
-    }
-    let mut out = Vec::new();
-    if ends.is_empty() {
-        return out;
-    }
-    consumer.assign(&tpl).unwrap();
-    let started = std::time::Instant::now();
-    while !ends.is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "reading {topic} took too long"
-        );
-        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
-            let m = m.unwrap();
-            let key = m.key().map(|k| String::from_utf8_lossy(k).into_owned());
-            out.push((
-                key,
-                String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
-            ));
-            if m.offset() + 1 >= ends[&m.partition()] {
-                ends.remove(&m.partition());
-            }
-        }
-        let position = consumer.position().unwrap();
-        ends.retain(|p, end| {
-            position
-                .find_partition(topic, *p)
-                .and_then(|e| e.offset().to_raw())
-                .is_none_or(|o| o < *end)
-        });
-    }
-    out
 }

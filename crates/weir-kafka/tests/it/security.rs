@@ -11,15 +11,6 @@ use weir_test_support::assert_exactly_once;
 
 use crate::broker::{self, ids};
 
-fn sasl_bootstrap() -> Option<String> {
-    let found = std::env::var("WEIR_TEST_KAFKA_SASL_BOOTSTRAP").ok();
-    assert!(
-        found.is_some() || std::env::var_os("CI").is_none(),
-        "WEIR_TEST_KAFKA_SASL_BOOTSTRAP is not set; scripts/test.sh starts Kafka and sets it"
-    );
-    found
-}
-
 async fn read_with(
     sasl: &str,
     topic: &str,
@@ -54,10 +45,10 @@ async fn read_with(
 
 #[tokio::test]
 async fn sasl_plain_reads_and_a_wrong_password_is_refused_without_showing_it() {
-    let (Some(kafka), Some(sasl)) = (broker::bootstrap(), sasl_bootstrap()) else {
+    let (Some(kafka), Some(sasl)) = (broker::bootstrap(), broker::sasl_bootstrap()) else {
         return;
     };
-    let topic = broker::topic(&kafka, "sasl", 2).await;
+    let topic = broker::topic(&kafka, "sasl", 2);
     broker::send(&kafka, &topic, 0, 0..10);
     broker::send(&kafka, &topic, 1, 10..20);
     let (result, sink, shown) = read_with(&sasl, &topic, "PLAIN", "weir-secret").await;
@@ -81,10 +72,10 @@ async fn sasl_plain_reads_and_a_wrong_password_is_refused_without_showing_it() {
 #[cfg(feature = "tls")]
 #[tokio::test]
 async fn sasl_scram_reads_with_the_tls_feature() {
-    let (Some(kafka), Some(sasl)) = (broker::bootstrap(), sasl_bootstrap()) else {
+    let (Some(kafka), Some(sasl)) = (broker::bootstrap(), broker::sasl_bootstrap()) else {
         return;
     };
-    let topic = broker::topic(&kafka, "scram", 1).await;
+    let topic = broker::topic(&kafka, "scram", 1);
     broker::send(&kafka, &topic, 0, 0..10);
     for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
         let (result, sink, _) = read_with(&sasl, &topic, mechanism, "weir-secret").await;

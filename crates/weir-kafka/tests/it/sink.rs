@@ -73,14 +73,14 @@ fn counts(ids: &[i64]) -> BTreeMap<i64, usize> {
 #[tokio::test]
 async fn at_least_once_repeats_only_the_batch_running_at_a_crash() {
     let Some(kafka) = broker::bootstrap() else { return };
-    let topic = broker::topic(&kafka, "alo", 2).await;
+    let topic = broker::topic(&kafka, "alo", 2);
     let chk = tempfile::tempdir().unwrap();
     let sink = || KafkaSink::new(&kafka).topic(&topic);
     let name = query_name();
     let crash = CrashPoints::new().fail_at(CrashPoint::AfterDataWritten, Some(BatchId(3)));
     assert!(run(sink(), &name, chk.path(), Some(crash)).await.is_err());
     run(sink(), &name, chk.path(), None).await.unwrap();
-    let got = ids(&broker::consume_all(&kafka, &topic, "read_committed"));
+    let got = ids(&broker::read_all(&kafka, &topic, "read_committed"));
     let twice: Vec<i64> = counts(&got)
         .into_iter()
         .filter(|(_, n)| *n > 1)
@@ -98,7 +98,7 @@ async fn at_least_once_repeats_only_the_batch_running_at_a_crash() {
 #[tokio::test]
 async fn exactly_once_holds_for_read_committed_consumers_through_a_crash_at_every_point() {
     let Some(kafka) = broker::bootstrap() else { return };
-    let topic = broker::topic(&kafka, "eos", 3).await;
+    let topic = broker::topic(&kafka, "eos", 3);
     let markers = format!("markers-{}", uuid::Uuid::new_v4().simple());
     let chk = tempfile::tempdir().unwrap();
     let sink = || {
@@ -119,10 +119,10 @@ async fn exactly_once_holds_for_read_committed_consumers_through_a_crash_at_ever
         assert!(err.to_string().contains("injected crash"), "{err}");
     }
     run(sink(), &name, chk.path(), None).await.unwrap();
-    assert_exactly_once(&ids(&broker::consume_all(&kafka, &topic, "read_committed")), 0..1000);
+    assert_exactly_once(&ids(&broker::read_all(&kafka, &topic, "read_committed")), 0..1000);
     // The crash after the data was written left an aborted transaction:
     // a read_uncommitted consumer sees its records twice.
-    let all = ids(&broker::consume_all(&kafka, &topic, "read_uncommitted"));
+    let all = ids(&broker::read_all(&kafka, &topic, "read_uncommitted"));
     let twice: Vec<i64> = counts(&all)
         .into_iter()
         .filter(|(_, n)| *n > 1)
@@ -130,7 +130,7 @@ async fn exactly_once_holds_for_read_committed_consumers_through_a_crash_at_ever
         .collect();
     assert_eq!(twice, (300..400).collect::<Vec<_>>());
     // One marker per committed batch, in their transactions.
-    let marks = broker::consume_all(&kafka, &markers, "read_committed");
+    let marks = broker::read_all(&kafka, &markers, "read_committed");
     assert_eq!(marks.len(), 10, "{marks:?}");
     assert!(marks.iter().all(|(k, _)| k.as_deref() == Some(name.as_str())));
 }
@@ -138,7 +138,7 @@ async fn exactly_once_holds_for_read_committed_consumers_through_a_crash_at_ever
 #[tokio::test]
 async fn a_second_run_of_the_query_fences_the_first() {
     let Some(kafka) = broker::bootstrap() else { return };
-    let topic = broker::topic(&kafka, "fence", 1).await;
+    let topic = broker::topic(&kafka, "fence", 1);
     let markers = format!("markers-{}", uuid::Uuid::new_v4().simple());
     let sink = || {
         KafkaSink::new(&kafka).topic(&topic).guarantee(Guarantee::ExactlyOnce {
@@ -177,9 +177,54 @@ async fn a_second_run_of_the_query_fences_the_first() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(second.is_active(), "{:?}", second.exception());
     second.stop_and_wait().await.unwrap();
-    // What the two committed, read_committed: each id at most once.
-    let got = ids(&broker::consume_all(&kafka, &topic, "read_committed"));
-    assert!(counts(&got).values().all(|n| *n == 1), "a committed id twice");
+    // The first committed batch 0 before it was fenced, the second batches
+    // 1 to its last: read_committed, each of their ids once.
+    let last = second.last_progress().expect("the second run committed").batch_id.0 as i64;
+    let got = ids(&broker::read_all(&kafka, &topic, "read_committed"));
+    assert_exactly_once(&got, 0..(last + 1) * 10);
+}
+
+/// Invariants I4 and I4b against the marker topic: an old copy of the
+/// checkpoint (the sink holds batches it never planned) and a new
+/// checkpoint under the same query name are both refused, and neither adds
+/// a row.
+#[tokio::test]
+async fn an_old_copy_and_a_new_checkpoint_of_the_query_are_refused_by_its_marker() {
+    let Some(kafka) = broker::bootstrap() else { return };
+    let topic = broker::topic(&kafka, "guards", 1);
+    let markers = format!("markers-{}", uuid::Uuid::new_v4().simple());
+    let name = query_name();
+    let sink = || {
+        KafkaSink::new(&kafka).topic(&topic).guarantee(Guarantee::ExactlyOnce {
+            marker_topic: markers.clone(),
+        })
+    };
+    let run = |chk: std::path::PathBuf, last: Option<BatchId>| {
+        let mut writer = read_stream(RateSource::rows_per_batch(100).with_total_rows(300))
+            .map_batches(as_records)
+            .write_stream()
+            .query_name(&name)
+            .checkpoint_location(chk)
+            .trigger(Trigger::available_now());
+        if let Some(last) = last {
+            writer = writer.stop_after_batch(last);
+        }
+        let sink = sink();
+        async move { writer.start(sink).await?.await_termination().await }
+    };
+    let chk = tempfile::tempdir().unwrap();
+    run(chk.path().into(), Some(BatchId(0))).await.unwrap();
+    let old = tempfile::tempdir().unwrap();
+    weir_test_support::copy_dir(chk.path(), old.path());
+    run(chk.path().into(), None).await.unwrap();
+    assert_exactly_once(&ids(&broker::read_all(&kafka, &topic, "read_committed")), 0..300);
+
+    let err = run(old.path().into(), None).await.unwrap_err().to_string();
+    assert!(err.contains("holds batch 2") && err.contains("old copy"), "{err}");
+    let fresh = tempfile::tempdir().unwrap();
+    let err = run(fresh.path().into(), None).await.unwrap_err().to_string();
+    assert!(err.contains("already has output"), "{err}");
+    assert_exactly_once(&ids(&broker::read_all(&kafka, &topic, "read_uncommitted")), 0..300);
 }
 
 #[tokio::test]

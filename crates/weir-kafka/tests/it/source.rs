@@ -51,7 +51,7 @@ fn end_of(p: &QueryProgress) -> PartitionOffsets {
 #[tokio::test]
 async fn a_crash_at_every_point_replays_the_logged_range_exactly() {
     let Some(kafka) = broker::bootstrap() else { return };
-    let topic = broker::topic(&kafka, "replay", 4).await;
+    let topic = broker::topic(&kafka, "replay", 4);
     let producer = broker::producer(&kafka, &[]);
     for p in 0..4 {
         broker::produce(&producer, &topic, p, (p as i64 * 100)..(p as i64 * 100 + 100));
@@ -105,7 +105,7 @@ async fn a_crash_at_every_point_replays_the_logged_range_exactly() {
 #[tokio::test]
 async fn a_limit_is_shared_by_lag_across_skewed_partitions() {
     let Some(kafka) = broker::bootstrap() else { return };
-    let topic = broker::topic(&kafka, "skew", 3).await;
+    let topic = broker::topic(&kafka, "skew", 3);
     let producer = broker::producer(&kafka, &[]);
     broker::produce(&producer, &topic, 0, 0..900);
     broker::produce(&producer, &topic, 1, 900..990);
@@ -138,7 +138,7 @@ async fn a_limit_is_shared_by_lag_across_skewed_partitions() {
 #[tokio::test]
 async fn latest_is_fixed_on_the_first_start_and_kept_in_the_checkpoint() {
     let Some(kafka) = broker::bootstrap() else { return };
-    let topic = broker::topic(&kafka, "latest", 2).await;
+    let topic = broker::topic(&kafka, "latest", 2);
     broker::send(&kafka, &topic, 0, 0..10);
     let chk = tempfile::tempdir().unwrap();
     let sink = MemorySink::new("t");
@@ -156,7 +156,7 @@ async fn latest_is_fixed_on_the_first_start_and_kept_in_the_checkpoint() {
 #[tokio::test]
 async fn specific_offsets_start_each_partition_where_they_say() {
     let Some(kafka) = broker::bootstrap() else { return };
-    let topic = broker::topic(&kafka, "specific", 3).await;
+    let topic = broker::topic(&kafka, "specific", 3);
     broker::send(&kafka, &topic, 0, 0..10);
     broker::send(&kafka, &topic, 1, 10..20);
     broker::send(&kafka, &topic, 2, 20..30);
@@ -203,7 +203,7 @@ async fn specific_offsets_start_each_partition_where_they_say() {
 #[tokio::test]
 async fn a_starting_timestamp_begins_at_the_first_record_at_or_after_it() {
     let Some(kafka) = broker::bootstrap() else { return };
-    let topic = broker::topic(&kafka, "time", 1).await;
+    let topic = broker::topic(&kafka, "time", 1);
     let producer = broker::producer(&kafka, &[]);
     let base = 1_700_000_000_000i64;
     for id in 0..10i64 {
@@ -230,7 +230,7 @@ async fn a_starting_timestamp_begins_at_the_first_record_at_or_after_it() {
 #[tokio::test]
 async fn a_partition_added_while_the_query_runs_is_read_from_its_beginning() {
     let Some(kafka) = broker::bootstrap() else { return };
-    let topic = broker::topic(&kafka, "grow", 2).await;
+    let topic = broker::topic(&kafka, "grow", 2);
     broker::send(&kafka, &topic, 0, 0..10);
     broker::send(&kafka, &topic, 1, 10..20);
     let chk = tempfile::tempdir().unwrap();
@@ -249,8 +249,8 @@ async fn a_partition_added_while_the_query_runs_is_read_from_its_beginning() {
 #[tokio::test]
 async fn a_deleted_topic_stops_the_query_unless_loss_is_accepted() {
     let Some(kafka) = broker::bootstrap() else { return };
-    let keep = broker::topic(&kafka, "keep", 1).await;
-    let doomed = broker::topic(&kafka, "doomed", 2).await;
+    let keep = broker::topic(&kafka, "keep", 1);
+    let doomed = broker::topic(&kafka, "doomed", 2);
     broker::send(&kafka, &keep, 0, 0..5);
     broker::send(&kafka, &doomed, 1, 5..10);
     let chk = tempfile::tempdir().unwrap();
@@ -288,7 +288,7 @@ async fn a_deleted_topic_stops_the_query_unless_loss_is_accepted() {
 #[tokio::test]
 async fn records_removed_before_they_were_read_stop_the_query_or_are_reported_skipped() {
     let Some(kafka) = broker::bootstrap() else { return };
-    let topic = broker::topic(&kafka, "retention", 1).await;
+    let topic = broker::topic(&kafka, "retention", 1);
     broker::send(&kafka, &topic, 0, 0..100);
     let chk = tempfile::tempdir().unwrap();
     let sink = MemorySink::new("t");
@@ -335,7 +335,7 @@ async fn records_removed_before_they_were_read_stop_the_query_or_are_reported_sk
 #[tokio::test]
 async fn aborted_transactions_never_land_and_a_batch_ends_past_the_markers() {
     let Some(kafka) = broker::bootstrap() else { return };
-    let topic = broker::topic(&kafka, "txn", 2).await;
+    let topic = broker::topic(&kafka, "txn", 2);
     let txn_id = format!("weir-test-{}", uuid::Uuid::new_v4().simple());
     let producer = broker::producer(&kafka, &[("transactional.id", txn_id.as_str())]);
     producer.init_transactions(Duration::from_secs(30)).unwrap();
@@ -385,7 +385,7 @@ async fn json_values_become_typed_columns_and_a_bad_one_names_its_offset() {
     use weir_kafka::{OnBadRecord, ValueColumns};
 
     let Some(kafka) = broker::bootstrap() else { return };
-    let topic = broker::topic(&kafka, "json", 2).await;
+    let topic = broker::topic(&kafka, "json", 2);
     broker::send(&kafka, &topic, 0, 0..10);
     broker::send(&kafka, &topic, 1, 10..20);
     let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
@@ -451,7 +451,7 @@ async fn a_pattern_picks_up_topics_created_later_and_offsets_reach_the_group() {
 
     let Some(kafka) = broker::bootstrap() else { return };
     let prefix = format!("pat{}", uuid::Uuid::new_v4().simple());
-    let first = broker::topic(&kafka, &format!("{prefix}-a"), 1).await;
+    let first = broker::topic(&kafka, &format!("{prefix}-a"), 1);
     broker::send(&kafka, &first, 0, 0..10);
     let group = format!("weir-test-{prefix}");
     let source = || {
@@ -463,9 +463,9 @@ async fn a_pattern_picks_up_topics_created_later_and_offsets_reach_the_group() {
     let chk = tempfile::tempdir().unwrap();
     let sink = MemorySink::new("t");
     run(source(), chk.path(), &sink).await.result.unwrap();
-    let second = broker::topic(&kafka, &format!("{prefix}-b"), 2).await;
+    let second = broker::topic(&kafka, &format!("{prefix}-b"), 2);
     broker::send(&kafka, &second, 1, 10..20);
-    let other = broker::topic(&kafka, &format!("x{prefix}-c"), 1).await;
+    let other = broker::topic(&kafka, &format!("x{prefix}-c"), 1);
     broker::send(&kafka, &other, 0, 100..110);
     run(source(), chk.path(), &sink).await.result.unwrap();
     assert_exactly_once(&ids(&sink.batches()), 0..20);
@@ -493,7 +493,7 @@ async fn avro_values_in_confluents_wire_format_become_typed_columns() {
     use weir_kafka::{AvroFraming, OnBadRecord, ValueColumns};
 
     let Some(kafka) = broker::bootstrap() else { return };
-    let topic = broker::topic(&kafka, "avro", 1).await;
+    let topic = broker::topic(&kafka, "avro", 1);
     let schema = r#"{"type": "record", "name": "Payment", "fields": [{"name": "event_id", "type": "long"}]}"#;
     let avro = apache_avro::Schema::parse_str(schema).unwrap();
     let producer = broker::producer(&kafka, &[]);
