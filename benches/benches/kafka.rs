@@ -30,14 +30,14 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::BaseRecord;
 use rdkafka::TopicPartitionList;
+use weir_benches::{median, release_weir};
 use weir_core::prelude::*;
 use weir_kafka::{Guarantee, KafkaSink};
+use weir_test_support::kafka;
 
 const PARTITIONS: i32 = 8;
 const PER_BATCH: u64 = 500_000;
@@ -50,9 +50,8 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5_000_000);
     let broker = Broker::start();
-    let weir = build_weir();
-    let topic = format!("bench-{}", uuid::Uuid::new_v4().simple());
-    create_topic(&broker.bootstrap, &topic, PARTITIONS);
+    let weir = release_weir();
+    let topic = kafka::create_topic(&broker.bootstrap, "bench", PARTITIONS);
     let started = Instant::now();
     let bytes = produce(&broker.bootstrap, &topic, records);
     println!(
@@ -75,10 +74,10 @@ fn main() {
             mib(iceberg[round].peak)
         );
     }
-    let raw = median(raw);
+    let raw = median(&raw);
     let mut missed = Vec::new();
     for (name, runs) in [("delta", delta), ("iceberg", iceberg)] {
-        let rate = median(runs.iter().map(|r| r.rate).collect());
+        let rate = median(&runs.iter().map(|r| r.rate).collect::<Vec<_>>());
         let peak = runs.iter().map(|r| r.peak).max().unwrap_or(0);
         let ratio = rate / raw;
         println!(
@@ -96,7 +95,7 @@ fn main() {
         alo.push(rt.block_on(sink(&broker.bootstrap, false)));
         eos.push(rt.block_on(sink(&broker.bootstrap, true)));
     }
-    let (alo, eos) = (median(alo), median(eos));
+    let (alo, eos) = (median(&alo), median(&eos));
     let ratio = eos / alo;
     println!("Kafka sink: at least once {alo:.0} rows/s, exactly once {eos:.0} rows/s: {ratio:.2} (target 0.80)");
     if ratio < 0.8 {
@@ -111,11 +110,6 @@ fn main() {
 
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1 << 20) as f64
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// The broker: the suite's, or one started for this run.
@@ -168,38 +162,6 @@ impl Drop for Broker {
     }
 }
 
-fn build_weir() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "--quiet", "-p", "weir-cli", "--bin", "weir"])
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building the weir command failed");
-    let exe = std::env::current_exe().unwrap();
-    let release = exe.parent().and_then(|d| d.parent()).expect("target/release");
-    release.join("weir")
-}
-
-fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    for r in rt
-        .block_on(admin.create_topics(
-            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        ))
-        .unwrap()
-    {
-        r.unwrap();
-    }
-}
-
 /// A payment of about 200 bytes.
 fn payment(id: u64) -> String {
     let cents = (id * 7919) % 100_000;
@@ -219,31 +181,25 @@ const SCHEMA: &str = "event_id BIGINT NOT NULL, ts TIMESTAMP, account_id BIGINT,
 
 /// Writes `records` payments round-robin over the partitions; their bytes.
 fn produce(bootstrap: &str, topic: &str, records: u64) -> u64 {
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("linger.ms", "20")
-        .set("batch.size", "1000000")
-        .set("queue.buffering.max.kbytes", "262144")
-        .create()
-        .unwrap();
+    let producer = kafka::producer(
+        bootstrap,
+        &[
+            ("linger.ms", "20"),
+            ("batch.size", "1000000"),
+            ("queue.buffering.max.kbytes", "262144"),
+        ],
+    );
     let mut bytes = 0;
     for id in 0..records {
         let value = payment(id);
         bytes += value.len() as u64;
-        let mut record = BaseRecord::<(), _>::to(topic)
-            .partition((id % PARTITIONS as u64) as i32)
-            .payload(&value);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    producer.poll(Duration::from_millis(5));
-                    record = back;
-                }
-            }
-        }
+        let partition = (id % PARTITIONS as u64) as i32;
+        kafka::send(
+            &producer,
+            BaseRecord::<(), _>::to(topic).partition(partition).payload(&value),
+        );
     }
-    producer.flush(Duration::from_secs(300)).unwrap();
+    kafka::flush(&producer);
     bytes
 }
 
@@ -390,8 +346,7 @@ fn as_records(batch: RecordBatch) -> Result<RecordBatch, BoxError> {
 
 /// Rows per second of the Kafka sink writing the rate source's rows.
 async fn sink(bootstrap: &str, exactly_once: bool) -> f64 {
-    let topic = format!("bench-sink-{}", uuid::Uuid::new_v4().simple());
-    create_topic(bootstrap, &topic, PARTITIONS);
+    let topic = kafka::create_topic(bootstrap, "bench-sink", PARTITIONS);
     let mut sink = KafkaSink::new(bootstrap).topic(&topic).option("linger.ms", "20");
     if exactly_once {
         sink = sink.guarantee(Guarantee::ExactlyOnce {

@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use weir_benches::release_weir;
 use weir_test_support::memory::{sample_stream, MemorySample};
 
 /// The workloads: a name and `weir stream`'s options beyond the common ones.
@@ -38,7 +39,7 @@ fn main() {
     let chosen: Option<Vec<String>> = std::env::var("WEIR_BENCH_SOAK")
         .ok()
         .map(|v| v.split(',').map(str::to_string).collect());
-    let weir = build_weir();
+    let weir = release_weir();
     let mut failures = Vec::new();
     for (name, options) in WORKLOADS {
         if chosen.as_ref().is_some_and(|c| !c.iter().any(|n| n == name)) {
@@ -74,19 +75,6 @@ fn main() {
 struct Sample {
     memory: MemorySample,
     seconds: f64,
-}
-
-fn build_weir() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "--quiet", "-p", "weir-cli", "--bin", "weir"])
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building the weir command failed");
-    // This benchmark runs from target/release/deps.
-    let exe = std::env::current_exe().unwrap();
-    let release = exe.parent().and_then(|d| d.parent()).expect("target/release");
-    release.join("weir")
 }
 
 fn soak(weir: &PathBuf, commits: u64, options: &[&str]) -> Vec<Sample> {
