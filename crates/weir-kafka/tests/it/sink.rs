@@ -249,3 +249,106 @@ async fn rows_without_a_value_or_a_topic_are_refused_before_anything_is_sent() {
         .unwrap_err();
     assert!(err.to_string().contains("no topic"), "{err}");
 }
+
+#[tokio::test]
+async fn topic_partition_and_headers_columns_route_each_record() {
+    use arrow_array::builder::{BinaryBuilder, ListBuilder, StringBuilder, StructBuilder};
+    use arrow_array::Int32Array;
+    use arrow_schema::Fields;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+
+    let Some(kafka) = broker::bootstrap() else { return };
+    let (a, b) = (broker::topic(&kafka, "route-a", 2), broker::topic(&kafka, "route-b", 2));
+    let header_fields = Fields::from(vec![
+        Field::new("key", DataType::Utf8, false),
+        Field::new("value", DataType::Binary, true),
+    ]);
+    let mut headers = ListBuilder::new(StructBuilder::from_fields(header_fields.clone(), 0));
+    for i in 0..4 {
+        let entry = headers.values();
+        entry.field_builder::<StringBuilder>(0).unwrap().append_value("trace");
+        entry
+            .field_builder::<BinaryBuilder>(1)
+            .unwrap()
+            .append_value(format!("t{i}"));
+        entry.append(true);
+        headers.append(true);
+    }
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("value", DataType::Utf8, false),
+        Field::new("topic", DataType::Utf8, false),
+        Field::new("partition", DataType::Int32, true),
+        Field::new(
+            "headers",
+            DataType::List(Arc::new(Field::new("item", DataType::Struct(header_fields), true))),
+            true,
+        ),
+    ]));
+    let rows = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from(vec!["v0", "v1", "v2", "v3"])),
+            Arc::new(StringArray::from(vec![a.as_str(), a.as_str(), b.as_str(), b.as_str()])),
+            Arc::new(Int32Array::from(vec![Some(1), Some(0), Some(1), None])),
+            Arc::new(headers.finish()),
+        ],
+    )
+    .unwrap();
+    let chk = tempfile::tempdir().unwrap();
+    let input = weir_core::source::MemoryStream::new(rows.schema());
+    input.add_batch(rows).unwrap();
+    read_stream(input)
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::once())
+        .start(KafkaSink::new(&kafka))
+        .await
+        .unwrap()
+        .await_termination()
+        .await
+        .unwrap();
+
+    // Read back by a plain consumer: each value in its topic and partition,
+    // with its header.
+    /// A record as read: topic, partition, value and its first header.
+    type Seen = (String, i32, String, Option<(String, Option<Vec<u8>>)>);
+    let mut seen: Vec<Seen> = Vec::new();
+    for topic in [&a, &b] {
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &kafka)
+            .set("group.id", "weir-test-reader")
+            .create()
+            .unwrap();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning).unwrap();
+        tpl.add_partition_offset(topic, 1, rdkafka::Offset::Beginning).unwrap();
+        consumer.assign(&tpl).unwrap();
+        let started = std::time::Instant::now();
+        while seen.iter().filter(|(t, ..)| t == topic.as_str()).count() < 2 {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "records of {topic} missing: {seen:?}"
+            );
+            if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+                let m = m.unwrap();
+                let header = m
+                    .headers()
+                    .map(|h| h.get(0))
+                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)));
+                let value = String::from_utf8(m.payload().unwrap().to_vec()).unwrap();
+                seen.push((topic.to_string(), m.partition(), value, header));
+            }
+        }
+    }
+    seen.sort_by(|x, y| x.2.cmp(&y.2));
+    let trace = |i: u8| Some(("trace".to_string(), Some(format!("t{i}").into_bytes())));
+    assert_eq!(seen[0], (a.clone(), 1, "v0".into(), trace(0)));
+    assert_eq!(seen[1], (a.clone(), 0, "v1".into(), trace(1)));
+    assert_eq!(seen[2], (b.clone(), 1, "v2".into(), trace(2)));
+    assert_eq!(
+        (seen[3].0.as_str(), seen[3].2.as_str(), seen[3].3.clone()),
+        (b.as_str(), "v3", trace(3))
+    );
+    assert_eq!(seen.len(), 4);
+}
