@@ -10,12 +10,17 @@
 //! ones. Entries a newer compact entry makes redundant are deleted once
 //! they are older than [`CLEANUP_DELAY`], so a reader that listed the log a
 //! moment ago still finds what it listed.
+//!
+//! The writer never holds a compact entry as parsed files: it reads the
+//! previous one a chunk at a time, copies its lines, and adds the few
+//! plain entries after it, so a compaction holds only the new entry's text;
+//! and a marker is read from an entry's header alone.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 use weir_core::BatchId;
@@ -35,6 +40,34 @@ pub const CLEANUP_DELAY: Duration = Duration::from_secs(600);
 /// How many times reading the log lists it again when an entry it listed
 /// was cleaned up meanwhile.
 const READ_ATTEMPTS: usize = 3;
+
+/// The two fields of a compact entry's file line that compaction needs.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Stamp {
+    #[serde(default)]
+    batch_id: u64,
+    #[serde(default)]
+    committed_at: i64,
+}
+
+/// The file lines of a compact entry being built.
+#[derive(Debug, Default)]
+struct CompactLines {
+    text: Vec<u8>,
+    /// The batch of the oldest file kept.
+    oldest: Option<u64>,
+    /// Files left out by the retention.
+    dropped: usize,
+}
+
+impl CompactLines {
+    fn keep(&mut self, batch: u64, line: &[u8]) {
+        self.oldest.get_or_insert(batch);
+        self.text.extend_from_slice(line);
+        self.text.push(b'\n');
+    }
+}
 
 /// A data file the log lists.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,6 +205,82 @@ impl MetadataLog {
         self.parse(&shown, &bytes, compact).map(Some)
     }
 
+    /// Calls `f` with each line of an entry and its number, a chunk of the
+    /// object at a time, until `f` returns `false`. `false` if the entry is
+    /// not there.
+    async fn each_line(
+        &self,
+        batch: u64,
+        compact: bool,
+        mut f: impl FnMut(usize, &[u8]) -> Result<bool, FileSinkError>,
+    ) -> Result<bool, FileSinkError> {
+        let path = self.entry_path(batch, compact)?;
+        let shown = format!("{LOG_DIR}/{}", name(batch, compact));
+        let mut chunks = match self.output.store.get(&path).await {
+            Ok(got) => got.into_stream(),
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(self.output.store_err(&shown)(e)),
+        };
+        let mut pending: Vec<u8> = Vec::new();
+        let mut n = 0;
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(self.output.store_err(&shown))?;
+            let mut rest: &[u8] = &chunk;
+            while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+                let line: &[u8] = if pending.is_empty() {
+                    &rest[..end]
+                } else {
+                    pending.extend_from_slice(&rest[..end]);
+                    &pending
+                };
+                if !f(n, line)? {
+                    return Ok(true);
+                }
+                n += 1;
+                pending.clear();
+                rest = &rest[end + 1..];
+            }
+            pending.extend_from_slice(rest);
+        }
+        if !pending.is_empty() {
+            f(n, &pending)?;
+        }
+        Ok(true)
+    }
+
+    fn bad_entry(&self, batch: u64, compact: bool, reason: String) -> FileSinkError {
+        FileSinkError::BadEntry {
+            location: self.output.shown.clone(),
+            path: format!("{LOG_DIR}/{}", name(batch, compact)),
+            reason,
+        }
+    }
+
+    /// The header of one entry, read without the files after it, or `None`
+    /// if the entry is not there.
+    pub async fn read_header(&self, batch: u64, compact: bool) -> Result<Option<EntryHeader>, FileSinkError> {
+        let mut header = None;
+        let found = self
+            .each_line(batch, compact, |n, line| {
+                if n == 0 {
+                    if line != VERSION.as_bytes() {
+                        let shown = String::from_utf8_lossy(line).into_owned();
+                        return Err(self.bad_entry(batch, compact, format!("version {shown:?}, expected {VERSION:?}")));
+                    }
+                    return Ok(true);
+                }
+                let parsed = serde_json::from_slice(line);
+                header = Some(parsed.map_err(|e| self.bad_entry(batch, compact, format!("header: {e}")))?);
+                Ok(false)
+            })
+            .await?;
+        match header {
+            Some(h) => Ok(Some(h)),
+            None if found => Err(self.bad_entry(batch, compact, "no header".into())),
+            None => Ok(None),
+        }
+    }
+
     fn parse(&self, shown: &str, bytes: &[u8], compact: bool) -> Result<LogEntry, FileSinkError> {
         let bad = |reason: String| FileSinkError::BadEntry {
             location: self.output.shown.clone(),
@@ -206,6 +315,28 @@ impl MetadataLog {
         };
         let compact = entries.contains(&(batch, true));
         self.read(batch, compact).await
+    }
+
+    /// The header of the latest entry: the batch the log has reached and
+    /// the query that wrote it. Read from the batch's plain entry while it
+    /// is there, so a compact entry is not read whole.
+    pub async fn latest_header(&self) -> Result<Option<EntryHeader>, FileSinkError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let entries = self.list().await?;
+            let Some(&(batch, _)) = entries.last() else {
+                return Ok(None);
+            };
+            let compact = !entries.contains(&(batch, false));
+            match self.read_header(batch, compact).await? {
+                Some(header) => return Ok(Some(header)),
+                // Cleaned up after the listing: a newer entry made it
+                // redundant, so the log is listed again.
+                None if attempt < READ_ATTEMPTS => continue,
+                None => return Err(self.vanished(batch, compact)),
+            }
+        }
     }
 
     /// Every file the log lists: the latest compact entry's and those of
@@ -272,7 +403,8 @@ impl MetadataLog {
     /// compact entry from the log.
     pub(crate) async fn commit(&self, header: EntryHeader, files: Vec<FileEntry>) -> Result<Written, FileSinkError> {
         let batch = header.batch_id;
-        let written = self.put(&header, &files, false).await?;
+        let bytes = Self::encode(&header, &files).map_err(|e| self.encode_err(batch, false, e))?;
+        let written = self.put(batch, false, PutPayload::from(bytes)).await?;
         if written == Written::Written && self.compacts(batch) {
             // The batch is committed; its compact entry only spares readers
             // the entries before it, so its failure is logged, not raised.
@@ -285,12 +417,73 @@ impl MetadataLog {
 
     /// Writes `batch.compact` listing every file up to `batch`.
     async fn compact_at(&self, batch: u64) -> Result<(), FileSinkError> {
-        let latest = self
-            .read(batch, false)
+        let header = self
+            .read_header(batch, false)
             .await?
             .ok_or_else(|| self.vanished(batch, false))?;
-        let all = self.files_through(batch).await?;
-        self.compact_into(latest.header, all).await.map(|_| ())
+        let mut attempt = 0;
+        let lines = loop {
+            attempt += 1;
+            let entries: Vec<(u64, bool)> = self.list().await?.into_iter().filter(|(b, _)| *b <= batch).collect();
+            match self.compact_lines(&entries).await {
+                Err(FileSinkError::EntryVanished { .. }) if attempt < READ_ATTEMPTS => continue,
+                other => break other?,
+            }
+        };
+        self.compact_into(header, lines).await.map(|_| ())
+    }
+
+    /// The file lines of a compact entry covering `entries`: the latest
+    /// compact entry's lines as they are, then the files of the plain
+    /// entries after it with their batch and commit time, less the files
+    /// past the retention.
+    async fn compact_lines(&self, entries: &[(u64, bool)]) -> Result<CompactLines, FileSinkError> {
+        let cutoff = self.retention.map(|retention| {
+            chrono::Utc::now().timestamp_millis() - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX)
+        });
+        let kept = |committed_at: i64| cutoff.is_none_or(|c| committed_at >= c);
+        let mut lines = CompactLines::default();
+        let base = entries.iter().rev().find(|(_, compact)| *compact).map(|(b, _)| *b);
+        if let Some(b) = base {
+            let found = self
+                .each_line(b, true, |n, line| {
+                    if n < 2 || line.is_empty() {
+                        // The version and header are checked by the header
+                        // read of every commit; the new entry has its own.
+                        return Ok(true);
+                    }
+                    let stamp: Stamp =
+                        serde_json::from_slice(line).map_err(|e| self.bad_entry(b, true, format!("file line: {e}")))?;
+                    if kept(stamp.committed_at) {
+                        lines.keep(stamp.batch_id, line);
+                    } else {
+                        lines.dropped += 1;
+                    }
+                    Ok(true)
+                })
+                .await?;
+            if !found {
+                return Err(self.vanished(b, true));
+            }
+        }
+        for &(batch, compact) in entries {
+            if compact || base.is_some_and(|b| batch <= b) {
+                continue;
+            }
+            let entry = self
+                .read(batch, false)
+                .await?
+                .ok_or_else(|| self.vanished(batch, false))?;
+            for file in entry.files {
+                if !kept(file.committed_at) {
+                    lines.dropped += 1;
+                    continue;
+                }
+                let line = serde_json::to_vec(&file).map_err(|e| self.encode_err(batch, false, e))?;
+                lines.keep(batch, &line);
+            }
+        }
+        Ok(lines)
     }
 
     /// Rewrites the log's latest batch as a compact entry (if it is not one
@@ -306,48 +499,42 @@ impl MetadataLog {
         Ok(Some(BatchId(batch)))
     }
 
-    async fn compact_into(&self, mut header: EntryHeader, mut files: Vec<FileEntry>) -> Result<Written, FileSinkError> {
+    async fn compact_into(&self, mut header: EntryHeader, lines: CompactLines) -> Result<Written, FileSinkError> {
         let batch = header.batch_id;
-        if let Some(retention) = self.retention {
-            let cutoff =
-                chrono::Utc::now().timestamp_millis() - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
-            let before = files.len();
-            files.retain(|f| f.committed_at >= cutoff);
-            if files.len() < before {
-                tracing::info!(
-                    output = %self.output.shown,
-                    left = before - files.len(),
-                    "files of batches past the retention leave the log"
-                );
-            }
+        if lines.dropped > 0 {
+            tracing::info!(
+                output = %self.output.shown,
+                left = lines.dropped,
+                "files of batches past the retention leave the log"
+            );
         }
-        header.retained_from = Some(files.iter().map(|f| f.batch_id).min().unwrap_or(batch));
-        let written = self.put(&header, &files, true).await?;
+        header.retained_from = Some(lines.oldest.unwrap_or(batch));
+        let head = Self::encode(&header, &[]).map_err(|e| self.encode_err(batch, true, e))?;
+        let payload = PutPayload::from_iter([head, Bytes::from(lines.text)]);
+        let written = self.put(batch, true, payload).await?;
         if written == Written::Written {
             self.clean_up(batch).await;
         }
         Ok(written)
     }
 
-    async fn put(&self, header: &EntryHeader, files: &[FileEntry], compact: bool) -> Result<Written, FileSinkError> {
-        let batch = header.batch_id;
-        let shown = format!("{LOG_DIR}/{}", name(batch, compact));
-        let bytes = Self::encode(header, files).map_err(|e| FileSinkError::Encode {
+    fn encode_err(&self, batch: u64, compact: bool, e: serde_json::Error) -> FileSinkError {
+        FileSinkError::Encode {
             location: self.output.shown.clone(),
-            path: shown.clone(),
+            path: format!("{LOG_DIR}/{}", name(batch, compact)),
             reason: e.to_string(),
-        })?;
+        }
+    }
+
+    /// Puts an entry if it is not there yet.
+    async fn put(&self, batch: u64, compact: bool, payload: PutPayload) -> Result<Written, FileSinkError> {
+        let shown = format!("{LOG_DIR}/{}", name(batch, compact));
         let options = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()
         };
         let path = self.entry_path(batch, compact)?;
-        match self
-            .output
-            .store
-            .put_opts(&path, PutPayload::from(bytes), options)
-            .await
-        {
+        match self.output.store.put_opts(&path, payload, options).await {
             Ok(_) => Ok(Written::Written),
             Err(object_store::Error::AlreadyExists { .. }) => Ok(Written::Exists),
             Err(e) => Err(self.output.store_err(&shown)(e)),
@@ -395,5 +582,139 @@ mod tests {
         assert_eq!(parse_name("x"), None);
         assert_eq!(parse_name("9.compact.tmp"), None);
         assert_eq!(name(9, true), "9.compact");
+    }
+
+    const FILES_PER_BATCH: u64 = 40;
+
+    fn header(batch: u64, committed_at: i64) -> EntryHeader {
+        EntryHeader {
+            query_name: "q".into(),
+            query_id: "00000000-0000-0000-0000-000000000001".into(),
+            batch_id: batch,
+            committed_at,
+            attempt_id: Some(format!("attempt-{batch}")),
+            retained_from: None,
+        }
+    }
+
+    /// Batch `batch`'s files, with paths long enough that a compact entry
+    /// spans many of the local store's read chunks, lines split across them.
+    fn files(batch: u64) -> Vec<FileEntry> {
+        (0..FILES_PER_BATCH)
+            .map(|i| FileEntry {
+                path: format!(
+                    "zone=z{i}/part-{batch:05}-{}-p{i:03}.zstd.parquet",
+                    "x".repeat(i as usize)
+                ),
+                size: 1000 + i,
+                rows: batch * 100 + i,
+                partition: BTreeMap::from([("zone".to_string(), Some(format!("z{i}")))]),
+                batch_id: 0,
+                committed_at: 0,
+            })
+            .collect()
+    }
+
+    async fn commit_batches(log: &MetadataLog, batches: std::ops::Range<u64>, committed_at: i64) {
+        for b in batches {
+            assert_eq!(
+                log.commit(header(b, committed_at), files(b)).await.unwrap(),
+                Written::Written
+            );
+        }
+    }
+
+    fn rows_of(files: &[FileEntry]) -> Vec<(u64, u64)> {
+        files.iter().map(|f| (f.batch_id, f.rows)).collect()
+    }
+
+    fn expected(batches: std::ops::Range<u64>) -> Vec<(u64, u64)> {
+        batches
+            .flat_map(|b| (0..FILES_PER_BATCH).map(move |i| (b, b * 100 + i)))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn compact_entries_built_a_chunk_at_a_time_list_every_file_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = Output::open(dir.path().to_str().unwrap(), &Default::default(), true).unwrap();
+        let log = MetadataLog::new(output, 7, None);
+        let now = chrono::Utc::now().timestamp_millis();
+        commit_batches(&log, 0..30, now).await;
+
+        // Compact entries at 6, 13, 20 and 27, each built from the one
+        // before; the last is far larger than one read chunk.
+        let compact = log.read(27, true).await.unwrap().unwrap();
+        assert_eq!(rows_of(&compact.files), expected(0..28));
+        assert!(compact.files.iter().all(|f| f.committed_at == now));
+        assert_eq!(
+            compact.files[41],
+            FileEntry {
+                batch_id: 1,
+                committed_at: now,
+                ..files(1)[1].clone()
+            }
+        );
+        assert_eq!(compact.header.retained_from, Some(0));
+        assert_eq!(compact.header.attempt_id.as_deref(), Some("attempt-27"));
+        let size = tokio::fs::metadata(dir.path().join(LOG_DIR).join("27.compact"))
+            .await
+            .unwrap()
+            .len();
+        assert!(size > 64 * 1024, "{size} bytes");
+        assert_eq!(rows_of(&log.files().await.unwrap()), expected(0..30));
+
+        // The marker comes from a header alone, from the plain entry or,
+        // once only the compact entry is left, from that.
+        assert_eq!(log.latest_header().await.unwrap().unwrap().batch_id, 29);
+        assert_eq!(log.compact_now().await.unwrap(), Some(BatchId(29)));
+        tokio::fs::remove_file(dir.path().join(LOG_DIR).join("29"))
+            .await
+            .unwrap();
+        let latest = log.latest_header().await.unwrap().unwrap();
+        assert_eq!((latest.batch_id, latest.retained_from), (29, Some(0)));
+        assert_eq!(rows_of(&log.files().await.unwrap()), expected(0..30));
+    }
+
+    #[tokio::test]
+    async fn files_past_the_retention_leave_the_next_compact_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = Output::open(dir.path().to_str().unwrap(), &Default::default(), true).unwrap();
+        let log = MetadataLog::new(output, 5, Some(Duration::from_secs(600)));
+        let now = chrono::Utc::now().timestamp_millis();
+        // Batches 0..12 committed an hour ago: the compact entries at 4 and
+        // 9 drop what is already past the retention.
+        commit_batches(&log, 0..12, now - 3_600_000).await;
+        assert!(log.read(9, true).await.unwrap().unwrap().files.is_empty());
+        commit_batches(&log, 12..20, now).await;
+        // 14.compact drops batches 10 and 11 (copied from 9.compact's
+        // successors); 19.compact copies 14.compact's lines.
+        for compact in [14, 19] {
+            let entry = log.read(compact, true).await.unwrap().unwrap();
+            assert_eq!(rows_of(&entry.files), expected(12..compact + 1));
+            assert_eq!(entry.header.retained_from, Some(12));
+        }
+        assert_eq!(rows_of(&log.files().await.unwrap()), expected(12..20));
+    }
+
+    #[tokio::test]
+    async fn a_compact_entry_with_a_broken_line_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = Output::open(dir.path().to_str().unwrap(), &Default::default(), true).unwrap();
+        let log = MetadataLog::new(output, 3, None);
+        commit_batches(&log, 0..3, 1).await;
+        let path = dir.path().join(LOG_DIR).join("2.compact");
+        let mut text = tokio::fs::read_to_string(&path).await.unwrap();
+        text.push_str("{not json\n");
+        tokio::fs::remove_file(dir.path().join(LOG_DIR).join("2"))
+            .await
+            .unwrap();
+        tokio::fs::write(&path, text).await.unwrap();
+        commit_batches(&log, 3..5, 1).await;
+        let err = log.compact_now().await.unwrap_err();
+        assert!(
+            matches!(&err, FileSinkError::BadEntry { path, .. } if path == "_weir_metadata/2.compact"),
+            "{err}"
+        );
     }
 }

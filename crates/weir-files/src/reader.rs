@@ -112,7 +112,7 @@ impl FileLog {
             .try_collect()
             .await
             .map_err(self.output.store_err("(the listing)"))?;
-        let Some(latest) = self.log.latest().await? else {
+        let Some(latest) = self.log.latest_header().await? else {
             return Ok(Vec::new());
         };
         let listed: HashSet<String> = self.files().await?.into_iter().map(|f| f.path).collect();
@@ -121,7 +121,7 @@ impl FileLog {
         for meta in all {
             let path = self.output.relative(&meta.location);
             let hidden = path.split('/').any(|part| part.starts_with(['_', '.']));
-            let committed_batch = batch_of(&path).is_some_and(|b| b <= latest.header.batch_id);
+            let committed_batch = batch_of(&path).is_some_and(|b| b <= latest.batch_id);
             if hidden || !committed_batch || listed.contains(&path) {
                 continue;
             }

@@ -164,10 +164,9 @@ impl FileSink {
     /// The marker of `name` in the latest entry; an entry of another query
     /// name is an error (a log serves one query).
     async fn read_marker(&self, name: &QueryName) -> Result<Option<SinkMarker>, FileSinkError> {
-        let Some(latest) = self.log().latest().await? else {
+        let Some(h) = self.log().latest_header().await? else {
             return Ok(None);
         };
-        let h = latest.header;
         if h.query_name != name.as_str() {
             return Err(FileSinkError::OtherQuery {
                 location: self.output.shown.clone(),
@@ -288,8 +287,8 @@ impl Sink for FileSink {
             let found = self.read_marker(&ctx.query_name).await.map_err(core)?;
             if let CommitDecision::AlreadyCommitted(m) = decide_commit(found, ctx.commit_facts())? {
                 // A write that reported an error may have been this attempt's.
-                let latest = log.latest().await.map_err(core)?;
-                if latest.is_some_and(|e| e.header.attempt_id.as_deref() == Some(attempt.as_str())) {
+                let latest = log.latest_header().await.map_err(core)?;
+                if latest.is_some_and(|h| h.attempt_id.as_deref() == Some(attempt.as_str())) {
                     return Ok(CommitOutcome::Committed {
                         version: Some(ctx.batch_id.0 as i64),
                     });
