@@ -21,8 +21,8 @@
 //! It uses the broker `WEIR_TEST_KAFKA_BOOTSTRAP` names, or starts one with
 //! `scripts/services/kafka.sh`. The process exits 1 when a target is missed.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,8 +32,8 @@ use arrow_array::{RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::BaseRecord;
 use rdkafka::TopicPartitionList;
+use weir_benches::kafka::{payment, produce, Broker, PAYMENT_SCHEMA};
 use weir_benches::{median, release_weir};
 use weir_core::prelude::*;
 use weir_kafka::{Guarantee, KafkaSink};
@@ -53,7 +53,7 @@ fn main() {
     let weir = release_weir();
     let topic = kafka::create_topic(&broker.bootstrap, "bench", PARTITIONS);
     let started = Instant::now();
-    let bytes = produce(&broker.bootstrap, &topic, records);
+    let bytes = produce(&broker.bootstrap, &topic, PARTITIONS, records);
     println!(
         "produced {records} records, {:.0} bytes each, into {PARTITIONS} partitions in {:.1} s",
         bytes as f64 / records as f64,
@@ -112,97 +112,6 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1 << 20) as f64
 }
 
-/// The broker: the suite's, or one started for this run.
-struct Broker {
-    bootstrap: String,
-    started: Option<tempfile::TempDir>,
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-impl Broker {
-    fn start() -> Broker {
-        if let Ok(bootstrap) = std::env::var("WEIR_TEST_KAFKA_BOOTSTRAP") {
-            return Broker {
-                bootstrap,
-                started: None,
-            };
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new(workspace().join("scripts/services/kafka.sh"))
-            .arg("start")
-            .arg(dir.path())
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("scripts/services/kafka.sh runs");
-        assert!(out.status.success(), "Kafka did not start");
-        let exports = String::from_utf8(out.stdout).unwrap();
-        let bootstrap = exports
-            .lines()
-            .find_map(|l| l.strip_prefix("export WEIR_TEST_KAFKA_BOOTSTRAP="))
-            .expect("the broker's address")
-            .to_string();
-        Broker {
-            bootstrap,
-            started: Some(dir),
-        }
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.started {
-            let _ = Command::new(workspace().join("scripts/services/kafka.sh"))
-                .arg("stop")
-                .arg(dir.path())
-                .status();
-        }
-    }
-}
-
-/// A payment of about 200 bytes.
-fn payment(id: u64) -> String {
-    let cents = (id * 7919) % 100_000;
-    format!(
-        r#"{{"event_id":{id},"ts":"2026-01-01T00:{:02}:{:02}Z","account_id":{},"merchant":"merchant-{:05}","amount":{}.{:02},"currency":"EUR","country":"DE","channel":"card-present","status":"authorised"}}"#,
-        (id / 60) % 60,
-        id % 60,
-        id % 100_000,
-        id % 20_000,
-        cents / 100,
-        cents % 100
-    )
-}
-
-const SCHEMA: &str = "event_id BIGINT NOT NULL, ts TIMESTAMP, account_id BIGINT, merchant STRING, \
-                      amount DECIMAL(18,2), currency STRING, country STRING, channel STRING, status STRING";
-
-/// Writes `records` payments round-robin over the partitions; their bytes.
-fn produce(bootstrap: &str, topic: &str, records: u64) -> u64 {
-    let producer = kafka::producer(
-        bootstrap,
-        &[
-            ("linger.ms", "20"),
-            ("batch.size", "1000000"),
-            ("queue.buffering.max.kbytes", "262144"),
-        ],
-    );
-    let mut bytes = 0;
-    for id in 0..records {
-        let value = payment(id);
-        bytes += value.len() as u64;
-        let partition = (id % PARTITIONS as u64) as i32;
-        kafka::send(
-            &producer,
-            BaseRecord::<(), _>::to(topic).partition(partition).payload(&value),
-        );
-    }
-    kafka::flush(&producer);
-    bytes
-}
-
 /// Records per second of a consumer with the Kafka source's settings that
 /// reads the whole topic and does nothing else.
 fn consume_raw(bootstrap: &str, topic: &str, records: u64) -> f64 {
@@ -240,7 +149,7 @@ struct Streamed {
 fn stream(weir: &Path, bootstrap: &str, topic: &str, records: u64, format: &str) -> Streamed {
     let lake = tempfile::tempdir().unwrap();
     let schema = lake.path().join("payment.ddl");
-    std::fs::write(&schema, SCHEMA).unwrap();
+    std::fs::write(&schema, PAYMENT_SCHEMA).unwrap();
     let batches = records.div_ceil(PER_BATCH);
     let started = Instant::now();
     let mut child = Command::new(weir)

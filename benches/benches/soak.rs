@@ -4,29 +4,107 @@
 //! workload's resident memory after 10,000 commits is over 1.5 times what it
 //! was after 1,000.
 //!
+//! The rows come from the rate source, or, for the `kafka-*` workloads,
+//! from a topic of JSON payments in 4 partitions filled before the stream
+//! starts, 100 records a batch (`--max-offsets-per-trigger 100`), parsed
+//! into typed columns. Those use the broker `WEIR_TEST_KAFKA_BOOTSTRAP`
+//! names, or start one with `scripts/services/kafka.sh`.
+//!
 //! ```text
 //! cargo bench -p weir-benches --bench soak
-//! WEIR_BENCH_COMMITS=10000 WEIR_BENCH_SOAK=delta,delta-compact cargo bench -p weir-benches --bench soak
+//! WEIR_BENCH_COMMITS=10000 WEIR_BENCH_SOAK=delta,kafka-delta cargo bench -p weir-benches --bench soak
 //! ```
 //!
 //! It builds and runs the release `weir` binary (`cargo build --release -p
 //! weir-cli`), so the figures are those of the command users run, with its
 //! allocator.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use weir_benches::kafka::{produce, Broker, PAYMENT_SCHEMA};
 use weir_benches::release_weir;
 use weir_test_support::memory::{sample_stream, MemorySample};
 
-/// The workloads: a name and `weir stream`'s options beyond the common ones.
-const WORKLOADS: &[(&str, &[&str])] = &[
-    ("delta", &["--format", "delta"]),
-    ("delta-compact", &["--format", "delta", "--compact-every", "100"]),
-    ("iceberg", &["--format", "iceberg"]),
-    ("iceberg-compact", &["--format", "iceberg", "--compact-every", "100"]),
+/// Where a workload's rows come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Input {
+    Rate,
+    Kafka,
+}
+
+/// The workloads: a name, the input and `weir stream`'s options beyond the
+/// common ones.
+const WORKLOADS: &[(&str, Input, &[&str])] = &[
+    ("delta", Input::Rate, &["--format", "delta"]),
+    (
+        "delta-compact",
+        Input::Rate,
+        &["--format", "delta", "--compact-every", "100"],
+    ),
+    ("iceberg", Input::Rate, &["--format", "iceberg"]),
+    (
+        "iceberg-compact",
+        Input::Rate,
+        &["--format", "iceberg", "--compact-every", "100"],
+    ),
+    ("kafka-delta", Input::Kafka, &["--format", "delta"]),
+    ("kafka-iceberg", Input::Kafka, &["--format", "iceberg"]),
 ];
+
+/// The topic's partitions, and records a batch.
+const PARTITIONS: i32 = 4;
+const PER_BATCH: u64 = 100;
+
+/// A topic holding a whole soak's records.
+struct Topic {
+    _broker: Broker,
+    bootstrap: String,
+    name: String,
+}
+
+impl Topic {
+    fn fill(commits: u64) -> Topic {
+        let broker = Broker::start();
+        let name = weir_test_support::kafka::create_topic(&broker.bootstrap, "soak", PARTITIONS);
+        let started = Instant::now();
+        produce(&broker.bootstrap, &name, PARTITIONS, commits * PER_BATCH);
+        println!(
+            "produced {} payments into {name} in {:.1} s",
+            commits * PER_BATCH,
+            started.elapsed().as_secs_f64()
+        );
+        Topic {
+            bootstrap: broker.bootstrap.clone(),
+            _broker: broker,
+            name,
+        }
+    }
+
+    /// `weir stream`'s source options for this topic.
+    fn source_args(&self, schema: &Path) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--from",
+            "kafka",
+            "--bootstrap-servers",
+            self.bootstrap.as_str(),
+            "--topic",
+            self.name.as_str(),
+            "--starting-offsets",
+            "earliest",
+            "--max-offsets-per-trigger",
+            PER_BATCH.to_string().as_str(),
+            "--value-format",
+            "json",
+            "--schema",
+        ]
+        .map(str::to_string)
+        .into();
+        args.push(schema.display().to_string());
+        args
+    }
+}
 
 /// The largest growth allowed from 1,000 commits to 10,000.
 const MAX_GROWTH: f64 = 1.5;
@@ -40,12 +118,22 @@ fn main() {
         .ok()
         .map(|v| v.split(',').map(str::to_string).collect());
     let weir = release_weir();
+    let runs: Vec<_> = WORKLOADS
+        .iter()
+        .filter(|(name, _, _)| chosen.as_ref().is_none_or(|c| c.iter().any(|n| n == name)))
+        .collect();
+    let topic = runs
+        .iter()
+        .any(|(_, input, _)| *input == Input::Kafka)
+        .then(|| Topic::fill(commits));
     let mut failures = Vec::new();
-    for (name, options) in WORKLOADS {
-        if chosen.as_ref().is_some_and(|c| !c.iter().any(|n| n == name)) {
-            continue;
-        }
-        let curve = soak(&weir, commits, options);
+    for (name, input, options) in runs {
+        let curve = soak(
+            &weir,
+            commits,
+            topic.as_ref().filter(|_| *input == Input::Kafka),
+            options,
+        );
         report(name, &curve);
         let at = |n: u64| {
             curve
@@ -77,21 +165,26 @@ struct Sample {
     seconds: f64,
 }
 
-fn soak(weir: &PathBuf, commits: u64, options: &[&str]) -> Vec<Sample> {
+/// Runs one workload, from the rate source or from `topic`.
+fn soak(weir: &PathBuf, commits: u64, topic: Option<&Topic>, options: &[&str]) -> Vec<Sample> {
     let lake = tempfile::tempdir().unwrap();
+    let source: Vec<String> = match topic {
+        Some(topic) => {
+            let schema = lake.path().join("payment.ddl");
+            std::fs::write(&schema, PAYMENT_SCHEMA).unwrap();
+            topic.source_args(&schema)
+        }
+        None => ["--from", "rate", "--rows-per-batch", PER_BATCH.to_string().as_str()]
+            .map(str::to_string)
+            .into(),
+    };
     let started = Instant::now();
     let mut child = Command::new(weir)
         .arg("--lake")
         .arg(lake.path().join("weir-lake"))
-        .args([
-            "stream",
-            "--from",
-            "rate",
-            "--rows-per-batch",
-            "100",
-            "--to",
-            "lake.bronze.soak",
-        ])
+        .arg("stream")
+        .args(source)
+        .args(["--to", "lake.bronze.soak"])
         .args([
             "--max-batches",
             &commits.to_string(),

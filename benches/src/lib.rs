@@ -1,5 +1,7 @@
 //! Shared pieces of weir's benchmarks.
 
+pub mod kafka;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
