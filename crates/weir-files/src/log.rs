@@ -195,14 +195,71 @@ impl MetadataLog {
 
     /// Reads one entry, or `None` if it is not there.
     pub async fn read(&self, batch: u64, compact: bool) -> Result<Option<LogEntry>, FileSinkError> {
-        let path = self.entry_path(batch, compact)?;
-        let shown = format!("{LOG_DIR}/{}", name(batch, compact));
-        let bytes = match self.output.store.get(&path).await {
-            Ok(got) => got.bytes().await.map_err(self.output.store_err(&shown))?,
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(self.output.store_err(&shown)(e)),
-        };
-        self.parse(&shown, &bytes, compact).map(Some)
+        let (mut header, mut files) = (None::<EntryHeader>, Vec::new());
+        let found = self
+            .each_line(batch, compact, |n, line| {
+                if n < 2 {
+                    if let Some(h) = self.head_line(batch, compact, n, line)? {
+                        header = Some(h);
+                    }
+                    return Ok(true);
+                }
+                if line.is_empty() {
+                    return Ok(true);
+                }
+                let mut file: FileEntry = serde_json::from_slice(line)
+                    .map_err(|e| self.bad_entry(batch, compact, format!("file line: {e}")))?;
+                if let (false, Some(h)) = (compact, &header) {
+                    file.batch_id = h.batch_id;
+                    file.committed_at = h.committed_at;
+                }
+                files.push(file);
+                Ok(true)
+            })
+            .await?;
+        match header {
+            Some(header) => Ok(Some(LogEntry { header, files, compact })),
+            None if found => Err(self.bad_entry(batch, compact, "no header".into())),
+            None => Ok(None),
+        }
+    }
+
+    /// The header of one entry, read without the files after it, or `None`
+    /// if the entry is not there.
+    pub async fn read_header(&self, batch: u64, compact: bool) -> Result<Option<EntryHeader>, FileSinkError> {
+        let mut header = None;
+        let found = self
+            .each_line(batch, compact, |n, line| {
+                header = self.head_line(batch, compact, n, line)?;
+                Ok(header.is_none())
+            })
+            .await?;
+        match header {
+            Some(h) => Ok(Some(h)),
+            None if found => Err(self.bad_entry(batch, compact, "no header".into())),
+            None => Ok(None),
+        }
+    }
+
+    /// Line `n` of an entry's first two: the version (checked) or the
+    /// header.
+    fn head_line(
+        &self,
+        batch: u64,
+        compact: bool,
+        n: usize,
+        line: &[u8],
+    ) -> Result<Option<EntryHeader>, FileSinkError> {
+        if n == 0 {
+            if line != VERSION.as_bytes() {
+                let shown = String::from_utf8_lossy(line).into_owned();
+                return Err(self.bad_entry(batch, compact, format!("version {shown:?}, expected {VERSION:?}")));
+            }
+            return Ok(None);
+        }
+        serde_json::from_slice(line)
+            .map(Some)
+            .map_err(|e| self.bad_entry(batch, compact, format!("header: {e}")))
     }
 
     /// Calls `f` with each line of an entry and its number, a chunk of the
@@ -256,107 +313,61 @@ impl MetadataLog {
         }
     }
 
-    /// The header of one entry, read without the files after it, or `None`
-    /// if the entry is not there.
-    pub async fn read_header(&self, batch: u64, compact: bool) -> Result<Option<EntryHeader>, FileSinkError> {
-        let mut header = None;
-        let found = self
-            .each_line(batch, compact, |n, line| {
-                if n == 0 {
-                    if line != VERSION.as_bytes() {
-                        let shown = String::from_utf8_lossy(line).into_owned();
-                        return Err(self.bad_entry(batch, compact, format!("version {shown:?}, expected {VERSION:?}")));
-                    }
-                    return Ok(true);
-                }
-                let parsed = serde_json::from_slice(line);
-                header = Some(parsed.map_err(|e| self.bad_entry(batch, compact, format!("header: {e}")))?);
-                Ok(false)
-            })
-            .await?;
-        match header {
-            Some(h) => Ok(Some(h)),
-            None if found => Err(self.bad_entry(batch, compact, "no header".into())),
-            None => Ok(None),
-        }
-    }
-
-    fn parse(&self, shown: &str, bytes: &[u8], compact: bool) -> Result<LogEntry, FileSinkError> {
-        let bad = |reason: String| FileSinkError::BadEntry {
-            location: self.output.shown.clone(),
-            path: shown.to_string(),
-            reason,
-        };
-        let text = std::str::from_utf8(bytes).map_err(|e| bad(e.to_string()))?;
-        let mut lines = text.lines();
-        match lines.next() {
-            Some(VERSION) => {}
-            other => return Err(bad(format!("version {other:?}, expected {VERSION:?}"))),
-        }
-        let header: EntryHeader =
-            serde_json::from_str(lines.next().unwrap_or_default()).map_err(|e| bad(format!("header: {e}")))?;
-        let mut files = Vec::new();
-        for line in lines.filter(|l| !l.is_empty()) {
-            let mut file: FileEntry = serde_json::from_str(line).map_err(|e| bad(format!("file line: {e}")))?;
-            if !compact {
-                file.batch_id = header.batch_id;
-                file.committed_at = header.committed_at;
+    /// Runs `read` on the log's entries of batches up to `last`, listing the
+    /// log again when an entry it listed was cleaned up meanwhile (a newer
+    /// compact entry made it redundant).
+    async fn listed_through<'a, T, Fut>(
+        &'a self,
+        last: u64,
+        read: impl Fn(Vec<(u64, bool)>) -> Fut,
+    ) -> Result<T, FileSinkError>
+    where
+        Fut: std::future::Future<Output = Result<T, FileSinkError>> + 'a,
+    {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let entries: Vec<(u64, bool)> = self.list().await?.into_iter().filter(|(b, _)| *b <= last).collect();
+            match read(entries).await {
+                Err(FileSinkError::EntryVanished { .. }) if attempt < READ_ATTEMPTS => continue,
+                other => return other,
             }
-            files.push(file);
         }
-        Ok(LogEntry { header, files, compact })
     }
 
     /// The latest entry (a compact one if the batch has both).
     pub async fn latest(&self) -> Result<Option<LogEntry>, FileSinkError> {
-        let entries = self.list().await?;
-        let Some(&(batch, _)) = entries.last() else {
-            return Ok(None);
-        };
-        let compact = entries.contains(&(batch, true));
-        self.read(batch, compact).await
+        self.listed_through(u64::MAX, |entries| async move {
+            let Some(&(batch, _)) = entries.last() else {
+                return Ok(None);
+            };
+            let compact = entries.contains(&(batch, true));
+            let entry = self.read(batch, compact).await?;
+            entry.ok_or_else(|| self.vanished(batch, compact)).map(Some)
+        })
+        .await
     }
 
     /// The header of the latest entry: the batch the log has reached and
     /// the query that wrote it. Read from the batch's plain entry while it
     /// is there, so a compact entry is not read whole.
     pub async fn latest_header(&self) -> Result<Option<EntryHeader>, FileSinkError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let entries = self.list().await?;
+        self.listed_through(u64::MAX, |entries| async move {
             let Some(&(batch, _)) = entries.last() else {
                 return Ok(None);
             };
             let compact = !entries.contains(&(batch, false));
-            match self.read_header(batch, compact).await? {
-                Some(header) => return Ok(Some(header)),
-                // Cleaned up after the listing: a newer entry made it
-                // redundant, so the log is listed again.
-                None if attempt < READ_ATTEMPTS => continue,
-                None => return Err(self.vanished(batch, compact)),
-            }
-        }
+            let header = self.read_header(batch, compact).await?;
+            header.ok_or_else(|| self.vanished(batch, compact)).map(Some)
+        })
+        .await
     }
 
     /// Every file the log lists: the latest compact entry's and those of
     /// the entries after it, oldest first.
     pub async fn files(&self) -> Result<Vec<FileEntry>, FileSinkError> {
-        self.files_through(u64::MAX).await
-    }
-
-    /// The files of batches up to `last`, listing the log again if an
-    /// entry it listed was cleaned up meanwhile.
-    async fn files_through(&self, last: u64) -> Result<Vec<FileEntry>, FileSinkError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let entries: Vec<(u64, bool)> = self.list().await?.into_iter().filter(|(b, _)| *b <= last).collect();
-            match self.files_of(&entries).await {
-                Err(FileSinkError::EntryVanished { .. }) if attempt < READ_ATTEMPTS => continue,
-                other => return other,
-            }
-        }
+        self.listed_through(u64::MAX, |entries| async move { self.files_of(&entries).await })
+            .await
     }
 
     async fn files_of(&self, entries: &[(u64, bool)]) -> Result<Vec<FileEntry>, FileSinkError> {
@@ -421,15 +432,9 @@ impl MetadataLog {
             .read_header(batch, false)
             .await?
             .ok_or_else(|| self.vanished(batch, false))?;
-        let mut attempt = 0;
-        let lines = loop {
-            attempt += 1;
-            let entries: Vec<(u64, bool)> = self.list().await?.into_iter().filter(|(b, _)| *b <= batch).collect();
-            match self.compact_lines(&entries).await {
-                Err(FileSinkError::EntryVanished { .. }) if attempt < READ_ATTEMPTS => continue,
-                other => break other?,
-            }
-        };
+        let lines = self
+            .listed_through(batch, |entries| async move { self.compact_lines(&entries).await })
+            .await?;
         self.compact_into(header, lines).await.map(|_| ())
     }
 
