@@ -21,6 +21,22 @@ pub mod readers;
 pub use conformance::{copy_dir, SinkHarness};
 pub use data::{assert_exactly_once, assert_whole_batches, event_ids, with_payload};
 
+/// A setting `scripts/test.sh` exports for a service it starts
+/// (`WEIR_TEST_S3_ENDPOINT`, `WEIR_TEST_KAFKA_BOOTSTRAP`, ...). Outside CI
+/// a missing one is `None`, with a notice, and the test skips; in CI
+/// (`CI` set) it fails the test, so nothing skips there.
+pub fn service(var: &str) -> Option<String> {
+    let value = std::env::var(var).ok();
+    assert!(
+        value.is_some() || std::env::var_os("CI").is_none(),
+        "{var} is not set; scripts/test.sh starts the services and sets it"
+    );
+    if value.is_none() {
+        eprintln!("{var} is not set; scripts/test.sh starts the services");
+    }
+    value
+}
+
 /// Expands to one `#[tokio::test]` per case of the conformance suite, each
 /// on a fresh harness from `$harness().await`.
 #[macro_export]

@@ -11,6 +11,7 @@ use weir_catalog::TableSink;
 use weir_core::prelude::*;
 use weir_core::source::RateSource;
 use weir_test_support::readers::{iceberg, json_ids, python, read};
+use weir_test_support::service;
 
 /// Streams batches 0..=last of `rows` rate rows into the table.
 async fn stream_into(target: &TableSink, chk: &Path, rows: u64, last: u64) {
@@ -57,18 +58,4 @@ fn readers() -> bool {
         return false;
     }
     true
-}
-
-/// An environment variable the test script sets, or `None` with a notice
-/// (an assertion in CI).
-fn service(var: &str) -> Option<String> {
-    let value = std::env::var(var).ok();
-    assert!(
-        value.is_some() || std::env::var_os("CI").is_none(),
-        "{var} is not set; scripts/test.sh starts the services"
-    );
-    if value.is_none() {
-        eprintln!("{var} is not set; scripts/test.sh starts the services");
-    }
-    value
 }

@@ -24,11 +24,7 @@ struct S3Harness {
 }
 
 async fn s3_harness() -> S3Harness {
-    let endpoint = std::env::var("WEIR_TEST_S3_ENDPOINT").ok();
-    assert!(
-        endpoint.is_some() || std::env::var_os("CI").is_none(),
-        "WEIR_TEST_S3_ENDPOINT is not set; scripts/test.sh starts SeaweedFS and sets it"
-    );
+    let endpoint = weir_test_support::service("WEIR_TEST_S3_ENDPOINT");
     let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
     S3Harness {
         endpoint,

@@ -46,11 +46,7 @@ pub(crate) async fn sqlite_harness() -> SqlHarness {
 /// started by `scripts/test.sh`), under a prefix of this test's own.
 pub(crate) async fn s3_harness() -> SqlHarness {
     let mut h = sqlite_harness().await;
-    let endpoint = std::env::var("WEIR_TEST_S3_ENDPOINT").ok();
-    assert!(
-        endpoint.is_some() || std::env::var_os("CI").is_none(),
-        "WEIR_TEST_S3_ENDPOINT is not set; scripts/test.sh starts SeaweedFS"
-    );
+    let endpoint = weir_test_support::service("WEIR_TEST_S3_ENDPOINT");
     let Some(endpoint) = endpoint else {
         h.skip = Some("S3 (SeaweedFS) is not running; scripts/test.sh starts it".into());
         return h;
@@ -75,11 +71,7 @@ pub(crate) async fn s3_harness() -> SqlHarness {
 /// `scripts/test.sh`), with a catalog name of this test's own.
 pub(crate) async fn postgres_harness() -> SqlHarness {
     let dir = tempfile::tempdir().unwrap();
-    let url = std::env::var("WEIR_TEST_POSTGRES_URL").ok();
-    assert!(
-        url.is_some() || std::env::var_os("CI").is_none(),
-        "WEIR_TEST_POSTGRES_URL is not set; scripts/test.sh starts PostgreSQL"
-    );
+    let url = weir_test_support::service("WEIR_TEST_POSTGRES_URL");
     let name = format!("lake_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let skip = match (&url, python()) {
         (None, _) => Some("PostgreSQL is not running (WEIR_TEST_POSTGRES_URL); scripts/test.sh starts it".into()),

@@ -20,11 +20,7 @@ struct RestHarness {
 }
 
 async fn rest_harness() -> RestHarness {
-    let uri = std::env::var("WEIR_TEST_ICEBERG_REST_URI").ok();
-    assert!(
-        uri.is_some() || std::env::var_os("CI").is_none(),
-        "WEIR_TEST_ICEBERG_REST_URI is not set; scripts/test.sh starts SeaweedFS"
-    );
+    let uri = weir_test_support::service("WEIR_TEST_ICEBERG_REST_URI");
     let skip = match (&uri, python()) {
         (None, _) => Some("the REST catalog (SeaweedFS) is not running; scripts/test.sh starts it".into()),
         (_, None) => Some("pyiceberg is not installed; scripts/test.sh installs it".into()),
