@@ -9,33 +9,21 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
 use rdkafka::message::ToBytes;
+use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::TopicPartitionList;
-
-fn address(var: &str) -> Option<String> {
-    let found = std::env::var(var).ok();
-    assert!(
-        found.is_some() || std::env::var_os("CI").is_none(),
-        "{var} is not set; scripts/test.sh starts Kafka and sets it"
-    );
-    if found.is_none() {
-        eprintln!("no Kafka broker ({var}); scripts/services/kafka.sh starts one");
-    }
-    found
-}
 
 /// The broker's address (`WEIR_TEST_KAFKA_BOOTSTRAP`), or `None` with a
 /// notice outside CI when no broker runs. In CI one must.
 pub fn bootstrap() -> Option<String> {
-    address("WEIR_TEST_KAFKA_BOOTSTRAP")
+    crate::service("WEIR_TEST_KAFKA_BOOTSTRAP")
 }
 
 /// The broker's SASL listener (`WEIR_TEST_KAFKA_SASL_BOOTSTRAP`; user
 /// `weir`, password `weir-secret`), as [`bootstrap`].
 pub fn sasl_bootstrap() -> Option<String> {
-    address("WEIR_TEST_KAFKA_SASL_BOOTSTRAP")
+    crate::service("WEIR_TEST_KAFKA_SASL_BOOTSTRAP")
 }
 
 /// The admin client of the broker at `bootstrap`.
@@ -109,10 +97,20 @@ pub fn flush(producer: &BaseProducer) {
     producer.flush(Duration::from_secs(60)).expect("flush");
 }
 
-/// Every record of `topic` from its beginning to its end, as `(key, value)`
-/// strings, read by a plain consumer with `isolation` (`read_committed` or
-/// `read_uncommitted`).
-pub fn read_all(bootstrap: &str, topic: &str, isolation: &str) -> Vec<(Option<String>, String)> {
+/// A record as [`read_all`] reads it, key and value as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub topic: String,
+    pub partition: i32,
+    pub key: Option<String>,
+    pub value: String,
+    /// Each header's key and value.
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+/// Every record of `topic` from its beginning to its end, read by a plain
+/// consumer with `isolation` (`read_committed` or `read_uncommitted`).
+pub fn read_all(bootstrap: &str, topic: &str, isolation: &str) -> Vec<Record> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "weir-test-reader")
@@ -148,11 +146,18 @@ pub fn read_all(bootstrap: &str, topic: &str, isolation: &str) -> Vec<(Option<St
         );
         if let Some(m) = consumer.poll(Duration::from_millis(100)) {
             let m = m.expect("a record");
-            let key = m.key().map(|k| String::from_utf8_lossy(k).into_owned());
-            out.push((
-                key,
-                String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
-            ));
+            let headers = m.headers().map_or_else(Vec::new, |h| {
+                h.iter()
+                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                    .collect()
+            });
+            out.push(Record {
+                topic: topic.to_string(),
+                partition: m.partition(),
+                key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                value: String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+                headers,
+            });
             if m.offset() + 1 >= ends[&m.partition()] {
                 ends.remove(&m.partition());
             }

@@ -1,17 +1,21 @@
 //! Killing a process at spread-out moments, as a crash would.
 
-use std::process::Child;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// Starts `spawn`'s process and kills it (SIGKILL) after a pause drawn from a
-/// fixed pseudo-random sequence in `pause`, again and again until it has
-/// been killed `kills` times while running; a run that ends by itself must
-/// have succeeded. Returns how many runs ended by themselves. The sequence
-/// is the same on every run, so a failure repeats.
-pub fn kill_repeatedly(mut spawn: impl FnMut() -> Child, kills: u32, pause: std::ops::Range<u64>) -> u32 {
+/// Starts `command`'s process (its output discarded) and kills it (SIGKILL)
+/// after a pause drawn from a fixed pseudo-random sequence in `pause`, again
+/// and again until it has been killed `kills` times while running; a run
+/// that ends by itself must have succeeded. Returns how many runs ended by
+/// themselves. The sequence is the same on every run, so a failure repeats.
+pub fn kill_repeatedly(mut command: impl FnMut() -> Command, kills: u32, pause: std::ops::Range<u64>) -> u32 {
     let (mut killed, mut ended, mut seed) = (0, 0, 0x2545_f491_u64);
     while killed < kills {
-        let mut child = spawn();
+        let mut child = command()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the process starts");
         seed = seed
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);

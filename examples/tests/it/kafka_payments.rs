@@ -4,8 +4,7 @@
 //! high-value one in the Iceberg table once (pyiceberg, DuckDB), and every
 //! alert once on the alerts topic for a read_committed consumer.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use rdkafka::producer::BaseRecord;
@@ -42,86 +41,101 @@ fn produce(kafka: String, topic: String) -> std::thread::JoinHandle<()> {
     })
 }
 
-/// Every event id on `topic`, read with `isolation`.
-fn alert_ids(kafka: &str, topic: &str, isolation: &str) -> Vec<i64> {
-    kafka::read_all(kafka, topic, isolation)
-        .iter()
-        .map(|(_, value)| {
-            let v: serde_json::Value = serde_json::from_str(value).unwrap();
-            v["event_id"].as_i64().unwrap()
-        })
-        .collect()
+/// One run of the example: its topics on the test broker and its lake.
+struct Run {
+    kafka: String,
+    topic: String,
+    alerts: String,
+    markers: String,
+    lake: tempfile::TempDir,
 }
 
-fn example(lake: &Path, kafka: &str, topic: &str, alerts: &str, markers: &str) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kafka-payments"));
-    c.arg("--lake").arg(lake).args([
-        "--bootstrap-servers",
-        kafka,
-        "--topic",
-        topic,
-        "--alerts-topic",
-        alerts,
-        "--marker-topic",
-        markers,
-        "--trigger-interval-ms",
-        "200",
-    ]);
-    c
+impl Run {
+    /// New topics (payments in `partitions` partitions), or `None` when the
+    /// broker or the readers are missing outside CI.
+    fn new(partitions: i32) -> Option<Run> {
+        let kafka = kafka::bootstrap()?;
+        python()?;
+        Some(Run {
+            topic: kafka::create_topic(&kafka, "payments", partitions),
+            alerts: kafka::create_topic(&kafka, "alerts", 1),
+            markers: format!("markers-{}", uuid::Uuid::new_v4().simple()),
+            lake: tempfile::tempdir().unwrap(),
+            kafka,
+        })
+    }
+
+    fn example(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_kafka-payments"));
+        c.arg("--lake").arg(self.lake.path()).args([
+            "--bootstrap-servers",
+            &self.kafka,
+            "--topic",
+            &self.topic,
+            "--alerts-topic",
+            &self.alerts,
+            "--marker-topic",
+            &self.markers,
+            "--trigger-interval-ms",
+            "200",
+        ]);
+        c
+    }
+
+    /// Every alert's event id, for a consumer reading with `isolation`.
+    fn alert_ids(&self, isolation: &str) -> Vec<i64> {
+        let mut ids: Vec<i64> = kafka::read_all(&self.kafka, &self.alerts, isolation)
+            .iter()
+            .map(|r| {
+                let v: serde_json::Value = serde_json::from_str(&r.value).unwrap();
+                v["event_id"].as_i64().unwrap()
+            })
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    fn bronze(&self) -> String {
+        self.lake.path().join("warehouse/bronze/payments").display().to_string()
+    }
+}
+
+/// The ids below `n` whose amount is at least `cents`.
+fn at_least(n: i64, cents_from: i64) -> Vec<i64> {
+    (0..n).filter(|i| cents(*i) >= cents_from).collect()
 }
 
 #[test]
 fn three_sinks_from_kafka_hold_each_payment_once_through_kills() {
-    let Some(kafka) = kafka::bootstrap() else { return };
-    if python().is_none() {
-        return;
-    }
-    let (topic, alerts) = (
-        kafka::create_topic(&kafka, "payments", 4),
-        kafka::create_topic(&kafka, "alerts", 1),
-    );
-    let markers = format!("markers-{}", uuid::Uuid::new_v4().simple());
-    let lake = tempfile::tempdir().unwrap();
-    let producer = produce(kafka.clone(), topic.clone());
-    let ended = kill_repeatedly(
-        || {
-            example(lake.path(), &kafka, &topic, &alerts, &markers)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap()
-        },
-        KILLS,
-        300..1500,
-    );
+    let Some(run) = Run::new(4) else { return };
+    let producer = produce(run.kafka.clone(), run.topic.clone());
+    let ended = kill_repeatedly(|| run.example(), KILLS, 300..1500);
     assert_eq!(ended, 0, "without --available-now the example runs until it is stopped");
     producer.join().unwrap();
-    let out = example(lake.path(), &kafka, &topic, &alerts, &markers)
-        .arg("--available-now")
-        .output()
-        .unwrap();
+    let out = run.example().arg("--available-now").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
-    let want = |from: i64| -> Vec<i64> { (0..PAYMENTS).filter(|i| cents(*i) >= from).collect() };
-    let bronze = lake.path().join("warehouse/bronze/payments");
     for reader in ["deltalake", "duckdb"] {
-        let got = json_ids(&read(&["ids", reader, bronze.to_str().unwrap()]).expect("readers"));
+        let got = json_ids(&read(&["ids", reader, &run.bronze()]).expect("readers"));
         assert_exactly_once(&got, 0..PAYMENTS);
     }
-    let db = lake.path().join("catalog.db");
+    let db = run.lake.path().join("catalog.db");
     for reader in ["pyiceberg", "duckdb"] {
         let mut got = json_ids(&iceberg(&["ids", reader, db.to_str().unwrap(), "risk.high_value"]).expect("readers"));
         got.sort_unstable();
-        assert_eq!(got, want(90_000), "{reader}: the high-value payments, once each");
+        assert_eq!(
+            got,
+            at_least(PAYMENTS, 90_000),
+            "{reader}: the high-value payments, once each"
+        );
     }
-    let mut committed = alert_ids(&kafka, &alerts, "read_committed");
-    committed.sort_unstable();
+    let committed = run.alert_ids("read_committed");
     assert_eq!(
         committed,
-        want(99_000),
+        at_least(PAYMENTS, 99_000),
         "every alert once for a read_committed consumer"
     );
-    let all = alert_ids(&kafka, &alerts, "read_uncommitted");
+    let all = run.alert_ids("read_uncommitted");
     assert!(all.len() >= committed.len());
     eprintln!(
         "{KILLS} kills; alerts: {} committed, {} in the log with aborted attempts",
@@ -132,30 +146,19 @@ fn three_sinks_from_kafka_hold_each_payment_once_through_kills() {
 
 #[test]
 fn produce_fills_the_topic_with_the_rate_sources_payments() {
-    let Some(kafka) = kafka::bootstrap() else { return };
-    if python().is_none() {
-        return;
-    }
-    let (topic, alerts) = (
-        kafka::create_topic(&kafka, "payments", 2),
-        kafka::create_topic(&kafka, "alerts", 1),
-    );
-    let markers = format!("markers-{}", uuid::Uuid::new_v4().simple());
-    let lake = tempfile::tempdir().unwrap();
-    let out = example(lake.path(), &kafka, &topic, &alerts, &markers)
+    let Some(run) = Run::new(2) else { return };
+    let out = run
+        .example()
         .args(["--produce", "3000", "--available-now"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let bronze = lake.path().join("warehouse/bronze/payments");
-    let got = read(&["ids", "deltalake", bronze.to_str().unwrap()]).expect("readers");
+    let got = read(&["ids", "deltalake", &run.bronze()]).expect("readers");
     assert_exactly_once(&json_ids(&got), 0..3000);
     // The amounts came through JSON as the rate source made them.
     assert_eq!(
         got["amount_cents"].as_i64(),
         Some(weir_test_support::readers::rate_amount_cents(3000))
     );
-    let mut alerted = alert_ids(&kafka, &alerts, "read_committed");
-    alerted.sort_unstable();
-    assert_eq!(alerted, (0..3000).filter(|i| cents(*i) >= 99_000).collect::<Vec<_>>());
+    assert_eq!(run.alert_ids("read_committed"), at_least(3000, 99_000));
 }

@@ -3,7 +3,6 @@
 //! the format's Python reader and by DuckDB.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,12 +103,9 @@ fn stream_through_kills(lake: &Path, kafka: &str, table: &str, format: &str) {
     let producer = produce(kafka.to_string(), topic.clone(), done.clone());
     kill_repeatedly(
         || {
-            weir(lake)
-                .args(&args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap()
+            let mut weir = weir(lake);
+            weir.args(&args);
+            weir
         },
         KILLS,
         80..780,

@@ -15,6 +15,7 @@ use weir_core::crash::{CrashPoint, CrashPoints};
 use weir_core::prelude::*;
 use weir_kafka::{Guarantee, KafkaSink};
 use weir_test_support::assert_exactly_once;
+use weir_test_support::kafka::Record;
 
 use crate::broker;
 
@@ -50,13 +51,13 @@ async fn run(sink: KafkaSink, name: &str, chk: &Path, crash: Option<CrashPoints>
     writer.start(sink).await?.await_termination().await
 }
 
-fn ids(records: &[(Option<String>, String)]) -> Vec<i64> {
+fn ids(records: &[Record]) -> Vec<i64> {
     records
         .iter()
-        .map(|(key, value)| {
-            let v: serde_json::Value = serde_json::from_str(value).unwrap();
+        .map(|r| {
+            let v: serde_json::Value = serde_json::from_str(&r.value).unwrap();
             let id = v["id"].as_i64().unwrap();
-            assert_eq!(key.as_deref(), Some(format!("k{id}").as_str()));
+            assert_eq!(r.key.as_deref(), Some(format!("k{id}").as_str()));
             id
         })
         .collect()
@@ -132,7 +133,7 @@ async fn exactly_once_holds_for_read_committed_consumers_through_a_crash_at_ever
     // One marker per committed batch, in their transactions.
     let marks = broker::read_all(&kafka, &markers, "read_committed");
     assert_eq!(marks.len(), 10, "{marks:?}");
-    assert!(marks.iter().all(|(k, _)| k.as_deref() == Some(name.as_str())));
+    assert!(marks.iter().all(|m| m.key.as_deref() == Some(name.as_str())));
 }
 
 #[tokio::test]
@@ -255,8 +256,6 @@ async fn topic_partition_and_headers_columns_route_each_record() {
     use arrow_array::builder::{BinaryBuilder, ListBuilder, StringBuilder, StructBuilder};
     use arrow_array::Int32Array;
     use arrow_schema::Fields;
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::message::{Headers, Message};
 
     let Some(kafka) = broker::bootstrap() else { return };
     let (a, b) = (broker::topic(&kafka, "route-a", 2), broker::topic(&kafka, "route-b", 2));
@@ -311,44 +310,22 @@ async fn topic_partition_and_headers_columns_route_each_record() {
 
     // Read back by a plain consumer: each value in its topic and partition,
     // with its header.
-    /// A record as read: topic, partition, value and its first header.
-    type Seen = (String, i32, String, Option<(String, Option<Vec<u8>>)>);
-    let mut seen: Vec<Seen> = Vec::new();
-    for topic in [&a, &b] {
-        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", &kafka)
-            .set("group.id", "weir-test-reader")
-            .create()
-            .unwrap();
-        let mut tpl = rdkafka::TopicPartitionList::new();
-        tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning).unwrap();
-        tpl.add_partition_offset(topic, 1, rdkafka::Offset::Beginning).unwrap();
-        consumer.assign(&tpl).unwrap();
-        let started = std::time::Instant::now();
-        while seen.iter().filter(|(t, ..)| t == topic.as_str()).count() < 2 {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "records of {topic} missing: {seen:?}"
-            );
-            if let Some(m) = consumer.poll(Duration::from_millis(100)) {
-                let m = m.unwrap();
-                let header = m
-                    .headers()
-                    .map(|h| h.get(0))
-                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)));
-                let value = String::from_utf8(m.payload().unwrap().to_vec()).unwrap();
-                seen.push((topic.to_string(), m.partition(), value, header));
-            }
-        }
-    }
-    seen.sort_by(|x, y| x.2.cmp(&y.2));
-    let trace = |i: u8| Some(("trace".to_string(), Some(format!("t{i}").into_bytes())));
-    assert_eq!(seen[0], (a.clone(), 1, "v0".into(), trace(0)));
-    assert_eq!(seen[1], (a.clone(), 0, "v1".into(), trace(1)));
-    assert_eq!(seen[2], (b.clone(), 1, "v2".into(), trace(2)));
-    assert_eq!(
-        (seen[3].0.as_str(), seen[3].2.as_str(), seen[3].3.clone()),
-        (b.as_str(), "v3", trace(3))
-    );
-    assert_eq!(seen.len(), 4);
+    let mut seen: Vec<Record> = [&a, &b]
+        .into_iter()
+        .flat_map(|topic| broker::read_all(&kafka, topic, "read_committed"))
+        .collect();
+    seen.sort_by(|x, y| x.value.cmp(&y.value));
+    let record = |topic: &str, partition: i32, i: u8| Record {
+        topic: topic.to_string(),
+        partition,
+        key: None,
+        value: format!("v{i}"),
+        headers: vec![("trace".to_string(), Some(format!("t{i}").into_bytes()))],
+    };
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert_eq!(seen[0], record(&a, 1, 0));
+    assert_eq!(seen[1], record(&a, 0, 1));
+    assert_eq!(seen[2], record(&b, 1, 2));
+    // No partition given: the partitioner chose one.
+    assert_eq!(seen[3], record(&b, seen[3].partition, 3));
 }
