@@ -372,19 +372,10 @@ impl KafkaSource {
     /// Resolves where a new query starts.
     async fn resolve_start(&self) -> Result<PartitionOffsets, KafkaError> {
         let parts = self.partitions(false).await?;
-        match self.starting.clone() {
-            StartingOffsets::Earliest => {
-                self.blocking(move |c, _, d| broker::offsets(c, &parts, At::Earliest, d))
-                    .await
-            }
-            StartingOffsets::Latest => {
-                self.blocking(move |c, _, d| broker::offsets(c, &parts, At::Latest, d))
-                    .await
-            }
-            StartingOffsets::Timestamp(ms) => {
-                self.blocking(move |c, _, d| broker::offsets(c, &parts, At::Time(ms), d))
-                    .await
-            }
+        let at = match self.starting.clone() {
+            StartingOffsets::Earliest => At::Earliest,
+            StartingOffsets::Latest => At::Latest,
+            StartingOffsets::Timestamp(ms) => At::Time(ms),
             StartingOffsets::Specific(given) => {
                 for (tp, _) in given.iter() {
                     if !parts.get(&tp.topic).is_some_and(|ids| ids.contains(&tp.partition)) {
@@ -429,9 +420,10 @@ impl KafkaSource {
                     };
                     out.insert(&tp.topic, tp.partition, resolved);
                 }
-                Ok(out)
+                return Ok(out);
             }
-        }
+        };
+        self.blocking(move |c, _, d| broker::offsets(c, &parts, at, d)).await
     }
 
     fn initial(&self) -> PartitionOffsets {
