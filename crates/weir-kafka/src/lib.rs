@@ -25,7 +25,8 @@
 //! - Memory follows the batch, not the topic: records are handed on in
 //!   chunks of at most 8,192 rows or 8 MiB, and the reader fetches ahead at
 //!   most 10,000 records per partition (`queued.min.messages`) and 16 MiB
-//!   (`queued.max.messages.kbytes`). Its assignment is kept from batch to
+//!   (`queued.max.messages.kbytes`), fetching a full partition again after
+//!   10 ms (`fetch.queue.backoff.ms`). Its assignment is kept from batch to
 //!   batch, each partition on a queue of its own, so what it fetched ahead
 //!   is read by the next batch, not fetched again.
 //!

@@ -242,35 +242,13 @@ fn read(
         let mut got = false;
         let keys: Vec<(Key, i64)> = pending.iter().map(|(k, u)| (k.clone(), *u)).collect();
         for (key, until) in keys {
-            let queue = reader.queues.get(&key).expect("every wanted partition has a queue");
-            let mut taken = Vec::new();
-            let mut failed = None;
-            while taken.len() < TURN {
-                match queue.poll(Duration::ZERO) {
-                    Some(Ok(m)) => {
-                        let done = m.offset() + 1 >= until;
-                        taken.push(m.detach());
-                        if done {
-                            break;
-                        }
-                    }
-                    None | Some(Err(ClientError::PartitionEOF(_))) => break,
-                    Some(Err(e)) => {
-                        failed = Some(e);
-                        break;
-                    }
-                }
-            }
-            if let Some(e) = failed {
-                return Err(KafkaError::client(format!("reading records of {}-{}", key.0, key.1), e).into());
-            }
-            for m in &taken {
+            let turn = read_turn(reader, &mut cols, &key, until)?;
+            if turn.taken > 0 {
                 got = true;
                 progress = Instant::now();
-                if let Some(Taken::Done) = take(reader, &mut cols, &key, until, m) {
-                    pending.remove(&key);
-                    break;
-                }
+            }
+            if turn.done {
+                pending.remove(&key);
             }
             if cols.rows() >= CHUNK_ROWS || cols.bytes() >= CHUNK_BYTES {
                 records += cols.rows() as u64;
@@ -328,6 +306,60 @@ fn read(
         "partitions": partitions,
         "lost": lost,
     }))
+}
+
+/// What one turn on a partition's queue did.
+struct Turn {
+    /// Records taken off the queue.
+    taken: usize,
+    /// The partition's range is read.
+    done: bool,
+}
+
+/// Takes up to [`TURN`] records of `key` off its queue, straight into the
+/// batch's columns, until the range ends at `until`; the record past the
+/// end is kept for the next batch. Where the partition stands is updated
+/// once per turn, not per record.
+fn read_turn(reader: &mut Reader, cols: &mut RecordColumns, key: &Key, until: i64) -> Result<Turn, KafkaError> {
+    let queue = reader.queues.get(key).expect("every wanted partition has a queue");
+    let mut lo = reader.at.get(key).map_or(i64::MIN, |(lo, _)| *lo);
+    let (mut taken, mut read, mut past) = (0, None, None);
+    while taken < TURN {
+        match queue.poll(Duration::ZERO) {
+            Some(Ok(m)) => {
+                taken += 1;
+                let o = m.offset();
+                if o < lo {
+                    continue; // delivered again: read already
+                }
+                if o >= until {
+                    past = Some(m.detach());
+                    break;
+                }
+                cols.push(&m);
+                read = Some(o);
+                lo = o + 1;
+                if lo >= until {
+                    break;
+                }
+            }
+            None | Some(Err(ClientError::PartitionEOF(_))) => break,
+            Some(Err(e)) => {
+                return Err(KafkaError::client(format!("reading records of {}-{}", key.0, key.1), e));
+            }
+        }
+    }
+    if let Some(o) = read {
+        reader.at.insert(key.clone(), (o + 1, o + 1));
+    }
+    let done = lo >= until || past.is_some();
+    if let Some(m) = past {
+        if let Some(at) = reader.at.get_mut(key) {
+            at.1 = m.offset() + 1;
+        }
+        reader.peeked.entry(key.clone()).or_default().push_front(m);
+    }
+    Ok(Turn { taken, done })
 }
 
 /// Readies the consumer for `wanted`: as it stands if every partition goes

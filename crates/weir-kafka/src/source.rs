@@ -312,9 +312,13 @@ impl KafkaSource {
         // holds beyond its batch: librdkafka's defaults (100,000 records a
         // partition, some 400 bytes each with its bookkeeping) would make
         // it follow the partition count rather than the batch.
+        // A partition whose queue is full is fetched again after
+        // `fetch.queue.backoff.ms`: librdkafka's 1 s would leave the reader
+        // idle most of a large batch.
         let defaults = [
             ("queued.max.messages.kbytes", "16384"),
             ("queued.min.messages", "10000"),
+            ("fetch.queue.backoff.ms", "10"),
         ];
         cached(&mut state.reader, || {
             Ok(Arc::new(Mutex::new(Reader::new(self.connect(&defaults, None)?))))
