@@ -38,6 +38,15 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 cargo nextest --version | head -1
 
+# Every build below has weir's kafka-tls feature (SASL SCRAM needs it), so
+# the lints, doc tests, quickstart and tests share one build and the SCRAM
+# test runs with the others. It links the system's OpenSSL.
+if ! pkg-config --exists openssl 2>/dev/null; then
+    step "installing OpenSSL headers for weir-kafka's tls feature"
+    scripts/apt-install.sh libssl-dev pkg-config
+fi
+features=(--features weir/kafka-tls)
+
 step "independent readers (Python deltalake, pyiceberg, DuckDB) in .venv-readers"
 requirements=integration/readers/requirements.txt
 stamp=.venv-readers/.installed
@@ -75,26 +84,20 @@ step "packaging: every crate packages for a registry"
 cargo package --workspace --no-verify --locked --allow-dirty --quiet
 
 step "lints"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked "${features[@]}" -- -D warnings
 
 step "doc tests"
-cargo test --workspace --doc --locked
+cargo test --workspace --doc --locked "${features[@]}"
 
 step "quickstart, twice on one lake (the second run continues the first)"
 lake=$(mktemp -d)
-cargo run --locked -q -p weir-examples --bin quickstart -- --lake "$lake" --batches 5 --rows-per-batch 1000
-cargo run --locked -q -p weir-examples --bin quickstart -- --lake "$lake" --batches 3 --rows-per-batch 1000
+cargo run --locked -q "${features[@]}" -p weir-examples --bin quickstart -- --lake "$lake" --batches 5 --rows-per-batch 1000
+cargo run --locked -q "${features[@]}" -p weir-examples --bin quickstart -- --lake "$lake" --batches 3 --rows-per-batch 1000
 
 step "an application depending on weir, with a fresh lockfile, on this Rust and on the declared minimum"
 integration/downstream/check.sh .venv-readers/bin/python
 
 step "tests"
-cargo nextest run --workspace --locked --no-fail-fast
-
-step "Kafka over SASL SCRAM: weir-kafka with its tls feature (the system's OpenSSL)"
-if ! pkg-config --exists openssl 2>/dev/null; then
-    scripts/apt-install.sh libssl-dev pkg-config
-fi
-cargo nextest run -p weir-kafka --features tls --locked -E 'test(sasl)'
+cargo nextest run --workspace --locked --no-fail-fast "${features[@]}"
 
 step "all checks passed"

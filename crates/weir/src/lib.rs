@@ -37,7 +37,9 @@ pub use weir_core::*;
 pub use weir_delta as delta;
 pub use weir_files as files;
 pub use weir_iceberg as iceberg;
-/// The Kafka source (feature `kafka`).
+/// The Kafka source and sink (feature `kafka`; `kafka-tls` adds TLS and
+/// SASL SCRAM on the system's OpenSSL, `kafka-tls-vendored` on one built
+/// from source).
 #[cfg(feature = "kafka")]
 pub use weir_kafka as kafka;
 
