@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs an application that depends on weir as a user's does:
-# a fresh lockfile every time, weir by path. Then reads its table back with
-# Python deltalake and checks every payment is there exactly once, and
-# checks that the application builds on weir's declared minimum Rust.
+# a fresh lockfile every time, weir by path, built with weir's declared
+# minimum Rust (a newer one resolves the same lockfile). Then reads its
+# table back with Python deltalake and checks every payment is there
+# exactly once.
 #
 #   integration/downstream/check.sh PYTHON [MSRV]
 #
@@ -14,18 +15,20 @@ root=$(cd "$here/../.." && pwd)
 python=${1:?a python with deltalake}
 msrv=${2:-$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$root/crates/weir/Cargo.toml")}
 manifest=$here/Cargo.toml
-# Shared with the workspace, so dependencies built for it are reused.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+# Apart from the workspace's: another toolchain's artifacts are never shared.
+target=${CARGO_TARGET_DIR:-$root/target}/msrv
 
+rustup toolchain install "$msrv" --profile minimal >/dev/null
 rm -f "$here/Cargo.lock"
-cargo generate-lockfile --manifest-path "$manifest"
-derive=$(cargo tree --manifest-path "$manifest" -i buoyant_kernel_derive --depth 0 -e normal)
+cargo "+$msrv" generate-lockfile --manifest-path "$manifest"
+derive=$(cargo "+$msrv" tree --manifest-path "$manifest" -i buoyant_kernel_derive --depth 0 -e normal)
 echo "fresh lockfile: $derive"
 
-cargo build --manifest-path "$manifest"
+echo "building the application on Rust $msrv (the declared minimum)"
+CARGO_TARGET_DIR="$target" cargo "+$msrv" build --manifest-path "$manifest"
 lake=$(mktemp -d)
-trap 'rm -rf "$lake"' EXIT
-table=$(cd "$lake" && env -u WEIR_CONFIG -u WEIR_LAKE "$CARGO_TARGET_DIR/debug/weir-downstream")
+trap 'rm -rf "$lake"; rm -f "$here/Cargo.lock"' EXIT
+table=$(cd "$lake" && env -u WEIR_CONFIG -u WEIR_LAKE "$target/debug/weir-downstream")
 "$python" - "$root/integration/readers" "$table" <<'PY'
 import json, subprocess, sys
 readers, table = sys.argv[1], sys.argv[2]
@@ -36,8 +39,3 @@ if sorted(ids) != list(range(3000)):
     sys.exit(f"the downstream table holds {len(ids)} rows, {len(set(ids))} distinct ids; expected ids 0..3000 once each")
 print(f"downstream table read back by Python deltalake: {len(ids)} rows, every id once")
 PY
-
-rustup toolchain install "$msrv" --profile minimal >/dev/null
-echo "checking the application on Rust $msrv (the declared minimum)"
-CARGO_TARGET_DIR="$CARGO_TARGET_DIR/msrv" cargo "+$msrv" check --manifest-path "$manifest"
-rm -f "$here/Cargo.lock"

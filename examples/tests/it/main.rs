@@ -8,3 +8,4 @@ mod iceberg;
 mod kafka_payments;
 mod kill;
 mod payments;
+mod quickstart;
