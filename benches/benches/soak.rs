@@ -10,47 +10,57 @@
 //! into typed columns. Those use the broker `WEIR_TEST_KAFKA_BOOTSTRAP`
 //! names, or start one with `scripts/services/kafka.sh`.
 //!
+//! The `files` workload runs the `file-sink` example instead (the rate
+//! source into the file sink, 4 partition files a batch, its metadata log
+//! compacted every 10 batches), on the system allocator as an application
+//! of its own would be unless it chooses another; at the end the example
+//! reads its output back through the log and checks every row is there
+//! once.
+//!
 //! ```text
 //! cargo bench -p weir-benches --bench soak
-//! WEIR_BENCH_COMMITS=10000 WEIR_BENCH_SOAK=delta,kafka-delta cargo bench -p weir-benches --bench soak
+//! WEIR_BENCH_COMMITS=10000 WEIR_BENCH_SOAK=delta,kafka-delta,files cargo bench -p weir-benches --bench soak
 //! ```
 //!
 //! It builds and runs the release `weir` binary (`cargo build --release -p
 //! weir-cli`), so the figures are those of the command users run, with its
-//! allocator.
+//! allocator; and the release `file-sink` example for `files`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use weir_benches::kafka::{produce, Broker, PAYMENT_SCHEMA};
-use weir_benches::release_weir;
+use weir_benches::{release_binary, release_weir};
 use weir_test_support::memory::{sample_stream, MemorySample};
 
-/// Where a workload's rows come from.
+/// What a workload runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Input {
-    Rate,
-    Kafka,
+enum Run {
+    /// `weir stream` from the rate source, with these options beyond the
+    /// common ones.
+    Rate(&'static [&'static str]),
+    /// `weir stream` from the topic of payments, with these options.
+    Kafka(&'static [&'static str]),
+    /// The `file-sink` example.
+    FileSinkExample,
 }
 
-/// The workloads: a name, the input and `weir stream`'s options beyond the
-/// common ones.
-const WORKLOADS: &[(&str, Input, &[&str])] = &[
-    ("delta", Input::Rate, &["--format", "delta"]),
+/// The workloads, by name.
+const WORKLOADS: &[(&str, Run)] = &[
+    ("delta", Run::Rate(&["--format", "delta"])),
     (
         "delta-compact",
-        Input::Rate,
-        &["--format", "delta", "--compact-every", "100"],
+        Run::Rate(&["--format", "delta", "--compact-every", "100"]),
     ),
-    ("iceberg", Input::Rate, &["--format", "iceberg"]),
+    ("iceberg", Run::Rate(&["--format", "iceberg"])),
     (
         "iceberg-compact",
-        Input::Rate,
-        &["--format", "iceberg", "--compact-every", "100"],
+        Run::Rate(&["--format", "iceberg", "--compact-every", "100"]),
     ),
-    ("kafka-delta", Input::Kafka, &["--format", "delta"]),
-    ("kafka-iceberg", Input::Kafka, &["--format", "iceberg"]),
+    ("kafka-delta", Run::Kafka(&["--format", "delta"])),
+    ("kafka-iceberg", Run::Kafka(&["--format", "iceberg"])),
+    ("files", Run::FileSinkExample),
 ];
 
 /// The topic's partitions, and records a batch.
@@ -117,23 +127,17 @@ fn main() {
     let chosen: Option<Vec<String>> = std::env::var("WEIR_BENCH_SOAK")
         .ok()
         .map(|v| v.split(',').map(str::to_string).collect());
-    let weir = release_weir();
     let runs: Vec<_> = WORKLOADS
         .iter()
-        .filter(|(name, _, _)| chosen.as_ref().is_none_or(|c| c.iter().any(|n| n == name)))
+        .filter(|(name, _)| chosen.as_ref().is_none_or(|c| c.iter().any(|n| n == name)))
         .collect();
     let topic = runs
         .iter()
-        .any(|(_, input, _)| *input == Input::Kafka)
+        .any(|(_, run)| matches!(run, Run::Kafka(_)))
         .then(|| Topic::fill(commits));
     let mut failures = Vec::new();
-    for (name, input, options) in runs {
-        let curve = soak(
-            &weir,
-            commits,
-            topic.as_ref().filter(|_| *input == Input::Kafka),
-            options,
-        );
+    for (name, run) in runs {
+        let curve = soak(*run, commits, topic.as_ref());
         report(name, &curve);
         let at = |n: u64| {
             curve
@@ -165,39 +169,52 @@ struct Sample {
     seconds: f64,
 }
 
-/// Runs one workload, from the rate source or from `topic`.
-fn soak(weir: &PathBuf, commits: u64, topic: Option<&Topic>, options: &[&str]) -> Vec<Sample> {
+/// Runs one workload; `topic` is there for the Kafka ones.
+fn soak(run: Run, commits: u64, topic: Option<&Topic>) -> Vec<Sample> {
     let lake = tempfile::tempdir().unwrap();
-    let source: Vec<String> = match topic {
-        Some(topic) => {
-            let schema = lake.path().join("payment.ddl");
-            std::fs::write(&schema, PAYMENT_SCHEMA).unwrap();
-            topic.source_args(&schema)
+    let mut child = match run {
+        Run::FileSinkExample => Command::new(release_binary("weir-examples", "file-sink"))
+            .arg("--lake")
+            .arg(lake.path())
+            .args(["--batches", &commits.to_string()])
+            .args(["--rows-per-batch", &PER_BATCH.to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the file-sink example starts"),
+        Run::Rate(options) | Run::Kafka(options) => {
+            let source: Vec<String> = if let Run::Kafka(_) = run {
+                let schema = lake.path().join("payment.ddl");
+                std::fs::write(&schema, PAYMENT_SCHEMA).unwrap();
+                topic
+                    .expect("the topic is filled for a Kafka workload")
+                    .source_args(&schema)
+            } else {
+                ["--from", "rate", "--rows-per-batch", PER_BATCH.to_string().as_str()]
+                    .map(str::to_string)
+                    .into()
+            };
+            Command::new(release_weir())
+                .arg("--lake")
+                .arg(lake.path().join("weir-lake"))
+                .arg("stream")
+                .args(source)
+                .args(["--to", "lake.bronze.soak"])
+                .args([
+                    "--max-batches",
+                    &commits.to_string(),
+                    "--progress",
+                    "json",
+                    "--checkpoint",
+                ])
+                .arg(lake.path().join("chk"))
+                .args(options)
+                .env_remove("WEIR_CONFIG")
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("the weir command starts")
         }
-        None => ["--from", "rate", "--rows-per-batch", PER_BATCH.to_string().as_str()]
-            .map(str::to_string)
-            .into(),
     };
     let started = Instant::now();
-    let mut child = Command::new(weir)
-        .arg("--lake")
-        .arg(lake.path().join("weir-lake"))
-        .arg("stream")
-        .args(source)
-        .args(["--to", "lake.bronze.soak"])
-        .args([
-            "--max-batches",
-            &commits.to_string(),
-            "--progress",
-            "json",
-            "--checkpoint",
-        ])
-        .arg(lake.path().join("chk"))
-        .args(options)
-        .env_remove("WEIR_CONFIG")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("the weir command starts");
     let mut curve = Vec::new();
     sample_stream(&mut child, 100, |memory| {
         curve.push(Sample {
@@ -205,7 +222,7 @@ fn soak(weir: &PathBuf, commits: u64, topic: Option<&Topic>, options: &[&str]) -
             seconds: started.elapsed().as_secs_f64(),
         })
     });
-    assert!(child.wait().unwrap().success(), "weir stream {options:?} failed");
+    assert!(child.wait().unwrap().success(), "{run:?} failed");
     curve
 }
 

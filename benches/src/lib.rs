@@ -187,16 +187,21 @@ pub fn print_latencies(title: &str, latencies: &[(u64, f64, f64)], unit: &str) {
 
 /// Builds the release `weir` command (`cargo build --release -p weir-cli`)
 /// and returns its path: benchmarks that time or measure the command users
-/// run, with its allocator, run it. A benchmark runs from
-/// `target/release/deps`.
+/// run, with its allocator, run it.
 pub fn release_weir() -> std::path::PathBuf {
+    release_binary("weir-cli", "weir")
+}
+
+/// Builds binary `bin` of workspace package `package` in release and
+/// returns its path. A benchmark runs from `target/release/deps`.
+pub fn release_binary(package: &str, bin: &str) -> std::path::PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = std::process::Command::new(cargo)
-        .args(["build", "--release", "--quiet", "-p", "weir-cli", "--bin", "weir"])
+        .args(["build", "--release", "--quiet", "-p", package, "--bin", bin])
         .status()
         .expect("cargo runs");
-    assert!(status.success(), "building the weir command failed");
+    assert!(status.success(), "building {bin} failed");
     let exe = std::env::current_exe().expect("the benchmark's path");
     let release = exe.parent().and_then(|d| d.parent()).expect("target/release");
-    release.join("weir")
+    release.join(bin)
 }
