@@ -6,7 +6,7 @@ use crate::common;
 use std::path::Path;
 
 use std::process::{Command, Stdio};
-use weir_test_support::{assert_exactly_once, copy_dir, readers};
+use weir_test_support::{copy_dir, readers};
 
 const ROWS_PER_BATCH: u64 = 20;
 
@@ -24,17 +24,6 @@ fn stream(table: &Path, checkpoint: &Path, total_batches: u64) -> Command {
     cmd
 }
 
-/// Checks every event id `0..n` exactly once with both readers, and the amounts.
-fn assert_table_exactly_once(table: &Path, n: i64) {
-    for reader in ["deltalake", "duckdb"] {
-        let Some((ids, cents)) = readers::event_ids_with(reader, table.to_str().unwrap()) else {
-            return;
-        };
-        assert_exactly_once(&ids, 0..n);
-        assert_eq!(cents, Some(readers::rate_amount_cents(n)), "{reader}: amount checksum");
-    }
-}
-
 #[test]
 fn every_event_exactly_once_in_delta_after_random_sigkills() {
     let dir = tempfile::tempdir().unwrap();
@@ -42,7 +31,7 @@ fn every_event_exactly_once_in_delta_after_random_sigkills() {
     let total = 3000;
     let killed = common::kill_and_restart(|| stream(&table, &chk, total), 24, 150, 400);
     assert!(killed >= 20, "only {killed} kills landed mid-run");
-    assert_table_exactly_once(&table, (total * ROWS_PER_BATCH) as i64);
+    common::assert_delta_exactly_once(&table, (total * ROWS_PER_BATCH) as i64);
     let Some(txn) = readers::read(&["txn", table.to_str().unwrap(), "payments-bronze"]) else {
         return;
     };
@@ -58,5 +47,5 @@ fn two_processes_running_copies_of_one_query_write_each_batch_once() {
     copy_dir(&a, &b);
     let total = 150;
     common::run_two_copies(stream(&table, &a, total), stream(&table, &b, total));
-    assert_table_exactly_once(&table, (total * ROWS_PER_BATCH) as i64);
+    common::assert_delta_exactly_once(&table, (total * ROWS_PER_BATCH) as i64);
 }

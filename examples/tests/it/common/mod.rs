@@ -1,7 +1,11 @@
 //! Shared by the process tests: a seeded generator of kill moments, the
-//! kill-and-restart loop, and two copies of a query run at once.
+//! kill-and-restart loop, two copies of a query run at once, and the
+//! exactly-once check of a Delta table of the rate source's payments.
 
+use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use weir_test_support::{assert_exactly_once, readers};
 
 /// A small deterministic generator (a 64-bit LCG).
 pub struct Lcg(pub u64);
@@ -86,4 +90,16 @@ pub fn run_two_copies(a: std::process::Command, b: std::process::Command) {
         "the loser says why: {}",
         failed[0]
     );
+}
+
+/// Checks every event id `0..n` of Delta table `table` exactly once with
+/// Python deltalake and DuckDB, and the amounts' checksum.
+pub fn assert_delta_exactly_once(table: &Path, n: i64) {
+    for reader in ["deltalake", "duckdb"] {
+        let Some((ids, cents)) = readers::event_ids_with(reader, table.to_str().unwrap()) else {
+            return;
+        };
+        assert_exactly_once(&ids, 0..n);
+        assert_eq!(cents, Some(readers::rate_amount_cents(n)), "{reader}: amount checksum");
+    }
 }
