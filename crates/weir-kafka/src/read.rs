@@ -117,6 +117,10 @@ where
     F: FnOnce(serde_json::Value) + Send + 'static,
 {
     let (tx, rx) = mpsc::channel::<weir_core::Result<RecordBatch>>(2);
+    let tx = match plan.values.clone() {
+        Some(values) => decoding(values, tx),
+        None => tx,
+    };
     tokio::task::spawn_blocking(move || {
         let mut reader = match reader.lock() {
             Ok(r) => r,
@@ -136,6 +140,27 @@ where
     Box::pin(futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     }))
+}
+
+/// Decodes the reader's raw chunks on a thread of its own, in order, into
+/// `out`, so parsing one chunk overlaps reading the next; the sender the
+/// reader sends its raw chunks to. After a chunk that does not decode, the
+/// rest is dropped and the reader stops as if the stream were closed.
+fn decoding(
+    values: Arc<ValueDecoder>,
+    out: mpsc::Sender<weir_core::Result<RecordBatch>>,
+) -> mpsc::Sender<weir_core::Result<RecordBatch>> {
+    let (tx, mut raw) = mpsc::channel::<weir_core::Result<RecordBatch>>(2);
+    tokio::task::spawn_blocking(move || {
+        while let Some(item) = raw.blocking_recv() {
+            let decoded = item.and_then(|batch| values.decode(&batch).map_err(Into::into));
+            let failed = decoded.is_err();
+            if out.blocking_send(decoded).is_err() || failed {
+                return;
+            }
+        }
+    });
+    tx
 }
 
 /// What a record of a partition being read means for the batch.
@@ -253,7 +278,7 @@ fn read(
             if cols.rows() >= CHUNK_ROWS || cols.bytes() >= CHUNK_BYTES {
                 records += cols.rows() as u64;
                 bytes += cols.bytes() as u64;
-                send(tx, chunk(plan, &mut cols)?)?;
+                send(tx, cols.finish().map_err(KafkaError::from)?)?;
             }
         }
         if got || pending.is_empty() {
@@ -298,7 +323,7 @@ fn read(
     if cols.rows() > 0 {
         records += cols.rows() as u64;
         bytes += cols.bytes() as u64;
-        send(tx, chunk(plan, &mut cols)?)?;
+        send(tx, cols.finish().map_err(KafkaError::from)?)?;
     }
     Ok(json!({
         "records": records,
@@ -418,15 +443,6 @@ fn poll_consumer(reader: &Reader, timeout: Duration) -> Option<OwnedMessage> {
             tracing::warn!(error = %e, "Kafka consumer");
             None
         }
-    }
-}
-
-/// The records collected so far, in the query's columns.
-fn chunk(plan: &ReadPlan, cols: &mut RecordColumns) -> Result<RecordBatch, KafkaError> {
-    let raw = cols.finish()?;
-    match &plan.values {
-        Some(values) => values.decode(&raw),
-        None => Ok(raw),
     }
 }
 
