@@ -26,12 +26,17 @@
 //!   the batch's entry is `N.compact`, listing every file so far, and the
 //!   entries it makes redundant go. With `log_retention`, files of batches
 //!   older than it leave the log at the next compaction: log-aware readers
-//!   no longer see them, and they become orphans.
+//!   no longer see them, and they become orphans. A compaction holds the
+//!   new entry in small blocks; a large one (the previous over 1 MiB) is
+//!   written in parts to a staging object and copied into place if absent
+//!   (put whole where the store cannot copy if absent, as S3 unless
+//!   configured to), so the sink's memory does not follow the log's size.
 //! - **Orphans** (files no entry lists) are listed and removed only past a
 //!   grace period ([`FileLog::orphans`], [`FileLog::remove_orphans`]).
 //!
 //! Output mode: Append.
 
+mod compact_entry;
 mod error;
 mod log;
 mod reader;

@@ -13,10 +13,13 @@
 //!
 //! The writer never holds a compact entry as parsed files: it reads the
 //! previous one a chunk at a time, copies its lines, and adds the few
-//! plain entries after it, so a compaction holds only the new entry's text;
-//! and a marker is read from an entry's header alone.
+//! plain entries after it, into a [`CompactEntry`] that holds the new text
+//! in small blocks, or stages a large entry in parts and copies it into
+//! place if absent; and a marker is read from an entry's header alone.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,6 +28,7 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 use weir_core::BatchId;
 
+use crate::compact_entry::{self, Built, CompactEntry};
 use crate::error::FileSinkError;
 use crate::store::Output;
 
@@ -49,24 +53,6 @@ struct Stamp {
     batch_id: u64,
     #[serde(default)]
     committed_at: i64,
-}
-
-/// The file lines of a compact entry being built.
-#[derive(Debug, Default)]
-struct CompactLines {
-    text: Vec<u8>,
-    /// The batch of the oldest file kept.
-    oldest: Option<u64>,
-    /// Files left out by the retention.
-    dropped: usize,
-}
-
-impl CompactLines {
-    fn keep(&mut self, batch: u64, line: &[u8]) {
-        self.oldest.get_or_insert(batch);
-        self.text.extend_from_slice(line);
-        self.text.push(b'\n');
-    }
 }
 
 /// A data file the log lists.
@@ -126,6 +112,11 @@ pub struct MetadataLog {
     output: Output,
     compact_interval: u64,
     retention: Option<Duration>,
+    /// Whether large compact entries are staged: until the store says it
+    /// cannot copy if absent.
+    staging: Arc<AtomicBool>,
+    /// The size of a compact entry from which the next one is staged.
+    stage_bytes: u64,
 }
 
 /// Whether an entry was written or one was there already.
@@ -157,6 +148,8 @@ impl MetadataLog {
             output,
             compact_interval: compact_interval.max(1),
             retention,
+            staging: Arc::new(AtomicBool::new(true)),
+            stage_bytes: compact_entry::STAGE_BYTES,
         }
     }
 
@@ -175,22 +168,29 @@ impl MetadataLog {
         Ok(self.list_dated().await?.into_iter().map(|(e, _)| e).collect())
     }
 
-    /// The entries with their modification times.
-    async fn list_dated(&self) -> Result<Vec<((u64, bool), chrono::DateTime<chrono::Utc>)>, FileSinkError> {
+    /// Every object in the log's directory.
+    async fn list_all(&self) -> Result<Vec<object_store::ObjectMeta>, FileSinkError> {
         let dir = self.output.path(LOG_DIR)?;
-        let listed: Vec<object_store::ObjectMeta> = self
-            .output
+        self.output
             .store
             .list(Some(&dir))
             .try_collect()
             .await
-            .map_err(self.output.store_err(LOG_DIR))?;
+            .map_err(self.output.store_err(LOG_DIR))
+    }
+
+    /// The entries with their modification times.
+    async fn list_dated(&self) -> Result<Vec<((u64, bool), chrono::DateTime<chrono::Utc>)>, FileSinkError> {
+        Ok(Self::dated(&self.list_all().await?))
+    }
+
+    fn dated(listed: &[object_store::ObjectMeta]) -> Vec<((u64, bool), chrono::DateTime<chrono::Utc>)> {
         let mut entries: Vec<((u64, bool), chrono::DateTime<chrono::Utc>)> = listed
             .iter()
             .filter_map(|m| Some((m.location.filename().and_then(parse_name)?, m.last_modified)))
             .collect();
         entries.sort_unstable_by_key(|(e, _)| *e);
-        Ok(entries)
+        entries
     }
 
     /// Reads one entry, or `None` if it is not there.
@@ -397,7 +397,7 @@ impl MetadataLog {
         }
     }
 
-    fn encode(header: &EntryHeader, files: &[FileEntry]) -> Result<Bytes, serde_json::Error> {
+    pub(crate) fn encode(header: &EntryHeader, files: &[FileEntry]) -> Result<Bytes, serde_json::Error> {
         let mut out = String::from(VERSION);
         out.push('\n');
         out.push_str(&serde_json::to_string(header)?);
@@ -432,22 +432,62 @@ impl MetadataLog {
             .read_header(batch, false)
             .await?
             .ok_or_else(|| self.vanished(batch, false))?;
-        let lines = self
-            .listed_through(batch, |entries| async move { self.compact_lines(&entries).await })
+        let written = self
+            .listed_through(batch, |entries| {
+                let header = header.clone();
+                async move {
+                    let mut entry = self.compact_entry(header, &entries).await?;
+                    if let Err(e) = self.compact_lines(&entries, &mut entry).await {
+                        entry.abort().await;
+                        return Err(e);
+                    }
+                    self.put_compact(batch, entry).await
+                }
+            })
             .await?;
-        self.compact_into(header, lines).await.map(|_| ())
+        if written == Written::Written {
+            self.clean_up(batch).await;
+        }
+        Ok(())
     }
 
-    /// The file lines of a compact entry covering `entries`: the latest
-    /// compact entry's lines as they are, then the files of the plain
-    /// entries after it with their batch and commit time, less the files
-    /// past the retention.
-    async fn compact_lines(&self, entries: &[(u64, bool)]) -> Result<CompactLines, FileSinkError> {
+    /// A new compact entry: staged when the latest compact entry among
+    /// `entries` is large (and the store has not refused staging before).
+    async fn compact_entry(&self, header: EntryHeader, entries: &[(u64, bool)]) -> Result<CompactEntry, FileSinkError> {
+        let base = entries.iter().rev().find(|(_, compact)| *compact).map(|(b, _)| *b);
+        let Some(base) = base.filter(|_| self.staging.load(Ordering::Relaxed)) else {
+            return Ok(CompactEntry::in_memory(header));
+        };
+        let shown = format!("{LOG_DIR}/{}", name(base, true));
+        let size = match self.output.store.head(&self.entry_path(base, true)?).await {
+            Ok(meta) => meta.size,
+            Err(object_store::Error::NotFound { .. }) => return Err(self.vanished(base, true)),
+            Err(e) => return Err(self.output.store_err(&shown)(e)),
+        };
+        if size < self.stage_bytes {
+            return Ok(CompactEntry::in_memory(header));
+        }
+        let staging = compact_entry::staging_name(header.batch_id);
+        let path = self.output.path(&format!("{LOG_DIR}/{staging}"))?;
+        let upload = self
+            .output
+            .store
+            .put_multipart(&path)
+            .await
+            .map_err(self.output.store_err(&format!("{LOG_DIR}/{staging}")))?;
+        Ok(CompactEntry::staged(header, path, compact_entry::upload(upload)))
+    }
+
+    /// Adds to `entry` the file lines of a compact entry covering
+    /// `entries`: the latest compact entry's lines as they are, then the
+    /// files of the plain entries after it with their batch and commit
+    /// time, less the files past the retention.
+    async fn compact_lines(&self, entries: &[(u64, bool)], entry: &mut CompactEntry) -> Result<(), FileSinkError> {
+        let batch = entry.batch();
         let cutoff = self.retention.map(|retention| {
             chrono::Utc::now().timestamp_millis() - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX)
         });
         let kept = |committed_at: i64| cutoff.is_none_or(|c| committed_at >= c);
-        let mut lines = CompactLines::default();
         let base = entries.iter().rev().find(|(_, compact)| *compact).map(|(b, _)| *b);
         if let Some(b) = base {
             let found = self
@@ -460,9 +500,11 @@ impl MetadataLog {
                     let stamp: Stamp =
                         serde_json::from_slice(line).map_err(|e| self.bad_entry(b, true, format!("file line: {e}")))?;
                     if kept(stamp.committed_at) {
-                        lines.keep(stamp.batch_id, line);
+                        entry
+                            .keep(stamp.batch_id, line)
+                            .map_err(|e| self.encode_err(batch, true, e))?;
                     } else {
-                        lines.dropped += 1;
+                        entry.dropped += 1;
                     }
                     Ok(true)
                 })
@@ -471,24 +513,31 @@ impl MetadataLog {
                 return Err(self.vanished(b, true));
             }
         }
-        for &(batch, compact) in entries {
-            if compact || base.is_some_and(|b| batch <= b) {
+        for &(plain, compact) in entries {
+            if compact || base.is_some_and(|b| plain <= b) {
                 continue;
             }
-            let entry = self
-                .read(batch, false)
+            let read = self
+                .read(plain, false)
                 .await?
-                .ok_or_else(|| self.vanished(batch, false))?;
-            for file in entry.files {
+                .ok_or_else(|| self.vanished(plain, false))?;
+            for file in read.files {
                 if !kept(file.committed_at) {
-                    lines.dropped += 1;
+                    entry.dropped += 1;
                     continue;
                 }
-                let line = serde_json::to_vec(&file).map_err(|e| self.encode_err(batch, false, e))?;
-                lines.keep(batch, &line);
+                let line = serde_json::to_vec(&file).map_err(|e| self.encode_err(plain, false, e))?;
+                entry.keep(plain, &line).map_err(|e| self.encode_err(batch, true, e))?;
             }
         }
-        Ok(lines)
+        if entry.dropped > 0 {
+            tracing::info!(
+                output = %self.output.shown,
+                left = entry.dropped,
+                "files of batches past the retention leave the log"
+            );
+        }
+        Ok(())
     }
 
     /// Rewrites the log's latest batch as a compact entry (if it is not one
@@ -504,23 +553,39 @@ impl MetadataLog {
         Ok(Some(BatchId(batch)))
     }
 
-    async fn compact_into(&self, mut header: EntryHeader, lines: CompactLines) -> Result<Written, FileSinkError> {
-        let batch = header.batch_id;
-        if lines.dropped > 0 {
-            tracing::info!(
-                output = %self.output.shown,
-                left = lines.dropped,
-                "files of batches past the retention leave the log"
-            );
+    /// Puts compact entry `batch` if it is not there yet: the text as it
+    /// is, or the staging object completed and copied into place. A store
+    /// that cannot copy if absent gets the staged text in one put, and no
+    /// staging from then on.
+    async fn put_compact(&self, batch: u64, entry: CompactEntry) -> Result<Written, FileSinkError> {
+        let built = entry.build().map_err(|e| self.encode_err(batch, true, e))?;
+        let (staging, upload) = match built {
+            Built::InMemory(payload) => return self.put(batch, true, payload).await,
+            Built::Staged(path, upload) => (path, upload),
+        };
+        let shown_staging = format!("{LOG_DIR}/{}", staging.filename().unwrap_or_default());
+        upload.finish().await.map_err(self.output.store_err(&shown_staging))?;
+        let target = self.entry_path(batch, true)?;
+        let written = match self.output.store.copy_if_not_exists(&staging, &target).await {
+            Ok(()) => Ok(Written::Written),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(Written::Exists),
+            Err(object_store::Error::NotSupported { .. } | object_store::Error::NotImplemented { .. }) => {
+                tracing::debug!(output = %self.output.shown, "the store cannot copy if absent: compact entries are put whole");
+                self.staging.store(false, Ordering::Relaxed);
+                match self.output.store.get(&staging).await {
+                    Ok(got) => match got.bytes().await {
+                        Ok(bytes) => self.put(batch, true, PutPayload::from(bytes)).await,
+                        Err(e) => Err(self.output.store_err(&shown_staging)(e)),
+                    },
+                    Err(e) => Err(self.output.store_err(&shown_staging)(e)),
+                }
+            }
+            Err(e) => Err(self.output.store_err(&format!("{LOG_DIR}/{}", name(batch, true)))(e)),
+        };
+        if let Err(e) = self.output.store.delete(&staging).await {
+            tracing::warn!(staging = %shown_staging, error = %e, "could not remove a staged compact entry; the next clean-up does");
         }
-        header.retained_from = Some(lines.oldest.unwrap_or(batch));
-        let head = Self::encode(&header, &[]).map_err(|e| self.encode_err(batch, true, e))?;
-        let payload = PutPayload::from_iter([head, Bytes::from(lines.text)]);
-        let written = self.put(batch, true, payload).await?;
-        if written == Written::Written {
-            self.clean_up(batch).await;
-        }
-        Ok(written)
+        written
     }
 
     fn encode_err(&self, batch: u64, compact: bool, e: serde_json::Error) -> FileSinkError {
@@ -551,24 +616,26 @@ impl MetadataLog {
     /// compact entry and what follows it, which stay), once they are older
     /// than [`CLEANUP_DELAY`]. Best effort.
     async fn clean_up(&self, batch: u64) {
-        let Ok(entries) = self.list_dated().await else { return };
-        let Some(previous) = entries
+        let Ok(listed) = self.list_all().await else { return };
+        let cutoff = chrono::Utc::now() - chrono::Duration::from_std(CLEANUP_DELAY).unwrap_or_default();
+        // Staging objects of compactions that did not finish.
+        let stale = listed
+            .iter()
+            .filter(|m| m.location.filename().is_some_and(compact_entry::is_staging) && m.last_modified < cutoff);
+        let mut old: Vec<object_store::path::Path> = stale.map(|m| m.location.clone()).collect();
+        let entries = Self::dated(&listed);
+        let previous = entries
             .iter()
             .rev()
             .find(|((b, compact), _)| *compact && *b < batch)
-            .map(|((b, _), _)| *b)
-        else {
-            return;
-        };
-        let cutoff = chrono::Utc::now() - chrono::Duration::from_std(CLEANUP_DELAY).unwrap_or_default();
+            .map(|((b, _), _)| *b);
         for ((b, compact), modified) in entries {
-            let redundant = b < previous || (b == previous && !compact);
-            if !redundant || modified > cutoff {
-                continue;
+            let redundant = previous.is_some_and(|p| b < p || (b == p && !compact));
+            if redundant && modified < cutoff {
+                old.extend(self.entry_path(b, compact).ok());
             }
-            let Ok(path) = self.entry_path(b, compact) else {
-                continue;
-            };
+        }
+        for path in old {
             if let Err(e) = self.output.store.delete(&path).await {
                 tracing::warn!(entry = %path, error = %e, "could not remove an old log entry");
             }
@@ -721,5 +788,87 @@ mod tests {
             matches!(&err, FileSinkError::BadEntry { path, .. } if path == "_weir_metadata/2.compact"),
             "{err}"
         );
+    }
+
+    /// Every file of `dir`'s log directory that is not an entry.
+    fn strays(dir: &std::path::Path) -> Vec<String> {
+        std::fs::read_dir(dir.join(LOG_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|f| parse_name(f).is_none())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn large_compact_entries_are_staged_and_copied_into_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = Output::open(dir.path().to_str().unwrap(), &Default::default(), true).unwrap();
+        let mut log = MetadataLog::new(output, 7, None);
+        log.stage_bytes = 16 << 10;
+        let now = chrono::Utc::now().timestamp_millis();
+        // 6.compact (7 batches of files) is over 16 KiB, so 13.compact,
+        // 20.compact and 27.compact are staged.
+        commit_batches(&log, 0..28, now).await;
+        let staged_from = tokio::fs::metadata(dir.path().join(LOG_DIR).join("6.compact"))
+            .await
+            .unwrap()
+            .len();
+        assert!(staged_from > 16 << 10, "{staged_from} bytes");
+        let compact = log.read(27, true).await.unwrap().unwrap();
+        assert_eq!(rows_of(&compact.files), expected(0..28));
+        assert_eq!(compact.header.retained_from, Some(0));
+        assert_eq!(compact.header.batch_id, 27);
+        assert!(log.staging.load(Ordering::Relaxed), "a local store copies if absent");
+        assert_eq!(strays(dir.path()), Vec::<String>::new());
+
+        // A second compaction of batch 27 finds the entry there.
+        let entries = log.list().await.unwrap();
+        let header = log.read_header(27, false).await.unwrap().unwrap();
+        let mut again = log.compact_entry(header, &entries).await.unwrap();
+        assert!(again.is_staged());
+        log.compact_lines(&entries, &mut again).await.unwrap();
+        assert_eq!(log.put_compact(27, again).await.unwrap(), Written::Exists);
+        assert_eq!(strays(dir.path()), Vec::<String>::new());
+        assert_eq!(rows_of(&log.files().await.unwrap()), expected(0..28));
+    }
+
+    #[tokio::test]
+    async fn a_store_that_cannot_copy_if_absent_gets_a_large_entry_whole() {
+        // S3 copies if absent only when configured to: the staged entry is
+        // read back and put with put-if-absent.
+        let Some(endpoint) = weir_test_support::service("WEIR_TEST_S3_ENDPOINT") else {
+            return;
+        };
+        let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
+        let location = format!("s3://{bucket}/files-log/{}", uuid::Uuid::new_v4());
+        let options = [
+            ("aws_endpoint".to_string(), endpoint),
+            ("aws_allow_http".to_string(), "true".to_string()),
+        ]
+        .into();
+        let output = Output::open(&location, &options, true).unwrap();
+        let mut log = MetadataLog::new(output.clone(), 7, None);
+        log.stage_bytes = 16 << 10;
+        let now = chrono::Utc::now().timestamp_millis();
+        commit_batches(&log, 0..21, now).await;
+        assert!(!log.staging.load(Ordering::Relaxed), "S3 refused the copy");
+        // 13.compact was staged, then put whole; 20.compact was not staged.
+        for batch in [13, 20] {
+            let compact = log.read(batch, true).await.unwrap().unwrap();
+            assert_eq!(rows_of(&compact.files), expected(0..batch + 1));
+            assert_eq!(compact.header.retained_from, Some(0));
+        }
+        let listed: Vec<object_store::ObjectMeta> = output
+            .store
+            .list(Some(&output.path(LOG_DIR).unwrap()))
+            .try_collect()
+            .await
+            .unwrap();
+        let strays: Vec<_> = listed
+            .iter()
+            .filter_map(|m| m.location.filename())
+            .filter(|f| parse_name(f).is_none())
+            .collect();
+        assert_eq!(strays, Vec::<&str>::new());
     }
 }
