@@ -26,7 +26,7 @@
 //! weir-cli`), so the figures are those of the command users run, with its
 //! allocator; and the release `file-sink` example for `files`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -135,9 +135,17 @@ fn main() {
         .iter()
         .any(|(_, run)| matches!(run, Run::Kafka(_)))
         .then(|| Topic::fill(commits));
+    let needs = |file_sink: bool| {
+        runs.iter()
+            .any(|(_, run)| matches!(run, Run::FileSinkExample) == file_sink)
+    };
+    let binaries = Binaries {
+        weir: needs(false).then(release_weir),
+        file_sink: needs(true).then(|| release_binary("weir-examples", "file-sink")),
+    };
     let mut failures = Vec::new();
     for (name, run) in runs {
-        let curve = soak(*run, commits, topic.as_ref());
+        let curve = soak(*run, commits, topic.as_ref(), &binaries);
         report(name, &curve);
         let at = |n: u64| {
             curve
@@ -169,11 +177,18 @@ struct Sample {
     seconds: f64,
 }
 
+/// The release binaries the chosen workloads run, each built once.
+struct Binaries {
+    weir: Option<PathBuf>,
+    file_sink: Option<PathBuf>,
+}
+
 /// Runs one workload; `topic` is there for the Kafka ones.
-fn soak(run: Run, commits: u64, topic: Option<&Topic>) -> Vec<Sample> {
+fn soak(run: Run, commits: u64, topic: Option<&Topic>, binaries: &Binaries) -> Vec<Sample> {
     let lake = tempfile::tempdir().unwrap();
+    let built = |binary: &Option<PathBuf>| binary.clone().expect("built for the chosen workloads");
     let mut child = match run {
-        Run::FileSinkExample => Command::new(release_binary("weir-examples", "file-sink"))
+        Run::FileSinkExample => Command::new(built(&binaries.file_sink))
             .arg("--lake")
             .arg(lake.path())
             .args(["--batches", &commits.to_string()])
@@ -193,7 +208,7 @@ fn soak(run: Run, commits: u64, topic: Option<&Topic>) -> Vec<Sample> {
                     .map(str::to_string)
                     .into()
             };
-            Command::new(release_weir())
+            Command::new(built(&binaries.weir))
                 .arg("--lake")
                 .arg(lake.path().join("weir-lake"))
                 .arg("stream")
