@@ -193,39 +193,22 @@ pub fn release_weir() -> std::path::PathBuf {
 }
 
 /// Builds binary `bin` of workspace package `package` in release and
-/// returns its path. A benchmark runs from `target/release/deps`.
+/// returns its path.
 ///
-/// The build runs in the environment the benchmark was started from: what
-/// `cargo bench` adds to run a benchmark (its package's `CARGO_PKG_*` and
-/// `CARGO_MANIFEST_*`, the build directories on `LD_LIBRARY_PATH`, the
-/// package's directory as the working one) would otherwise reach the build
-/// scripts of the tree and compile it again.
+/// It builds in a target directory of its own, `target/bench-bins`: one
+/// package's build enables other features of the shared dependencies than
+/// the benchmarks' build does, and in one target directory a dependency
+/// whose own features agree but whose dependencies' differ is kept once,
+/// so each build would compile much of the other's tree again.
 pub fn release_binary(package: &str, bin: &str) -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("the benchmark's path");
-    let release = exe.parent().and_then(|d| d.parent()).expect("target/release");
+    let target = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-bins"));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut command = std::process::Command::new(cargo);
-    command
-        .args(["build", "--release", "--quiet", "-p", package, "--bin", bin])
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if key.starts_with("CARGO_PKG_") || key.starts_with("CARGO_MANIFEST_") || key == "RUST_RECURSION_COUNT" {
-            command.env_remove(&*key);
-        }
-    }
-    if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
-        let target = release.parent().unwrap_or(release);
-        let toolchains = std::env::var_os("RUSTUP_HOME").map(|home| std::path::PathBuf::from(home).join("toolchains"));
-        let kept: Vec<_> = std::env::split_paths(&paths)
-            .filter(|p| !p.starts_with(target) && !toolchains.as_ref().is_some_and(|t| p.starts_with(t)))
-            .collect();
-        match kept.is_empty() {
-            true => command.env_remove("LD_LIBRARY_PATH"),
-            false => command.env("LD_LIBRARY_PATH", std::env::join_paths(kept).expect("the paths it had")),
-        };
-    }
-    let status = command.status().expect("cargo runs");
+    let status = std::process::Command::new(cargo)
+        .args(["build", "--release", "--locked", "--quiet", "-p", package, "--bin", bin])
+        .arg("--target-dir")
+        .arg(target)
+        .status()
+        .expect("cargo runs");
     assert!(status.success(), "building {bin} failed");
-    release.join(bin)
+    target.join("release").join(bin)
 }
