@@ -126,7 +126,7 @@ pub enum Error {
     UnsupportedOutputMode {
         mode: OutputMode,
         sink: String,
-        reason: String,
+        reason: crate::sink::ModeRefusal,
     },
 
     /// An option of the query is missing or invalid.

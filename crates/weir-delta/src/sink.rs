@@ -499,7 +499,7 @@ impl Sink for DeltaSink {
         identity
     }
 
-    fn check_output_mode(&self, _mode: OutputMode) -> Result<(), String> {
+    fn check_output_mode(&self, _mode: OutputMode) -> Result<(), weir_core::sink::ModeRefusal> {
         Ok(())
     }
 

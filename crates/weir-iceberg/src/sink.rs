@@ -354,7 +354,7 @@ impl Sink for IcebergSink {
         identity
     }
 
-    fn check_output_mode(&self, _mode: OutputMode) -> Result<(), String> {
+    fn check_output_mode(&self, _mode: OutputMode) -> Result<(), weir_core::sink::ModeRefusal> {
         Ok(())
     }
 

@@ -329,10 +329,10 @@ impl Sink for KafkaSink {
         SinkIdentity::new("kafka", self.topic.as_deref().unwrap_or("(topic column)"))
     }
 
-    fn check_output_mode(&self, mode: OutputMode) -> Result<(), String> {
+    fn check_output_mode(&self, mode: OutputMode) -> Result<(), weir_core::sink::ModeRefusal> {
         match mode {
             OutputMode::Append => Ok(()),
-            other => Err(format!("a Kafka topic only appends; {other} has no meaning for it")),
+            OutputMode::Complete => Err(weir_core::sink::ModeRefusal::AppendOnly("a Kafka topic")),
         }
     }
 

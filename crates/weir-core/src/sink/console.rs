@@ -47,7 +47,7 @@ impl Sink for ConsoleSink {
         SinkIdentity::new("console", "stdout")
     }
 
-    fn check_output_mode(&self, _mode: OutputMode) -> std::result::Result<(), String> {
+    fn check_output_mode(&self, _mode: OutputMode) -> std::result::Result<(), super::ModeRefusal> {
         Ok(())
     }
 

@@ -175,7 +175,7 @@ impl Sink for ForeachSink {
         SinkIdentity::new("foreach", &self.name)
     }
 
-    fn check_output_mode(&self, _mode: OutputMode) -> std::result::Result<(), String> {
+    fn check_output_mode(&self, _mode: OutputMode) -> std::result::Result<(), super::ModeRefusal> {
         Ok(())
     }
 

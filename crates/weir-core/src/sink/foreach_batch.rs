@@ -56,7 +56,7 @@ impl Sink for ForeachBatchSink {
         SinkIdentity::new("foreach_batch", &self.name)
     }
 
-    fn check_output_mode(&self, _mode: OutputMode) -> std::result::Result<(), String> {
+    fn check_output_mode(&self, _mode: OutputMode) -> std::result::Result<(), super::ModeRefusal> {
         Ok(())
     }
 

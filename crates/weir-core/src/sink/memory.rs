@@ -80,7 +80,7 @@ impl Sink for MemorySink {
         SinkIdentity::new("memory", &self.name)
     }
 
-    fn check_output_mode(&self, _mode: OutputMode) -> std::result::Result<(), String> {
+    fn check_output_mode(&self, _mode: OutputMode) -> std::result::Result<(), super::ModeRefusal> {
         Ok(())
     }
 

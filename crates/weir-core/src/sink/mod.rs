@@ -162,6 +162,16 @@ pub trait DataWriter: Send {
 
 /// A destination of a streaming query.
 ///
+/// Why a sink refuses an output mode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModeRefusal {
+    /// What the sink writes to (named) only takes new rows: it cannot
+    /// replace what earlier batches wrote.
+    #[error("{0} only appends: it cannot replace what earlier batches wrote")]
+    AppendOnly(&'static str),
+}
+
 /// The driver calls [`Sink::identity`], [`Sink::check_output_mode`],
 /// [`Sink::prepare`] and [`Sink::marker`] when the query starts; then for
 /// each batch [`Sink::create_writer`] per partition, and exactly one of
@@ -171,11 +181,12 @@ pub trait Sink: Send + Sync + fmt::Debug {
     /// What the sink is, recorded in the checkpoint (invariant I6).
     fn identity(&self) -> SinkIdentity;
 
-    /// `Ok` if the sink supports `mode`, else the reason it does not.
-    fn check_output_mode(&self, mode: OutputMode) -> std::result::Result<(), String> {
+    /// `Ok` if the sink supports `mode`, else why it does not. By default
+    /// a sink only appends.
+    fn check_output_mode(&self, mode: OutputMode) -> std::result::Result<(), ModeRefusal> {
         match mode {
             OutputMode::Append => Ok(()),
-            OutputMode::Complete => Err("this sink only appends".into()),
+            OutputMode::Complete => Err(ModeRefusal::AppendOnly("this sink")),
         }
     }
 
