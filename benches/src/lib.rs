@@ -199,16 +199,40 @@ pub fn release_weir() -> std::path::PathBuf {
 /// package's build enables other features of the shared dependencies than
 /// the benchmarks' build does, and in one target directory a dependency
 /// whose own features agree but whose dependencies' differ is kept once,
-/// so each build would compile much of the other's tree again.
+/// so each build would compile much of the other's tree again. And it
+/// builds without the variables `cargo bench` sets to run a benchmark
+/// (`CARGO_MANIFEST_DIR` and the like): build scripts watch some of them
+/// (ring's watches `CARGO_MANIFEST_DIR`), so a build from a benchmark and
+/// one from a shell would each compile the tree again.
 pub fn release_binary(package: &str, bin: &str) -> std::path::PathBuf {
-    let target = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-bins"));
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace");
+    let target = workspace.join("target").join("bench-bins");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = std::process::Command::new(cargo)
+    let mut command = std::process::Command::new(cargo);
+    command
         .args(["build", "--release", "--locked", "--quiet", "-p", package, "--bin", bin])
         .arg("--target-dir")
-        .arg(target)
-        .status()
-        .expect("cargo runs");
+        .arg(&target)
+        .current_dir(workspace);
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        let set_for_a_run = key.starts_with("CARGO_MANIFEST_")
+            || key.starts_with("CARGO_PKG_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+            ]
+            .contains(&&*key);
+        if set_for_a_run {
+            command.env_remove(&*key);
+        }
+    }
+    let status = command.status().expect("cargo runs");
     assert!(status.success(), "building {bin} failed");
     target.join("release").join(bin)
 }
