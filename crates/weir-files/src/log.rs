@@ -134,6 +134,11 @@ fn name(batch: u64, compact: bool) -> String {
     }
 }
 
+/// The batch of the latest compact entry among `entries` (sorted).
+fn latest_compact(entries: &[(u64, bool)]) -> Option<u64> {
+    entries.iter().rev().find(|(_, compact)| *compact).map(|(b, _)| *b)
+}
+
 /// `N` or `N.compact` as a batch id and whether it is compact.
 fn parse_name(file: &str) -> Option<(u64, bool)> {
     match file.strip_suffix(".compact") {
@@ -371,7 +376,7 @@ impl MetadataLog {
     }
 
     async fn files_of(&self, entries: &[(u64, bool)]) -> Result<Vec<FileEntry>, FileSinkError> {
-        let base = entries.iter().rev().find(|(_, compact)| *compact).map(|(b, _)| *b);
+        let base = latest_compact(entries);
         let mut files = Vec::new();
         if let Some(b) = base {
             files = self.read(b, true).await?.ok_or_else(|| self.vanished(b, true))?.files;
@@ -436,8 +441,9 @@ impl MetadataLog {
             .listed_through(batch, |entries| {
                 let header = header.clone();
                 async move {
-                    let mut entry = self.compact_entry(header, &entries).await?;
-                    if let Err(e) = self.compact_lines(&entries, &mut entry).await {
+                    let base = latest_compact(&entries);
+                    let mut entry = self.compact_entry(header, base).await?;
+                    if let Err(e) = self.compact_lines(&entries, base, &mut entry).await {
                         entry.abort().await;
                         return Err(e);
                     }
@@ -451,10 +457,9 @@ impl MetadataLog {
         Ok(())
     }
 
-    /// A new compact entry: staged when the latest compact entry among
-    /// `entries` is large (and the store has not refused staging before).
-    async fn compact_entry(&self, header: EntryHeader, entries: &[(u64, bool)]) -> Result<CompactEntry, FileSinkError> {
-        let base = entries.iter().rev().find(|(_, compact)| *compact).map(|(b, _)| *b);
+    /// A new compact entry: staged when the compact entry `base` it is
+    /// built from is large (and the store has not refused staging before).
+    async fn compact_entry(&self, header: EntryHeader, base: Option<u64>) -> Result<CompactEntry, FileSinkError> {
         let Some(base) = base.filter(|_| self.staging.load(Ordering::Relaxed)) else {
             return Ok(CompactEntry::in_memory(header));
         };
@@ -479,16 +484,20 @@ impl MetadataLog {
     }
 
     /// Adds to `entry` the file lines of a compact entry covering
-    /// `entries`: the latest compact entry's lines as they are, then the
-    /// files of the plain entries after it with their batch and commit
-    /// time, less the files past the retention.
-    async fn compact_lines(&self, entries: &[(u64, bool)], entry: &mut CompactEntry) -> Result<(), FileSinkError> {
+    /// `entries`: the lines of their latest compact entry `base` as they
+    /// are, then the files of the plain entries after it with their batch
+    /// and commit time, less the files past the retention.
+    async fn compact_lines(
+        &self,
+        entries: &[(u64, bool)],
+        base: Option<u64>,
+        entry: &mut CompactEntry,
+    ) -> Result<(), FileSinkError> {
         let batch = entry.batch();
         let cutoff = self.retention.map(|retention| {
             chrono::Utc::now().timestamp_millis() - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX)
         });
         let kept = |committed_at: i64| cutoff.is_none_or(|c| committed_at >= c);
-        let base = entries.iter().rev().find(|(_, compact)| *compact).map(|(b, _)| *b);
         if let Some(b) = base {
             let found = self
                 .each_line(b, true, |n, line| {
@@ -572,11 +581,9 @@ impl MetadataLog {
             Err(object_store::Error::NotSupported { .. } | object_store::Error::NotImplemented { .. }) => {
                 tracing::debug!(output = %self.output.shown, "the store cannot copy if absent: compact entries are put whole");
                 self.staging.store(false, Ordering::Relaxed);
-                match self.output.store.get(&staging).await {
-                    Ok(got) => match got.bytes().await {
-                        Ok(bytes) => self.put(batch, true, PutPayload::from(bytes)).await,
-                        Err(e) => Err(self.output.store_err(&shown_staging)(e)),
-                    },
+                let staged = async { self.output.store.get(&staging).await?.bytes().await };
+                match staged.await {
+                    Ok(bytes) => self.put(batch, true, PutPayload::from(bytes)).await,
                     Err(e) => Err(self.output.store_err(&shown_staging)(e)),
                 }
             }
@@ -824,9 +831,10 @@ mod tests {
         // A second compaction of batch 27 finds the entry there.
         let entries = log.list().await.unwrap();
         let header = log.read_header(27, false).await.unwrap().unwrap();
-        let mut again = log.compact_entry(header, &entries).await.unwrap();
+        let base = latest_compact(&entries);
+        let mut again = log.compact_entry(header, base).await.unwrap();
         assert!(again.is_staged());
-        log.compact_lines(&entries, &mut again).await.unwrap();
+        log.compact_lines(&entries, base, &mut again).await.unwrap();
         assert_eq!(log.put_compact(27, again).await.unwrap(), Written::Exists);
         assert_eq!(strays(dir.path()), Vec::<String>::new());
         assert_eq!(rows_of(&log.files().await.unwrap()), expected(0..28));
@@ -870,5 +878,30 @@ mod tests {
             .filter(|f| parse_name(f).is_none())
             .collect();
         assert_eq!(strays, Vec::<&str>::new());
+    }
+
+    #[tokio::test]
+    async fn the_clean_up_removes_staging_objects_left_past_the_delay_and_no_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = Output::open(dir.path().to_str().unwrap(), &Default::default(), true).unwrap();
+        let log = MetadataLog::new(output, 3, None);
+        let now = chrono::Utc::now().timestamp_millis();
+        commit_batches(&log, 0..3, now).await;
+        let logs = dir.path().join(LOG_DIR);
+        let stale = logs.join("2.compact.0123.tmp");
+        let fresh = logs.join("5.compact.4567.tmp");
+        for path in [&stale, &fresh] {
+            std::fs::write(path, "v1\n").unwrap();
+        }
+        let long_ago = std::time::SystemTime::now() - CLEANUP_DELAY * 2;
+        std::fs::File::options()
+            .write(true)
+            .open(&stale)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        log.clean_up(2).await;
+        assert_eq!(strays(dir.path()), vec!["5.compact.4567.tmp".to_string()]);
+        assert_eq!(rows_of(&log.files().await.unwrap()), expected(0..3));
     }
 }

@@ -160,8 +160,6 @@ pub trait DataWriter: Send {
     async fn abort(self: Box<Self>) -> Result<()>;
 }
 
-/// A destination of a streaming query.
-///
 /// Why a sink refuses an output mode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -172,6 +170,8 @@ pub enum ModeRefusal {
     AppendOnly(&'static str),
 }
 
+/// A destination of a streaming query.
+///
 /// The driver calls [`Sink::identity`], [`Sink::check_output_mode`],
 /// [`Sink::prepare`] and [`Sink::marker`] when the query starts; then for
 /// each batch [`Sink::create_writer`] per partition, and exactly one of
