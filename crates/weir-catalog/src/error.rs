@@ -100,6 +100,25 @@ pub enum CatalogError {
     Iceberg(Box<weir_iceberg::IcebergSinkError>),
 }
 
+impl CatalogError {
+    /// Whether trying again may succeed: a database or store that did not
+    /// answer, a lost commit race. Not a setting, a name or a refusal, nor a
+    /// full or read-only disk.
+    pub fn retryable(&self) -> bool {
+        match self {
+            CatalogError::Database { source, .. } => matches!(
+                source,
+                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed
+            ),
+            CatalogError::Io { source, .. } => weir_core::permanent_io_kind(source).is_none(),
+            CatalogError::Purge { source, .. } => source.retryable(),
+            CatalogError::Delta(e) => e.retryable(),
+            CatalogError::Iceberg(e) => e.retryable(),
+            _ => false,
+        }
+    }
+}
+
 impl From<weir_delta::DeltaSinkError> for CatalogError {
     fn from(e: weir_delta::DeltaSinkError) -> Self {
         CatalogError::Delta(Box::new(e))

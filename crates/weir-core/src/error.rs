@@ -137,9 +137,23 @@ pub enum Error {
     #[error(transparent)]
     InvalidQueryName(#[from] InvalidQueryName),
 
-    /// The query ended with an error that was already returned once.
+    /// The query ended with an error that an earlier call already returned
+    /// (the error went to that caller): its message and its judgement.
     #[error("query {query_name} failed: {message}")]
-    QueryFailed { query_name: QueryName, message: String },
+    QueryFailed {
+        query_name: QueryName,
+        message: String,
+        retryable: bool,
+    },
+
+    /// The query's task panicked or was cancelled. What it committed
+    /// stands; a restart resumes from the checkpoint.
+    #[error("query {query_name} ended abnormally: {source}. Batches it committed stand; restarting the query resumes from its checkpoint")]
+    QueryAborted {
+        query_name: QueryName,
+        #[source]
+        source: tokio::task::JoinError,
+    },
 
     /// A crash point armed by a test fired.
     #[error("injected crash at {point} in batch {batch_id}")]
@@ -164,8 +178,10 @@ impl Error {
     /// Whether trying the same operation again may succeed.
     pub fn retryable(&self) -> bool {
         match self {
-            Error::CheckpointIo { .. } => true,
-            Error::Sink { retryable, .. } | Error::Source { retryable, .. } => *retryable,
+            Error::CheckpointIo { source, .. } => permanent_io_kind(source).is_none(),
+            Error::Sink { retryable, .. } | Error::Source { retryable, .. } | Error::QueryFailed { retryable, .. } => {
+                *retryable
+            }
             _ => false,
         }
     }
@@ -199,5 +215,88 @@ impl Error {
             context: context.into(),
             source,
         }
+    }
+}
+
+/// The kind of the first I/O error in `error`'s chain of causes (the error
+/// itself included) that trying again cannot mend: a full disk or quota, a
+/// read-only or missing file system, a refused permission, a missing file,
+/// malformed input. `None` when the chain holds no such error, so a timeout,
+/// a reset connection or an error of another kind stays retryable.
+///
+/// Every crate judges an I/O failure it wraps (a local spool file, a local
+/// object store's `Generic` error) with this, so a full disk is reported as
+/// not retryable wherever it happens.
+pub fn permanent_io_kind(error: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
+    use std::io::ErrorKind as K;
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            let kind = io.kind();
+            let permanent = matches!(
+                kind,
+                K::NotFound
+                    | K::PermissionDenied
+                    | K::InvalidInput
+                    | K::InvalidData
+                    | K::Unsupported
+                    | K::StorageFull
+                    | K::QuotaExceeded
+                    | K::ReadOnlyFilesystem
+                    | K::FileTooLarge
+                    | K::NotADirectory
+                    | K::IsADirectory
+                    | K::DirectoryNotEmpty
+                    | K::InvalidFilename
+                    | K::TooManyLinks
+                    | K::CrossesDevices
+                    | K::OutOfMemory
+            );
+            if permanent {
+                return Some(kind);
+            }
+        }
+        next = e.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Error as IoError, ErrorKind};
+
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("writing a file")]
+    struct Wrapper(#[source] IoError);
+
+    #[test]
+    fn a_full_disk_is_permanent_and_a_timeout_is_not() {
+        let full = IoError::from(ErrorKind::StorageFull);
+        assert_eq!(permanent_io_kind(&full), Some(ErrorKind::StorageFull));
+        assert_eq!(
+            permanent_io_kind(&Wrapper(IoError::from(ErrorKind::ReadOnlyFilesystem))),
+            Some(ErrorKind::ReadOnlyFilesystem)
+        );
+        assert_eq!(permanent_io_kind(&Wrapper(IoError::from(ErrorKind::TimedOut))), None);
+        // An error of another kind wrapping a permanent one is judged by it.
+        let wrapped = IoError::other(Wrapper(IoError::from(ErrorKind::PermissionDenied)));
+        assert_eq!(permanent_io_kind(&wrapped), Some(ErrorKind::PermissionDenied));
+        let other = arrow_schema::ArrowError::ComputeError("no I/O here".into());
+        assert_eq!(permanent_io_kind(&other), None);
+    }
+
+    #[test]
+    fn a_checkpoint_on_a_full_disk_is_not_retryable() {
+        let io = |kind| Error::CheckpointIo {
+            location: "/chk".into(),
+            path: "offsets/3".into(),
+            source: IoError::from(kind),
+        };
+        assert!(!io(ErrorKind::StorageFull).retryable());
+        assert!(!io(ErrorKind::PermissionDenied).retryable());
+        assert!(io(ErrorKind::Interrupted).retryable());
+        assert!(io(ErrorKind::TimedOut).retryable());
     }
 }

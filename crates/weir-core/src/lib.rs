@@ -68,7 +68,7 @@ pub mod sink;
 pub mod source;
 
 pub use driver::{read_stream, ReadStream, StreamWriter, StreamingQuery, Trigger};
-pub use error::{BoxError, Error, Result};
+pub use error::{permanent_io_kind, BoxError, Error, Result};
 pub use ids::{BatchId, QueryId, QueryName, RunId};
 pub use sink::OutputMode;
 

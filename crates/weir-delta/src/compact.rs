@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arrow_array::cast::AsArray;
 use arrow_array::{new_null_array, RecordBatch};
 use arrow_schema::{Field, Schema, SchemaRef};
 use bytes::Bytes;
@@ -238,7 +239,7 @@ impl Compact {
             .options
             .target_file_size
             .unwrap_or_else(|| snapshot.table_config().target_file_size().get());
-        let raw_paths = raw_paths(snapshot).map_err(err)?;
+        let raw_paths = raw_paths(url.as_str(), snapshot)?;
         let mut inputs = Vec::new();
         let (mut files_before, mut bytes_before) = (0usize, 0u64);
         for f in snapshot.log_data().iter() {
@@ -993,26 +994,33 @@ fn optimize_entry(
 /// outside `[A-Za-z0-9._-=/]` (which engines may escape in different
 /// ways), by its decoded path: the `path` column of the table's add
 /// actions is as written in the log.
-fn raw_paths(snapshot: &deltalake::table::state::DeltaTableState) -> Result<HashMap<String, String>, DeltaTableError> {
+fn raw_paths(
+    table: &str,
+    snapshot: &deltalake::table::state::DeltaTableState,
+) -> Result<HashMap<String, String>, DeltaSinkError> {
+    let delta = |source: DeltaTableError| DeltaSinkError::Delta {
+        table: table.to_string(),
+        source,
+    };
     let mut raw_paths = HashMap::new();
-    for adds in snapshot.add_actions_batches(false)? {
-        let Some(column) = adds.column_by_name("path") else {
-            return Err(DeltaTableError::Generic("the add actions have no path column".into()));
-        };
-        let column = arrow_cast::cast(column, &arrow_schema::DataType::Utf8)?;
-        let paths = column
-            .as_any()
-            .downcast_ref::<arrow_array::StringArray>()
-            .ok_or_else(|| DeltaTableError::Generic("the add actions' paths are not strings".into()))?;
+    for adds in snapshot.add_actions_batches(false).map_err(delta)? {
+        let column = adds.column_by_name("path").ok_or_else(|| {
+            delta(DeltaTableError::SchemaMismatch {
+                msg: "the live files' add actions have no path column".into(),
+            })
+        })?;
+        let column = arrow_cast::cast(column, &arrow_schema::DataType::Utf8).map_err(|e| delta(e.into()))?;
+        let paths = column.as_string::<i32>();
         for raw in paths.iter().flatten().filter(|raw| !table::plain_path(raw)) {
             // Two live files spelled apart but one decoded (`a b`, `a%20b`)
             // would get one remove's spelling: such a table is refused.
             if let Some(other) = raw_paths.insert(decoded(raw), raw.to_string()) {
                 if other != raw {
-                    return Err(DeltaTableError::Generic(format!(
-                        "two live files, {other} and {raw}, have the same path decoded; compaction cannot tell \
-                         their removals apart, and nothing was changed"
-                    )));
+                    return Err(DeltaSinkError::SamePathDecoded {
+                        table: table.to_string(),
+                        first: other,
+                        second: raw.to_string(),
+                    });
                 }
             }
         }

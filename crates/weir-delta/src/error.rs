@@ -29,6 +29,16 @@ pub enum DeltaSinkError {
         source: object_store::Error,
     },
 
+    /// A data file written straight to the table's local directory could
+    /// not be created or read back.
+    #[error("Delta table {table}: data file {path} on the local disk: {source}")]
+    Disk {
+        table: String,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+
     /// A log checkpoint could not be written; the log stays whole without it.
     #[error("Delta table {table}: the log checkpoint of version {version} was not written: {source}. Every commit stands; the log is only slower to read until a checkpoint is written")]
     LogCheckpoint {
@@ -79,6 +89,15 @@ pub enum DeltaSinkError {
         attempts: usize,
     },
 
+    /// Two live files' paths are spelled apart in the log but decode to one
+    /// path, so a compaction cannot tell their removals apart.
+    #[error("Delta table {table}: two live files, {first} and {second}, have the same path decoded; compaction cannot tell their removals apart, and nothing was changed")]
+    SamePathDecoded {
+        table: String,
+        first: String,
+        second: String,
+    },
+
     /// A compaction stopped before committing some of its groups.
     #[error("Delta table {table}: compaction stopped: {reason}. Groups it committed before stay and rows are never changed by it; run it again")]
     CompactionStopped { table: String, reason: String },
@@ -114,10 +133,12 @@ impl DeltaSinkError {
             | DeltaSinkError::Unsettled { .. }
             | DeltaSinkError::Busy { .. } => true,
             DeltaSinkError::Store { source, .. } => transient(source),
+            DeltaSinkError::Disk { source, .. } => weir_core::permanent_io_kind(source).is_none(),
             DeltaSinkError::LogCheckpoint { source, .. } => source.retryable(),
             DeltaSinkError::Delta { source, .. } => match source {
                 DeltaTableError::ObjectStore { source } => transient(source),
-                DeltaTableError::Io { .. } | DeltaTableError::VersionAlreadyExists(_) => true,
+                DeltaTableError::Io { source } => weir_core::permanent_io_kind(source).is_none(),
+                DeltaTableError::VersionAlreadyExists(_) => true,
                 DeltaTableError::Transaction { source } => matches!(
                     source,
                     TransactionError::MaxCommitAttempts(_)
@@ -137,8 +158,8 @@ impl DeltaSinkError {
     }
 }
 
-/// Whether an object store error may pass on a retry (not a missing file or
-/// a refused credential).
+/// Whether an object store error may pass on a retry: not a missing file or
+/// a refused credential, nor a local store's disk that is full or read-only.
 pub(crate) fn transient(e: &object_store::Error) -> bool {
     !matches!(
         e,
@@ -147,11 +168,46 @@ pub(crate) fn transient(e: &object_store::Error) -> bool {
             | object_store::Error::Unauthenticated { .. }
             | object_store::Error::InvalidPath { .. }
             | object_store::Error::NotSupported { .. }
-    )
+    ) && weir_core::permanent_io_kind(e).is_none()
 }
 
 impl From<DeltaSinkError> for weir_core::Error {
     fn from(e: DeltaSinkError) -> Self {
         e.into_core(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Error as IoError, ErrorKind};
+
+    use super::*;
+
+    fn local(kind: ErrorKind) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "LocalFileSystem",
+            source: Box::new(IoError::from(kind)),
+        }
+    }
+
+    #[test]
+    fn a_full_disk_is_not_retryable_and_a_timeout_is() {
+        assert!(!transient(&local(ErrorKind::StorageFull)));
+        assert!(!transient(&local(ErrorKind::ReadOnlyFilesystem)));
+        assert!(transient(&local(ErrorKind::TimedOut)));
+        let disk = |kind| DeltaSinkError::Disk {
+            table: "t".into(),
+            path: "part-0.parquet".into(),
+            source: IoError::from(kind),
+        };
+        assert!(!disk(ErrorKind::StorageFull).retryable());
+        assert!(disk(ErrorKind::Interrupted).retryable());
+        let delta_io = DeltaSinkError::Delta {
+            table: "t".into(),
+            source: DeltaTableError::Io {
+                source: IoError::from(ErrorKind::StorageFull),
+            },
+        };
+        assert!(!delta_io.retryable());
     }
 }

@@ -190,13 +190,10 @@ impl OpenFile {
                     .parent()
                     .map_or(Ok(()), std::fs::create_dir_all)
                     .and_then(|()| std::fs::File::create_new(&file));
-                let created = created.map_err(|e| DeltaSinkError::Store {
+                let created = created.map_err(|source| DeltaSinkError::Disk {
                     table: table.to_string(),
                     path: path.clone(),
-                    source: object_store::Error::Generic {
-                        store: "LocalFileSystem",
-                        source: Box::new(e),
-                    },
+                    source,
                 })?;
                 (Output::Disk(created), Some(file))
             }
@@ -396,10 +393,11 @@ impl OpenFile {
                         if let Some(disk) = &disk {
                             let _ = std::fs::remove_file(disk);
                         }
-                        return Err(store_err(object_store::Error::Generic {
-                            store: "LocalFileSystem",
-                            source: Box::new(e),
-                        }));
+                        return Err(DeltaSinkError::Disk {
+                            table: table.to_string(),
+                            path,
+                            source: e,
+                        });
                     }
                 };
                 return Ok(added(path, size as i64, partition_columns, values, stats));

@@ -61,17 +61,20 @@ pub enum FileSinkError {
 }
 
 impl FileSinkError {
-    /// Whether trying again may succeed.
+    /// Whether trying again may succeed: not for a missing object or a
+    /// refused credential, nor for a local disk that is full or read-only.
     pub fn retryable(&self) -> bool {
         match self {
-            FileSinkError::Store { source, .. } => !matches!(
-                source,
-                object_store::Error::NotFound { .. }
-                    | object_store::Error::PermissionDenied { .. }
-                    | object_store::Error::Unauthenticated { .. }
-                    | object_store::Error::InvalidPath { .. }
-                    | object_store::Error::NotSupported { .. }
-            ),
+            FileSinkError::Store { source, .. } => {
+                !matches!(
+                    source,
+                    object_store::Error::NotFound { .. }
+                        | object_store::Error::PermissionDenied { .. }
+                        | object_store::Error::Unauthenticated { .. }
+                        | object_store::Error::InvalidPath { .. }
+                        | object_store::Error::NotSupported { .. }
+                ) && weir_core::permanent_io_kind(source).is_none()
+            }
             _ => false,
         }
     }
@@ -85,5 +88,26 @@ impl FileSinkError {
 impl From<FileSinkError> for weir_core::Error {
     fn from(e: FileSinkError) -> Self {
         e.into_core(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Error as IoError, ErrorKind};
+
+    use super::*;
+
+    #[test]
+    fn a_full_local_disk_is_not_retryable() {
+        let store = |kind| FileSinkError::Store {
+            location: "/out".into(),
+            path: "part-0.parquet".into(),
+            source: object_store::Error::Generic {
+                store: "LocalFileSystem",
+                source: Box::new(IoError::from(kind)),
+            },
+        };
+        assert!(!store(ErrorKind::StorageFull).retryable());
+        assert!(store(ErrorKind::ConnectionReset).retryable());
     }
 }

@@ -37,7 +37,11 @@ impl QueryShared {
 #[derive(Debug)]
 enum Termination {
     Running(JoinHandle<Result<()>>),
-    Finished { error: Option<String> },
+    /// The message of the error the query ended with, and whether it was
+    /// retryable (the error itself went to the first caller).
+    Finished {
+        error: Option<(String, bool)>,
+    },
 }
 
 /// A running streaming query. Dropping the handle does not stop the query;
@@ -98,26 +102,30 @@ impl StreamingQuery {
     /// its sink is closed: a query that ran to its end (`once`,
     /// `available_now`, its last batch) waits for the sink's running
     /// background work, such as a compaction, to finish. The first call
-    /// returns the query's own error; later calls return
-    /// [`Error::QueryFailed`] with its message.
+    /// returns the query's own error ([`Error::QueryAborted`] if its task
+    /// panicked); later calls return [`Error::QueryFailed`] with its message
+    /// and retryable judgement.
     pub async fn await_termination(&self) -> Result<()> {
         let mut termination = self.termination.lock().await;
         match &mut *termination {
             Termination::Finished { error: None } => Ok(()),
-            Termination::Finished { error: Some(message) } => Err(Error::QueryFailed {
+            Termination::Finished {
+                error: Some((message, retryable)),
+            } => Err(Error::QueryFailed {
                 query_name: self.name.clone(),
                 message: message.clone(),
+                retryable: *retryable,
             }),
             Termination::Running(task) => {
                 let result = match task.await {
                     Ok(result) => result,
-                    Err(join) => Err(Error::QueryFailed {
+                    Err(join) => Err(Error::QueryAborted {
                         query_name: self.name.clone(),
-                        message: format!("the query task ended abnormally: {join}"),
+                        source: join,
                     }),
                 };
                 *termination = Termination::Finished {
-                    error: result.as_ref().err().map(|e| e.to_string()),
+                    error: result.as_ref().err().map(|e| (e.to_string(), e.retryable())),
                 };
                 result
             }

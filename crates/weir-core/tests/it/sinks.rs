@@ -274,7 +274,8 @@ impl Sink for Closing {
             std::future::pending::<()>().await;
         }
         if self.fail {
-            return Err(weir_core::Error::sink("t", None, false, "the close failed"));
+            // A store that did not answer: trying again may succeed.
+            return Err(weir_core::Error::sink("t", None, true, "the close failed"));
         }
         Ok(())
     }
@@ -339,6 +340,13 @@ async fn the_sink_is_closed_once_as_the_query_ended() {
         .unwrap();
     let err = q.await_termination().await.unwrap_err();
     assert!(err.to_string().contains("the close failed"), "{err}");
+    assert!(err.retryable());
+    // Asked again, the query names the same failure and keeps its judgement.
+    let again = q.await_termination().await.unwrap_err();
+    assert!(
+        matches!(&again, Error::QueryFailed { message, retryable: true, .. } if *message == err.to_string()),
+        "{again:?}"
+    );
 
     // Ran to its end, but its work never finishes: a stop cancels it.
     let chk = tempfile::tempdir().unwrap();

@@ -415,6 +415,48 @@ async fn escaped_partition_folders_and_spaces_are_compacted() {
     assert!(removes.iter().all(|r| r.starts_with("day=day%20")), "{removes:?}");
 }
 
+/// Two live files whose paths differ in the log (`day 0`, `day%200`) but
+/// name one file once decoded: a compaction cannot write a `remove` that
+/// tells them apart, so it refuses, naming both, and commits nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_files_that_decode_to_one_path_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    let days = with_string_column(10, "day", |v| format!("day {}", v % 2));
+    partitioned(&table, &dir.path().join("chk"), days, "day").await;
+    let entries = log_entries(&table);
+    let last = entries.last().unwrap();
+    let version: u64 = last.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+    // An engine adds the same file again, its path spelled with `%20`.
+    let add = log_actions(&table)
+        .into_iter()
+        .find(|a| a["add"]["path"].as_str().is_some_and(|p| p.starts_with("day=day ")))
+        .unwrap();
+    let raw = add["add"]["path"].as_str().unwrap().to_string();
+    let mut again = add.clone();
+    again["add"]["path"] = serde_json::Value::String(raw.replace("day=day ", "day=day%20"));
+    std::fs::write(
+        table.join(format!("_delta_log/{:020}.json", version + 1)),
+        format!("{again}\n"),
+    )
+    .unwrap();
+    let before = log_entries(&table);
+
+    let err = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap_err();
+    match &err {
+        weir_delta::DeltaSinkError::SamePathDecoded { first, second, .. } => {
+            let mut named = [first.clone(), second.clone()];
+            named.sort();
+            let mut expected = [raw.clone(), raw.replace("day=day ", "day=day%20")];
+            expected.sort();
+            assert_eq!(named, expected);
+        }
+        other => panic!("expected a refusal naming both paths, got {other:?}"),
+    }
+    assert!(!err.retryable(), "{err}");
+    assert_eq!(log_entries(&table), before, "nothing was committed");
+}
+
 /// Rewrites run on blocking threads and drive their reads and writes on
 /// the caller's runtime: a current-thread runtime (as `#[tokio::test]`
 /// makes) works too.

@@ -15,7 +15,7 @@ use super::{check_ident, shown, Catalog, LoadedTable, Swap};
 
 /// How deep nested namespaces are listed.
 const MAX_NAMESPACE_DEPTH: usize = 8;
-use crate::error::IcebergSinkError;
+use crate::error::{IcebergSinkError, RestError};
 
 /// An Iceberg REST catalog with OAuth2 client credentials.
 pub struct RestCatalog {
@@ -65,18 +65,20 @@ impl RestCatalog {
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(60))
                 .build()
-                .map_err(|e| catalog_err(name, "build the HTTP client", e.to_string()))?,
+                .map_err(|e| rest_err(name, "build the HTTP client", RestError::Request(e)))?,
             file_io: FileIO::new_with_fs(),
             storage: HashMap::new(),
         };
-        let config = catalog
+        let (status, config) = catalog
             .call(
                 reqwest::Method::GET,
                 &format!("/v1/config?warehouse={}", encode(warehouse)),
                 None,
             )
-            .await?
-            .1;
+            .await?;
+        if !status.is_success() {
+            return Err(catalog.refused("read the catalog's configuration", status, &config));
+        }
         if let Some(prefix) = config["overrides"]["prefix"].as_str() {
             catalog.base = format!("/v1/{prefix}/");
         }
@@ -124,14 +126,16 @@ impl RestCatalog {
             .form(&form)
             .send()
             .await
-            .map_err(|e| self.err("get an OAuth2 token", e.without_url().to_string()))?;
+            .map_err(|e| self.err("get an OAuth2 token", RestError::Request(e.without_url())))?;
         let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        let Some(token) = body["access_token"].as_str().filter(|_| status.is_success()) else {
-            return Err(self.err(
-                "get an OAuth2 token",
-                format!("the server answered {status} (the credential is not shown)"),
-            ));
+        if !status.is_success() {
+            return Err(self.err("get an OAuth2 token", RestError::Credential { status }));
+        }
+        let body = json_body(response)
+            .await
+            .map_err(|e| self.err("get an OAuth2 token", e))?;
+        let Some(token) = body["access_token"].as_str() else {
+            return Err(self.err("get an OAuth2 token", RestError::Missing { part: "access_token" }));
         };
         let lifetime = body["expires_in"].as_u64().unwrap_or(3600);
         // Renew a minute early.
@@ -140,11 +144,13 @@ impl RestCatalog {
         Ok(Some(token.to_string()))
     }
 
-    fn err(&self, operation: &str, reason: String) -> IcebergSinkError {
-        catalog_err(&self.name, operation, reason)
+    fn err(&self, operation: &str, source: RestError) -> IcebergSinkError {
+        rest_err(&self.name, operation, source)
     }
 
-    /// One request; returns the status and the JSON body.
+    /// One request; returns the status and the JSON body (`null` when the
+    /// body is empty). A successful answer whose body is not JSON is an
+    /// error; an error's body that is not JSON becomes its message.
     async fn call(
         &self,
         method: reqwest::Method,
@@ -162,22 +168,29 @@ impl RestCatalog {
             let response = request
                 .send()
                 .await
-                .map_err(|e| self.err(path, e.without_url().to_string()))?;
+                .map_err(|e| self.err(path, RestError::Request(e.without_url())))?;
             let status = response.status();
             // A revoked token: nothing was done; renew it once.
             if status.as_u16() == 401 && self.credential.is_some() && !renewed {
                 *self.token.lock().await = None;
                 continue;
             }
-            let answer = response.json().await.unwrap_or(Value::Null);
-            return Ok((status, answer));
+            if status.is_success() {
+                return Ok((status, json_body(response).await.map_err(|e| self.err(path, e))?));
+            }
+            let text = response
+                .text()
+                .await
+                .map_err(|e| self.err(path, RestError::Request(e.without_url())))?;
+            let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+            return Ok((status, body));
         }
         unreachable!("the second pass returns")
     }
 
     /// Every item of `key` in the answers to `path`, following
     /// `next-page-token`; a missing namespace has none.
-    async fn pages(&self, path: &str, key: &str, operation: &str) -> Result<Vec<Value>, IcebergSinkError> {
+    async fn pages(&self, path: &str, key: &'static str, operation: &str) -> Result<Vec<Value>, IcebergSinkError> {
         let mut items = Vec::new();
         let mut page: Option<String> = None;
         loop {
@@ -193,7 +206,7 @@ impl RestCatalog {
                 _ => return Err(self.refused(operation, status, &body)),
             }
             let Some(found) = body[key].as_array() else {
-                return Err(self.err(operation, format!("the answer has no {key} list")));
+                return Err(self.err(operation, RestError::Missing { part: key }));
             };
             items.extend(found.iter().cloned());
             page = body["next-page-token"]
@@ -217,25 +230,75 @@ impl RestCatalog {
     }
 
     fn loaded(&self, ident: &TableIdent, body: &Value) -> Result<LoadedTable, IcebergSinkError> {
-        let metadata: TableMetadata = serde_json::from_value(body["metadata"].clone())
-            .map_err(|e| self.err(&format!("read table {}", shown(ident)), e.to_string()))?;
-        let location = body["metadata-location"].as_str().unwrap_or_default().to_string();
+        let operation = || format!("read table {}", shown(ident));
+        let metadata: TableMetadata = serde_json::from_value(body["metadata"].clone()).map_err(|source| {
+            self.err(
+                &operation(),
+                RestError::Malformed {
+                    part: "table metadata",
+                    source,
+                },
+            )
+        })?;
+        let Some(location) = body["metadata-location"].as_str() else {
+            return Err(self.err(
+                &operation(),
+                RestError::Missing {
+                    part: "metadata-location",
+                },
+            ));
+        };
         Ok(LoadedTable {
             metadata,
-            metadata_location: location,
+            metadata_location: location.to_string(),
         })
     }
 
     fn refused(&self, operation: &str, status: reqwest::StatusCode, body: &Value) -> IcebergSinkError {
-        let message = body["error"]["message"].as_str().unwrap_or("no message");
-        self.err(operation, format!("the server answered {status}: {message}"))
+        self.err(
+            operation,
+            RestError::Status {
+                status,
+                message: error_message(body),
+            },
+        )
     }
 }
 
-fn catalog_err(catalog: &str, operation: &str, reason: String) -> IcebergSinkError {
-    IcebergSinkError::Config {
+fn rest_err(catalog: &str, operation: &str, source: RestError) -> IcebergSinkError {
+    IcebergSinkError::Rest {
         catalog: catalog.to_string(),
-        reason: format!("{operation}: {reason}"),
+        operation: operation.to_string(),
+        source,
+    }
+}
+
+/// A successful answer's JSON body; `null` when it is empty (a 204).
+async fn json_body(response: reqwest::Response) -> Result<Value, RestError> {
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|e| RestError::Request(e.without_url()))?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Null);
+    }
+    serde_json::from_slice(&bytes).map_err(|source| RestError::Malformed { part: "body", source })
+}
+
+/// What an error answer says: the protocol's `error.message`, or the start
+/// of a body that is not the protocol's error.
+fn error_message(body: &Value) -> String {
+    if let Some(message) = body["error"]["message"].as_str() {
+        return message.to_string();
+    }
+    match body {
+        Value::Null => "no message".to_string(),
+        Value::String(text) => {
+            let text = text.trim();
+            let cut = text.char_indices().nth(200).map_or(text.len(), |(i, _)| i);
+            format!("{} (not the protocol's error answer)", &text[..cut])
+        }
+        other => format!("unexpected answer {other}"),
     }
 }
 
@@ -340,8 +403,15 @@ impl Catalog for RestCatalog {
                         path.push_str(&format!("?parent={}", parts.join("%1F")));
                     }
                     for ns in self.pages(&path, "namespaces", "list the namespaces").await? {
-                        let parts: Vec<String> = serde_json::from_value(ns.clone())
-                            .map_err(|_| self.err("list the namespaces", format!("unexpected namespace {ns}")))?;
+                        let parts: Vec<String> = serde_json::from_value(ns).map_err(|source| {
+                            self.err(
+                                "list the namespaces",
+                                RestError::Malformed {
+                                    part: "namespace",
+                                    source,
+                                },
+                            )
+                        })?;
                         // A server that ignores `parent` answers the same
                         // namespaces again: only deeper ones are followed.
                         let deeper = parent
@@ -368,7 +438,7 @@ impl Catalog for RestCatalog {
             for id in self.pages(&path, "identifiers", "list the tables").await? {
                 let name = id["name"]
                     .as_str()
-                    .ok_or_else(|| self.err("list the tables", format!("unexpected table identifier {id}")))?;
+                    .ok_or_else(|| self.err("list the tables", RestError::Missing { part: "table name" }))?;
                 tables.push(TableIdent::new(ns.clone(), name.to_string()));
             }
         }
@@ -428,10 +498,7 @@ impl Catalog for RestCatalog {
             400..=499 => Err(IcebergSinkError::CommitRefused {
                 catalog: self.name.clone(),
                 table: shown(ident),
-                reason: format!(
-                    "{status}: {}",
-                    answer["error"]["message"].as_str().unwrap_or("no message")
-                ),
+                reason: format!("{status}: {}", error_message(&answer)),
             }),
             // A server error may hide a commit that happened.
             _ => Err(self.refused(&format!("commit to table {}", shown(ident)), status, &answer)),

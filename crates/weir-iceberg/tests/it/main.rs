@@ -5,5 +5,6 @@ mod conformance;
 mod expire;
 mod orphans;
 mod rest;
+mod rest_errors;
 mod table;
 mod unknown_outcome;
