@@ -5,7 +5,7 @@
 //! use std::time::Duration;
 //! use weir::prelude::*;
 //!
-//! # async fn f() -> Result<(), weir::Error> {
+//! # async fn f() -> Result<()> {
 //! let payments = read_stream(RateSource::rows_per_batch(1_000));
 //! let query = payments
 //!     .write_stream()
@@ -57,11 +57,45 @@ pub enum Error {
     Query(#[from] weir_core::Error),
 }
 
+/// The result type of weir: its [`Error`] composes with `?` from the
+/// engine's, the catalogs' and each sink's errors.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Whether trying again may succeed (a catalog that did not answer, a
+    /// lost commit race), not a refusal or a setting to fix.
+    pub fn retryable(&self) -> bool {
+        match self {
+            Error::Catalog(e) => e.retryable(),
+            Error::Query(e) => e.retryable(),
+        }
+    }
+}
+
 impl From<CatalogError> for Error {
     fn from(e: CatalogError) -> Self {
         Error::Catalog(Box::new(e))
     }
 }
+
+/// A sink's, source's or maintenance job's own error, as the engine reports
+/// it (with its retryable judgement).
+macro_rules! from_sink_error {
+    ($($error:ty),*) => {$(
+        impl From<$error> for Error {
+            fn from(e: $error) -> Self {
+                Error::Query(e.into())
+            }
+        }
+    )*};
+}
+from_sink_error!(
+    weir_delta::DeltaSinkError,
+    weir_iceberg::IcebergSinkError,
+    weir_files::FileSinkError
+);
+#[cfg(feature = "kafka")]
+from_sink_error!(weir_kafka::KafkaError);
 
 /// `to_table` on a [`StreamWriter`].
 #[async_trait::async_trait]
@@ -100,10 +134,11 @@ impl ToTable for StreamWriter {
 }
 
 /// What an application needs: the engine's prelude, `to_table`, catalogs
-/// and table options.
+/// and table options, and weir's [`Error`](crate::Error) and
+/// [`Result`](crate::Result) (not the engine's), so `?` works on all of them.
 pub mod prelude {
     pub use weir_catalog::{Catalogs, TableFormat, TableOptions};
     pub use weir_core::prelude::*;
 
-    pub use crate::ToTable;
+    pub use crate::{Error, Result, ToTable};
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use weir::prelude::*;
 
 #[tokio::main]
-async fn main() -> Result<(), weir::Error> {
+async fn main() -> Result<()> {
     let events = read_stream(RateSource::rows_per_batch(1_000));
     let q = events
         .write_stream()
