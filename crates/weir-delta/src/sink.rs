@@ -11,10 +11,10 @@ use deltalake::logstore::CommitOrBytes;
 use deltalake::table::config::TablePropertiesExt;
 use deltalake::{DeltaTable, DeltaTableError};
 use url::Url;
-use weir_core::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
+use weir_core::protocol::{SinkIdentity, SinkMarker};
 use weir_core::sink::{
-    log_compaction, Background, BatchContext, Close, CommitMessage, CommitOutcome, CompactionPolicy, DataWriter,
-    OutputMode, Periodic, QueryInfo, Sink,
+    commit_batch, log_compaction, Background, BatchContext, Close, CommitMessage, CommitOutcome, CompactionPolicy,
+    DataWriter, OutputMode, Periodic, QueryInfo, Sink, TableCommit, Tried,
 };
 use weir_core::{QueryId, QueryName};
 
@@ -466,12 +466,6 @@ impl DeltaSink {
     }
 }
 
-/// A little jittered backoff so racing writers spread out.
-async fn backoff(ctx: &BatchContext, attempt: usize) {
-    let jitter = u64::from(ctx.attempt_id.as_u128() as u16 % 20);
-    tokio::time::sleep(Duration::from_millis((attempt as u64 * 5).min(200) + jitter)).await;
-}
-
 /// Whether a failed commit lost a race that a re-read and a retry can win.
 fn lost_race(e: &DeltaTableError) -> bool {
     match e {
@@ -551,112 +545,21 @@ impl Sink for DeltaSink {
     }
 
     async fn commit(&self, ctx: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<CommitOutcome> {
-        let core = |e: DeltaSinkError| e.into_core(Some(ctx.batch_id));
         let mut files = Vec::new();
         for m in &messages {
             files.extend(m.decode::<Vec<AddFile>>()?);
         }
-        let mut slot = self.state.table.lock().await;
-        let mut txns = self.state.txns.lock().await;
-        let attempt_id = ctx.attempt_id.to_string();
-        // The latest version before this batch's first try: a commit of this
-        // attempt can only be after it.
-        let mut first_try: Option<u64> = None;
-        for attempt in 1..=MAX_COMMIT_ATTEMPTS {
-            self.refresh(&mut slot, &mut txns).await.map_err(core)?;
-            let layout = self.layout()?;
-            let direct = self
-                .direct(slot.as_ref().expect("refreshed"), ctx, &layout)
-                .map_err(core)?;
-            // deltalake's commit checks for conflicts from its table's
-            // version on, and Complete mode's removes need every live file:
-            // either table is loaded at the latest version, and the marker
-            // cache brought past it, so that the marker check and the
-            // conflict check cover every version between them.
-            let mut full = None;
-            if !direct {
-                match ctx.output_mode {
-                    OutputMode::Append => {
-                        self.latest(&mut slot).await.map_err(core)?;
-                    }
-                    OutputMode::Complete => {
-                        full = table::load(&self.url, &self.options, Files::Tracked)
-                            .await
-                            .map_err(core)?;
-                    }
-                }
-                self.refresh(&mut slot, &mut txns).await.map_err(core)?;
-            }
-            // The refresh may have fitted the stream to a changed table.
-            let layout = self.layout()?;
-            let table = slot.as_ref().expect("refreshed");
-            let snapshot = table.snapshot().map_err(|e| core(self.err(e)))?;
-            if snapshot.metadata().id() != layout.table_id {
-                return Err(core(DeltaSinkError::TableReplaced {
-                    table: self.url.to_string(),
-                    expected: layout.table_id.clone(),
-                    found: snapshot.metadata().id().to_string(),
-                }));
-            }
-            let found = marker::read(table, &mut txns, &ctx.query_name, &ctx.known_ids())
-                .await
-                .map_err(|e| core(self.err(e)))?;
-            let latest = txns.version().unwrap_or(0);
-            if let CommitDecision::AlreadyCommitted(m) = decide_commit(found, ctx.commit_facts())? {
-                if let Some(since) = first_try {
-                    let log_store = table.log_store();
-                    if marker::attempt_landed(log_store.as_ref(), since + 1, latest, &attempt_id)
-                        .await
-                        .map_err(|e| core(self.err(e)))?
-                    {
-                        tracing::info!(attempt, "the lost race was this attempt's own commit");
-                        self.maybe_compact(files.len());
-                        return Ok(CommitOutcome::Committed { version: None });
-                    }
-                }
-                return Ok(CommitOutcome::AlreadyCommitted(m));
-            }
-            first_try.get_or_insert(latest);
-            if direct {
-                let version = latest + 1;
-                if self
-                    .write_entry(table, &mut txns, ctx, &files, version)
-                    .await
-                    .map_err(core)?
-                {
-                    tracing::debug!(version, attempt, files = files.len(), "committed to Delta");
-                    self.after_commit(table, version, files.len()).await;
-                    return Ok(CommitOutcome::Committed {
-                        version: Some(version as i64),
-                    });
-                }
-                // The winner is read at the top of the loop; only a crowd of
-                // writers needs spreading out.
-                tracing::debug!(version, attempt, "lost a commit race; reading the winner");
-                if attempt > 3 {
-                    backoff(ctx, attempt).await;
-                }
-                continue;
-            }
-            let base = full.as_ref().unwrap_or(table);
-            let actions = self.actions(base, ctx, &files, &layout).map_err(core)?;
-            match self.try_commit(base, ctx, actions).await {
-                Ok(version) => {
-                    tracing::debug!(version, attempt, files = files.len(), "committed to Delta");
-                    return Ok(CommitOutcome::Committed { version: Some(version) });
-                }
-                Err(e) if lost_race(&e) => {
-                    tracing::info!(attempt, error = %e, "lost a commit race; re-reading the table");
-                    backoff(ctx, attempt).await;
-                }
-                Err(e) => return Err(core(self.err(e))),
-            }
-        }
-        Err(core(DeltaSinkError::TooManyConflicts {
-            table: self.url.to_string(),
-            batch_id: ctx.batch_id,
-            attempts: MAX_COMMIT_ATTEMPTS,
-        }))
+        let mut commit = DeltaCommit {
+            sink: self,
+            ctx,
+            slot: self.state.table.lock().await,
+            txns: self.state.txns.lock().await,
+            files,
+            first_try: None,
+            latest: 0,
+            direct_tried: false,
+        };
+        commit_batch(&mut commit, ctx, MAX_COMMIT_ATTEMPTS).await
     }
 
     async fn abort(&self, _batch: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<()> {
@@ -674,5 +577,160 @@ impl Sink for DeltaSink {
     async fn close(&self, how: Close) -> weir_core::Result<()> {
         self.state.background.close(how).await;
         Ok(())
+    }
+}
+
+/// One batch's commit to a Delta table: its files and the query's `txn`
+/// marker in one log entry, by one of two strategies. An append that
+/// changes no metadata writes its entry itself, put if absent at the
+/// version after the marker cache's; anything else (Complete mode, a schema
+/// change, a log store without put-if-absent) commits through deltalake,
+/// which checks for conflicts from the table's version on.
+struct DeltaCommit<'a> {
+    sink: &'a DeltaSink,
+    ctx: &'a BatchContext,
+    /// The table, kept between commits (locked before `txns`).
+    slot: tokio::sync::MutexGuard<'a, Option<DeltaTable>>,
+    txns: tokio::sync::MutexGuard<'a, marker::TxnCache>,
+    files: Vec<AddFile>,
+    /// The latest version before this batch's first try: a commit of this
+    /// attempt can only be after it.
+    first_try: Option<u64>,
+    /// The version the last marker check read up to.
+    latest: u64,
+    /// Whether the last try wrote its entry itself.
+    direct_tried: bool,
+}
+
+/// What one try builds on, besides the sink's table.
+struct DeltaBase {
+    /// The entry is written directly (see [`DeltaCommit`]).
+    direct: bool,
+    /// Complete mode through deltalake: the table with every live file, at
+    /// the latest version, whose files the batch removes.
+    full: Option<DeltaTable>,
+    layout: Arc<Layout>,
+}
+
+impl DeltaCommit<'_> {
+    fn core(&self, e: DeltaSinkError) -> weir_core::Error {
+        e.into_core(Some(self.ctx.batch_id))
+    }
+}
+
+#[async_trait]
+impl TableCommit for DeltaCommit<'_> {
+    type Base = DeltaBase;
+
+    async fn base(&mut self, _attempt: usize) -> weir_core::Result<DeltaBase> {
+        let (sink, ctx) = (self.sink, self.ctx);
+        let core = |e: DeltaSinkError| e.into_core(Some(ctx.batch_id));
+        sink.refresh(&mut self.slot, &mut self.txns).await.map_err(core)?;
+        let layout = sink.layout()?;
+        let direct = sink
+            .direct(self.slot.as_ref().expect("refreshed"), ctx, &layout)
+            .map_err(core)?;
+        // deltalake's commit checks for conflicts from its table's version
+        // on, and Complete mode's removes need every live file: either
+        // table is loaded at the latest version, and the marker cache
+        // brought past it, so that the marker check and the conflict check
+        // cover every version between them.
+        let mut full = None;
+        if !direct {
+            match ctx.output_mode {
+                OutputMode::Append => {
+                    sink.latest(&mut self.slot).await.map_err(core)?;
+                }
+                OutputMode::Complete => {
+                    full = table::load(&sink.url, &sink.options, Files::Tracked)
+                        .await
+                        .map_err(core)?;
+                }
+            }
+            sink.refresh(&mut self.slot, &mut self.txns).await.map_err(core)?;
+        }
+        // The refresh may have fitted the stream to a changed table.
+        let layout = sink.layout()?;
+        let table = self.slot.as_ref().expect("refreshed");
+        let snapshot = table.snapshot().map_err(|e| core(sink.err(e)))?;
+        if snapshot.metadata().id() != layout.table_id {
+            return Err(core(DeltaSinkError::TableReplaced {
+                table: sink.url.to_string(),
+                expected: layout.table_id.clone(),
+                found: snapshot.metadata().id().to_string(),
+            }));
+        }
+        Ok(DeltaBase { direct, full, layout })
+    }
+
+    async fn marker(&mut self, _base: &DeltaBase) -> weir_core::Result<Option<SinkMarker>> {
+        let table = self.slot.as_ref().expect("refreshed");
+        let found = marker::read(table, &mut self.txns, &self.ctx.query_name, &self.ctx.known_ids()).await;
+        let found = found.map_err(|e| self.core(self.sink.err(e)))?;
+        self.latest = self.txns.version().unwrap_or(0);
+        Ok(found)
+    }
+
+    async fn already(&mut self, _base: DeltaBase, _tried: bool) -> weir_core::Result<Option<Option<i64>>> {
+        let Some(since) = self.first_try else {
+            return Ok(None);
+        };
+        let log_store = self.slot.as_ref().expect("refreshed").log_store();
+        let attempt_id = self.ctx.attempt_id.to_string();
+        let landed = marker::attempt_landed(log_store.as_ref(), since + 1, self.latest, &attempt_id).await;
+        if !landed.map_err(|e| self.core(self.sink.err(e)))? {
+            return Ok(None);
+        }
+        self.sink.maybe_compact(self.files.len());
+        Ok(Some(None))
+    }
+
+    async fn try_commit(&mut self, base: DeltaBase, attempt: usize) -> weir_core::Result<Tried> {
+        let (sink, ctx) = (self.sink, self.ctx);
+        let latest = self.latest;
+        self.first_try.get_or_insert(latest);
+        self.direct_tried = base.direct;
+        let table = self.slot.as_ref().expect("refreshed");
+        if base.direct {
+            let version = latest + 1;
+            let written = sink.write_entry(table, &mut self.txns, ctx, &self.files, version).await;
+            if !written.map_err(|e| e.into_core(Some(ctx.batch_id)))? {
+                return Ok(Tried::Lost);
+            }
+            tracing::debug!(version, attempt, files = self.files.len(), "committed to Delta");
+            sink.after_commit(table, version, self.files.len()).await;
+            return Ok(Tried::Landed {
+                version: Some(version as i64),
+            });
+        }
+        let on = base.full.as_ref().unwrap_or(table);
+        let actions = sink
+            .actions(on, ctx, &self.files, &base.layout)
+            .map_err(|e| self.core(e))?;
+        match sink.try_commit(on, ctx, actions).await {
+            Ok(version) => {
+                tracing::debug!(version, attempt, files = self.files.len(), "committed to Delta");
+                Ok(Tried::Landed { version: Some(version) })
+            }
+            Err(e) if lost_race(&e) => {
+                tracing::info!(attempt, error = %e, "lost a commit race; re-reading the table");
+                Ok(Tried::Lost)
+            }
+            Err(e) => Err(self.core(sink.err(e))),
+        }
+    }
+
+    /// The winner of a direct write is read at once; only a crowd of
+    /// writers needs spreading out. deltalake's own retries lost already.
+    fn backs_off(&self, attempt: usize) -> bool {
+        !self.direct_tried || attempt > 3
+    }
+
+    fn too_many_conflicts(&self, attempts: usize) -> weir_core::Error {
+        self.core(DeltaSinkError::TooManyConflicts {
+            table: self.sink.url.to_string(),
+            batch_id: self.ctx.batch_id,
+            attempts,
+        })
     }
 }

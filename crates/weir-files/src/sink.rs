@@ -7,8 +7,10 @@ use std::time::Duration;
 use arrow_schema::Schema;
 use async_trait::async_trait;
 use weir_core::partition;
-use weir_core::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
-use weir_core::sink::{BatchContext, CommitMessage, CommitOutcome, DataWriter, QueryInfo, Sink};
+use weir_core::protocol::{SinkIdentity, SinkMarker};
+use weir_core::sink::{
+    commit_batch, BatchContext, CommitMessage, CommitOutcome, DataWriter, QueryInfo, Sink, TableCommit, Tried,
+};
 use weir_core::{BatchId, QueryId, QueryName};
 
 use crate::error::FileSinkError;
@@ -276,51 +278,17 @@ impl Sink for FileSink {
     }
 
     async fn commit(&self, ctx: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<CommitOutcome> {
-        let core = |e: FileSinkError| e.into_core(Some(ctx.batch_id));
         let mut files: Vec<FileEntry> = Vec::new();
         for m in &messages {
             files.extend(m.decode::<Vec<FileEntry>>()?);
         }
-        let attempt = ctx.attempt_id.to_string();
-        let log = self.log();
-        for _ in 0..MAX_COMMIT_ATTEMPTS {
-            let found = self.read_marker(&ctx.query_name).await.map_err(core)?;
-            if let CommitDecision::AlreadyCommitted(m) = decide_commit(found, ctx.commit_facts())? {
-                // A write that reported an error may have been this attempt's.
-                let latest = log.latest_header().await.map_err(core)?;
-                if latest.is_some_and(|h| h.attempt_id.as_deref() == Some(attempt.as_str())) {
-                    return Ok(CommitOutcome::Committed {
-                        version: Some(ctx.batch_id.0 as i64),
-                    });
-                }
-                return Ok(CommitOutcome::AlreadyCommitted(m));
-            }
-            let header = EntryHeader {
-                query_name: ctx.query_name.to_string(),
-                query_id: ctx.query_id.to_string(),
-                batch_id: ctx.batch_id.0,
-                committed_at: chrono::Utc::now().timestamp_millis(),
-                attempt_id: Some(attempt.clone()),
-                retained_from: None,
-            };
-            match log.commit(header, files.clone()).await.map_err(core)? {
-                Written::Written => {
-                    tracing::debug!(batch = ctx.batch_id.0, files = files.len(), "committed to the file log");
-                    return Ok(CommitOutcome::Committed {
-                        version: Some(ctx.batch_id.0 as i64),
-                    });
-                }
-                // Another run took the entry first: read it and decide again.
-                Written::Exists => tracing::info!(
-                    batch = ctx.batch_id.0,
-                    "the batch's log entry was written by another run"
-                ),
-            }
-        }
-        Err(core(FileSinkError::LogConflict {
-            location: self.output.shown.clone(),
-            batch_id: ctx.batch_id,
-        }))
+        let mut commit = LogCommit {
+            sink: self,
+            log: self.log(),
+            ctx,
+            files,
+        };
+        commit_batch(&mut commit, ctx, MAX_COMMIT_ATTEMPTS).await
     }
 
     async fn abort(&self, _batch: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<()> {
@@ -330,5 +298,92 @@ impl Sink for FileSink {
             }
         }
         Ok(())
+    }
+}
+
+/// One batch's commit to the metadata log: its entry, named by the batch id,
+/// put if absent. The log has no base to load: the entry's name is the
+/// condition.
+struct LogCommit<'a> {
+    sink: &'a FileSink,
+    log: MetadataLog,
+    ctx: &'a BatchContext,
+    files: Vec<FileEntry>,
+}
+
+impl LogCommit<'_> {
+    fn core(&self, e: FileSinkError) -> weir_core::Error {
+        e.into_core(Some(self.ctx.batch_id))
+    }
+}
+
+#[async_trait]
+impl TableCommit for LogCommit<'_> {
+    type Base = ();
+
+    async fn base(&mut self, _attempt: usize) -> weir_core::Result<()> {
+        Ok(())
+    }
+
+    async fn marker(&mut self, _base: &()) -> weir_core::Result<Option<SinkMarker>> {
+        let found = self.sink.read_marker(&self.ctx.query_name).await;
+        found.map_err(|e| self.core(e))
+    }
+
+    async fn already(&mut self, _base: (), _tried: bool) -> weir_core::Result<Option<Option<i64>>> {
+        // A write that reported an error may have been this attempt's.
+        let latest = self.log.latest_header().await.map_err(|e| self.core(e))?;
+        let attempt = self.ctx.attempt_id.to_string();
+        Ok(latest
+            .is_some_and(|h| h.attempt_id.as_deref() == Some(attempt.as_str()))
+            .then_some(Some(self.ctx.batch_id.0 as i64)))
+    }
+
+    async fn try_commit(&mut self, _base: (), _attempt: usize) -> weir_core::Result<Tried> {
+        let ctx = self.ctx;
+        let header = EntryHeader {
+            query_name: ctx.query_name.to_string(),
+            query_id: ctx.query_id.to_string(),
+            batch_id: ctx.batch_id.0,
+            committed_at: chrono::Utc::now().timestamp_millis(),
+            attempt_id: Some(ctx.attempt_id.to_string()),
+            retained_from: None,
+        };
+        match self
+            .log
+            .commit(header, self.files.clone())
+            .await
+            .map_err(|e| self.core(e))?
+        {
+            Written::Written => {
+                tracing::debug!(
+                    batch = ctx.batch_id.0,
+                    files = self.files.len(),
+                    "committed to the file log"
+                );
+                Ok(Tried::Landed {
+                    version: Some(ctx.batch_id.0 as i64),
+                })
+            }
+            // Another run took the entry first: read it and decide again.
+            Written::Exists => {
+                tracing::info!(
+                    batch = ctx.batch_id.0,
+                    "the batch's log entry was written by another run"
+                );
+                Ok(Tried::Lost)
+            }
+        }
+    }
+
+    fn backs_off(&self, _attempt: usize) -> bool {
+        false
+    }
+
+    fn too_many_conflicts(&self, _attempts: usize) -> weir_core::Error {
+        self.core(FileSinkError::LogConflict {
+            location: self.sink.output.shown.clone(),
+            batch_id: self.ctx.batch_id,
+        })
     }
 }

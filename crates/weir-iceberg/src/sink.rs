@@ -8,10 +8,10 @@ use async_trait::async_trait;
 use iceberg::spec::ManifestFile;
 use iceberg::writer::file_writer::location_generator::DefaultLocationGenerator;
 use iceberg::TableIdent;
-use weir_core::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
+use weir_core::protocol::{SinkIdentity, SinkMarker};
 use weir_core::sink::{
-    log_compaction, Background, BatchContext, Close, CommitMessage, CommitOutcome, CompactionPolicy, DataWriter,
-    OutputMode, Periodic, QueryInfo, Sink,
+    commit_batch, log_compaction, Background, BatchContext, Close, CommitMessage, CommitOutcome, CompactionPolicy,
+    DataWriter, OutputMode, Periodic, QueryInfo, Sink, TableCommit, Tried,
 };
 use weir_core::{QueryId, QueryName};
 
@@ -442,114 +442,18 @@ impl Sink for IcebergSink {
             OutputMode::Append => Change::Append,
             OutputMode::Complete => Change::Overwrite,
         };
-        let summary = marker::summary(ctx);
-        let mut producer = Producer::new(self.catalog.file_io().clone(), self.shown(), files);
-        let mut slot = self.state.table.lock().await;
-        let mut tried = false;
-        // Files of a swap that lost: deleted once the reloaded table shows
-        // it was not this attempt's own (a server may answer a retried
-        // request that had landed with a conflict).
-        let mut lost: Vec<String> = Vec::new();
-        for attempt in 1..=MAX_COMMIT_ATTEMPTS {
-            // The first attempt builds on the table as this sink last saw
-            // it; a lost swap reloads it.
-            let base = match slot.take() {
-                Some(table) if attempt == 1 => table,
-                _ => self.load().await.map_err(core)?,
-            };
-            self.check_table(&base, &layout).map_err(core)?;
-            let found = marker::read(&base.metadata, &ctx.query_name);
-            if let CommitDecision::AlreadyCommitted(m) = decide_commit(found, ctx.commit_facts())? {
-                let ours = tried && marker::set_by(&base.metadata, ctx);
-                let version = base.metadata.current_snapshot_id();
-                *slot = Some(base);
-                if ours {
-                    tracing::info!(attempt, "the lost swap was this attempt's own");
-                    self.maybe_expire();
-                    self.maybe_compact(producer.files().len());
-                    return Ok(CommitOutcome::Committed { version });
-                }
-                self.delete(std::mem::take(&mut lost)).await;
-                return Ok(CommitOutcome::AlreadyCommitted(m));
-            }
-            self.delete(std::mem::take(&mut lost)).await;
-            let cached = self.state.manifests.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let produced = producer
-                .produce(
-                    &base,
-                    Request {
-                        change,
-                        summary: &summary,
-                        properties: marker::properties(ctx),
-                        cached: cached.as_ref(),
-                        added_columns: layout.evolution.as_ref().map_or(&[], |e| &e.fields),
-                        always_snapshot: !self.catalog.writes_metadata(),
-                        replaced: None,
-                    },
-                )
-                .await
-                .map_err(core)?;
-            tried = true;
-            match self
-                .catalog
-                .swap(&self.ident, &base, produced.metadata, &produced.changes)
-                .await
-            {
-                Ok(Swap::Swapped(table)) => {
-                    let version = table.metadata.current_snapshot_id();
-                    tracing::debug!(
-                        ?version,
-                        attempt,
-                        files = producer.files().len(),
-                        "committed to Iceberg"
-                    );
-                    if produced.manifests.is_some() {
-                        *self.state.manifests.lock().unwrap_or_else(|e| e.into_inner()) = produced.manifests;
-                    }
-                    crate::catalog::after_swap(self.catalog.as_ref(), &table, produced.expired).await;
-                    *slot = Some(*table);
-                    self.maybe_expire();
-                    self.maybe_compact(producer.files().len());
-                    return Ok(CommitOutcome::Committed { version });
-                }
-                Ok(Swap::Conflict) => {
-                    tracing::debug!(attempt, "lost a metadata swap; reloading the table");
-                    lost = produced.attempt_files;
-                    if attempt > 3 {
-                        let jitter = u64::from(ctx.attempt_id.as_u128() as u16 % 20);
-                        tokio::time::sleep(Duration::from_millis((attempt as u64 * 5).min(200) + jitter)).await;
-                    }
-                }
-                // The swap may have happened: nothing is deleted. The table
-                // tells: this attempt's marker (it landed), the base still
-                // current (it did not: try again), or neither (unknown).
-                // A refusal is definite: nothing was committed.
-                Err(e @ IcebergSinkError::CommitRefused { .. }) => {
-                    self.delete(produced.attempt_files).await;
-                    return Err(core(e));
-                }
-                Err(e) => match self.load().await {
-                    Ok(now) if marker::set_by(&now.metadata, ctx) => {
-                        tracing::info!(attempt, error = %e, "the swap landed despite the error");
-                        let version = now.metadata.current_snapshot_id();
-                        *slot = Some(now);
-                        self.maybe_expire();
-                        self.maybe_compact(producer.files().len());
-                        return Ok(CommitOutcome::Committed { version });
-                    }
-                    Ok(now) if now.metadata_location == base.metadata_location => {
-                        tracing::info!(attempt, error = %e, "the swap failed before it happened; trying again");
-                        *slot = Some(now);
-                    }
-                    _ => return Err(core(e)),
-                },
-            }
-        }
-        Err(core(IcebergSinkError::TooManyConflicts {
-            table: self.shown(),
-            batch_id: ctx.batch_id,
-            attempts: MAX_COMMIT_ATTEMPTS,
-        }))
+        let mut commit = SwapCommit {
+            sink: self,
+            ctx,
+            slot: self.state.table.lock().await,
+            summary: marker::summary(ctx),
+            producer: Producer::new(self.catalog.file_io().clone(), self.shown(), files),
+            layout,
+            change,
+            lost: Vec::new(),
+            unknown_base: None,
+        };
+        commit_batch(&mut commit, ctx, MAX_COMMIT_ATTEMPTS).await
     }
 
     async fn abort(&self, _batch: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<()> {
@@ -569,5 +473,145 @@ impl Sink for IcebergSink {
     async fn close(&self, how: Close) -> weir_core::Result<()> {
         self.state.background.close(how).await;
         Ok(())
+    }
+}
+
+/// One batch's commit to an Iceberg table: a snapshot with the query's
+/// marker, swapped in for the metadata it was built on.
+struct SwapCommit<'a> {
+    sink: &'a IcebergSink,
+    ctx: &'a BatchContext,
+    /// The table as the sink last saw it (the first try builds on it).
+    slot: tokio::sync::MutexGuard<'a, Option<LoadedTable>>,
+    layout: Arc<Layout>,
+    change: Change,
+    summary: HashMap<String, String>,
+    producer: Producer,
+    /// Files of a swap that lost: deleted once the reloaded table shows it
+    /// was not this attempt's own (a server may answer a retried request
+    /// that had landed with a conflict).
+    lost: Vec<String>,
+    /// The metadata a swap of unknown outcome was built on.
+    unknown_base: Option<String>,
+}
+
+impl SwapCommit<'_> {
+    fn core(&self, e: IcebergSinkError) -> weir_core::Error {
+        e.into_core(Some(self.ctx.batch_id))
+    }
+
+    /// After a commit of this attempt: background expiry and compaction.
+    fn committed(&self) {
+        self.sink.maybe_expire();
+        self.sink.maybe_compact(self.producer.files().len());
+    }
+}
+
+#[async_trait]
+impl TableCommit for SwapCommit<'_> {
+    type Base = LoadedTable;
+
+    async fn base(&mut self, attempt: usize) -> weir_core::Result<LoadedTable> {
+        // The first try builds on the table as this sink last saw it; a
+        // later one reloads it.
+        let base = match self.slot.take() {
+            Some(table) if attempt == 1 => table,
+            _ => self.sink.load().await.map_err(|e| self.core(e))?,
+        };
+        self.sink.check_table(&base, &self.layout).map_err(|e| self.core(e))?;
+        Ok(base)
+    }
+
+    async fn marker(&mut self, base: &LoadedTable) -> weir_core::Result<Option<SinkMarker>> {
+        Ok(marker::read(&base.metadata, &self.ctx.query_name))
+    }
+
+    async fn already(&mut self, base: LoadedTable, tried: bool) -> weir_core::Result<Option<Option<i64>>> {
+        let ours = tried && marker::set_by(&base.metadata, self.ctx);
+        let version = base.metadata.current_snapshot_id();
+        *self.slot = Some(base);
+        if ours {
+            self.committed();
+            return Ok(Some(version));
+        }
+        self.sink.delete(std::mem::take(&mut self.lost)).await;
+        Ok(None)
+    }
+
+    fn unchanged(&self, base: &LoadedTable) -> bool {
+        self.unknown_base.as_deref() == Some(base.metadata_location.as_str())
+    }
+
+    async fn try_commit(&mut self, base: LoadedTable, attempt: usize) -> weir_core::Result<Tried> {
+        self.sink.delete(std::mem::take(&mut self.lost)).await;
+        let cached = self
+            .sink
+            .state
+            .manifests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let produced = self
+            .producer
+            .produce(
+                &base,
+                Request {
+                    change: self.change,
+                    summary: &self.summary,
+                    properties: marker::properties(self.ctx),
+                    cached: cached.as_ref(),
+                    added_columns: self.layout.evolution.as_ref().map_or(&[], |e| &e.fields),
+                    always_snapshot: !self.sink.catalog.writes_metadata(),
+                    replaced: None,
+                },
+            )
+            .await;
+        let produced = produced.map_err(|e| self.core(e))?;
+        let sink = self.sink;
+        match sink
+            .catalog
+            .swap(&sink.ident, &base, produced.metadata, &produced.changes)
+            .await
+        {
+            Ok(Swap::Swapped(table)) => {
+                let version = table.metadata.current_snapshot_id();
+                tracing::debug!(
+                    ?version,
+                    attempt,
+                    files = self.producer.files().len(),
+                    "committed to Iceberg"
+                );
+                if produced.manifests.is_some() {
+                    *sink.state.manifests.lock().unwrap_or_else(|e| e.into_inner()) = produced.manifests;
+                }
+                crate::catalog::after_swap(sink.catalog.as_ref(), &table, produced.expired).await;
+                *self.slot = Some(*table);
+                self.committed();
+                Ok(Tried::Landed { version })
+            }
+            Ok(Swap::Conflict) => {
+                self.lost = produced.attempt_files;
+                Ok(Tried::Lost)
+            }
+            // A refusal is definite: nothing was committed.
+            Err(e @ IcebergSinkError::CommitRefused { .. }) => {
+                sink.delete(produced.attempt_files).await;
+                Err(self.core(e))
+            }
+            // The swap may have happened: nothing is deleted, and the table
+            // tells (this attempt's marker, or the base still current).
+            Err(e) => {
+                self.unknown_base = Some(base.metadata_location.clone());
+                Ok(Tried::Unknown(self.core(e)))
+            }
+        }
+    }
+
+    fn too_many_conflicts(&self, attempts: usize) -> weir_core::Error {
+        self.core(IcebergSinkError::TooManyConflicts {
+            table: self.sink.shown(),
+            batch_id: self.ctx.batch_id,
+            attempts,
+        })
     }
 }

@@ -10,6 +10,7 @@
 //! calls [`Sink::abort`] with the messages it has.
 
 mod background;
+pub mod commit;
 mod console;
 mod foreach;
 mod foreach_batch;
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 pub use background::{log_compaction, Background, Close, CompactionPolicy, Periodic, Running};
+pub use commit::{commit_batch, TableCommit, Tried};
 pub use console::ConsoleSink;
 pub use foreach::{ForeachSink, ForeachWriter, Row};
 pub use foreach_batch::ForeachBatchSink;

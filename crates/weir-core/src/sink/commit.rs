@@ -1,0 +1,145 @@
+//! The commit half of the sequence: the one loop every table sink runs in
+//! [`Sink::commit`](super::Sink::commit).
+//!
+//! ```text
+//! for attempt in 1..=max_attempts
+//!  │
+//!  ├─ base ─────── the table to build on: loaded, or brought past the last
+//!  │               commit; a table replaced or changed under the query ends
+//!  │               the loop with the sink's error
+//!  ├─ marker ───── the query's marker in that base, then decide_commit:
+//!  │   └─ already committed ─┬─ by a try of this attempt ─────► Committed
+//!  │                         └─ by an earlier attempt ────────► AlreadyCommitted
+//!  └─ try once, conditional on the base still being current:
+//!      ├─ Landed ──────────────────────────────────────────────► Committed
+//!      ├─ Lost: another writer won ── (back off) ── next attempt reads it
+//!      └─ Unknown(error): the next base decides ─┬─ this try's marker ► Committed
+//!                                                ├─ base unchanged ──► try again
+//!                                                └─ otherwise ───────► the error
+//! max_attempts races lost ─► the sink's error (nothing of the batch committed)
+//! ```
+//!
+//! The marker check and the try are one atomic step because the try is
+//! conditional on the base it read the marker from (a put-if-absent of the
+//! next log entry, a compare-and-swap of the metadata pointer); a try that
+//! loses is decided again on the winner's table, so a batch lands once.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{BatchContext, CommitOutcome};
+use crate::error::Result;
+use crate::protocol::{decide_commit, CommitDecision, SinkMarker};
+
+/// How one try of a commit ended.
+#[derive(Debug)]
+pub enum Tried {
+    /// The commit landed at this table version (if the format has one).
+    Landed { version: Option<i64> },
+    /// Another writer took the base first; nothing of this try is visible.
+    Lost,
+    /// The try failed in a way that may hide a commit that happened (a
+    /// timeout after the request was sent, a server error).
+    Unknown(crate::Error),
+}
+
+/// One table format's part of the commit loop, for one batch's commit.
+/// Every method reports the sink's own errors as [`crate::Error`]s, with
+/// their retryable judgement.
+#[async_trait]
+pub trait TableCommit: Send {
+    /// The table one try builds on.
+    type Base: Send;
+
+    /// The table for try `attempt` (from 1): the first may build on the
+    /// table as the sink last saw it, a later one reads the table again.
+    /// Refuses a table that is no longer the one the query started on.
+    async fn base(&mut self, attempt: usize) -> Result<Self::Base>;
+
+    /// The query's marker as `base` records it.
+    async fn marker(&mut self, base: &Self::Base) -> Result<Option<SinkMarker>>;
+
+    /// `base` shows the batch committed: whether by a try of this attempt
+    /// (`tried`: a try was made; a lost race or an unknown outcome may have
+    /// been its own commit). `Some(version)` when it was; the sink does its
+    /// after-commit work either way, as for a commit of its own.
+    async fn already(&mut self, base: Self::Base, tried: bool) -> Result<Option<Option<i64>>>;
+
+    /// After a try of unknown outcome whose marker `base` does not show:
+    /// whether `base` is the table that try built on, so nothing happened
+    /// and trying again is safe. By default no: the loop returns the error.
+    fn unchanged(&self, _base: &Self::Base) -> bool {
+        false
+    }
+
+    /// Tries the commit once, conditional on `base` still being current.
+    async fn try_commit(&mut self, base: Self::Base, attempt: usize) -> Result<Tried>;
+
+    /// Whether to wait a little before try `attempt + 1` after losing try
+    /// `attempt`, so a crowd of racing writers spreads out.
+    fn backs_off(&self, attempt: usize) -> bool {
+        attempt > 3
+    }
+
+    /// The error when every one of `attempts` tries lost a race.
+    fn too_many_conflicts(&self, attempts: usize) -> crate::Error;
+}
+
+/// Runs the commit loop of the batch `ctx` on `table`, at most
+/// `max_attempts` tries.
+pub async fn commit_batch<T: TableCommit>(
+    table: &mut T,
+    ctx: &BatchContext,
+    max_attempts: usize,
+) -> Result<CommitOutcome> {
+    let mut tried = false;
+    let mut unknown: Option<crate::Error> = None;
+    for attempt in 1..=max_attempts {
+        let base = match table.base(attempt).await {
+            Ok(base) => base,
+            // The table cannot tell what the try did: its error says more.
+            Err(e) => return Err(unknown.unwrap_or(e)),
+        };
+        let found = table.marker(&base).await?;
+        if let CommitDecision::AlreadyCommitted(m) = decide_commit(found, ctx.commit_facts())? {
+            if let Some(version) = table.already(base, tried).await? {
+                tracing::info!(attempt, "the batch's commit was this attempt's own try");
+                return Ok(CommitOutcome::Committed { version });
+            }
+            return match unknown {
+                Some(e) => Err(e),
+                None => Ok(CommitOutcome::AlreadyCommitted(m)),
+            };
+        }
+        if let Some(e) = unknown.take() {
+            if !table.unchanged(&base) {
+                return Err(e);
+            }
+            tracing::info!(attempt, error = %e, "the try failed before it happened; trying again");
+        }
+        tried = true;
+        match table.try_commit(base, attempt).await? {
+            Tried::Landed { version } => return Ok(CommitOutcome::Committed { version }),
+            Tried::Lost => {
+                tracing::debug!(attempt, "lost a commit race; reading the winner");
+                if table.backs_off(attempt) {
+                    backoff(ctx, attempt).await;
+                }
+            }
+            Tried::Unknown(e) => {
+                tracing::info!(attempt, error = %e, "a try ended with an unknown outcome; reading the table");
+                unknown = Some(e);
+            }
+        }
+    }
+    // A last try of unknown outcome is reported as what it is.
+    Err(unknown.unwrap_or_else(|| table.too_many_conflicts(max_attempts)))
+}
+
+/// A short wait, growing with the attempt and jittered by the attempt id,
+/// so racing writers spread out.
+async fn backoff(ctx: &BatchContext, attempt: usize) {
+    let jitter = u64::from(ctx.attempt_id.as_u128() as u16 % 20);
+    tokio::time::sleep(Duration::from_millis((attempt as u64 * 5).min(200) + jitter)).await;
+}
