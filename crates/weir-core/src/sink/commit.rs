@@ -143,3 +143,205 @@ async fn backoff(ctx: &BatchContext, attempt: usize) {
     let jitter = u64::from(ctx.attempt_id.as_u128() as u16 % 20);
     tokio::time::sleep(Duration::from_millis((attempt as u64 * 5).min(200) + jitter)).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+
+    use arrow_schema::Schema;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::ids::{BatchId, QueryId, QueryName, RunId};
+    use crate::sink::OutputMode;
+
+    /// What the table does with one try.
+    #[derive(Debug, Clone, Copy)]
+    enum Step {
+        /// The try lands.
+        Land,
+        /// Another writer commits first.
+        Lose,
+        /// The try's answer is lost: it `landed` or not; another writer
+        /// `moved` the table meanwhile or not.
+        Unknown { landed: bool, moved: bool },
+    }
+
+    /// A table of versions with one marker, and the steps of its tries.
+    struct Fake {
+        ctx: BatchContext,
+        steps: VecDeque<Step>,
+        version: u64,
+        marker: Option<SinkMarker>,
+        /// The marker was set by a try of this attempt.
+        ours: bool,
+        unknown_on: Option<u64>,
+        tries: usize,
+    }
+
+    impl Fake {
+        fn new(steps: &[Step]) -> Self {
+            Fake {
+                ctx: BatchContext {
+                    query_id: QueryId::new(),
+                    query_name: QueryName::new("q").unwrap(),
+                    run_id: RunId::new(),
+                    batch_id: BatchId(7),
+                    attempt_id: Uuid::new_v4(),
+                    output_mode: OutputMode::Append,
+                    schema: Arc::new(Schema::empty()),
+                    taken_over: None,
+                },
+                steps: steps.iter().copied().collect(),
+                version: 1,
+                marker: None,
+                ours: false,
+                unknown_on: None,
+                tries: 0,
+            }
+        }
+
+        fn land(&mut self) {
+            self.version += 1;
+            self.ours = true;
+            self.marker = Some(SinkMarker {
+                query_id: self.ctx.query_id,
+                batch_id: self.ctx.batch_id,
+            });
+        }
+
+        async fn run(&mut self, max: usize) -> Result<CommitOutcome> {
+            let ctx = self.ctx.clone();
+            commit_batch(self, &ctx, max).await
+        }
+    }
+
+    #[async_trait]
+    impl TableCommit for Fake {
+        type Base = u64;
+
+        async fn base(&mut self, _attempt: usize) -> Result<u64> {
+            Ok(self.version)
+        }
+
+        async fn marker(&mut self, _base: &u64) -> Result<Option<SinkMarker>> {
+            Ok(self.marker)
+        }
+
+        async fn already(&mut self, base: u64, tried: bool) -> Result<Option<Option<i64>>> {
+            Ok((tried && self.ours).then_some(Some(base as i64)))
+        }
+
+        fn unchanged(&self, base: &u64) -> bool {
+            self.unknown_on == Some(*base)
+        }
+
+        async fn try_commit(&mut self, base: u64, _attempt: usize) -> Result<Tried> {
+            assert_eq!(base, self.version, "a try builds on the current table");
+            self.tries += 1;
+            match self.steps.pop_front().expect("a step for every try") {
+                Step::Land => {
+                    self.land();
+                    Ok(Tried::Landed {
+                        version: Some(self.version as i64),
+                    })
+                }
+                Step::Lose => {
+                    self.version += 1;
+                    Ok(Tried::Lost)
+                }
+                Step::Unknown { landed, moved } => {
+                    self.unknown_on = Some(base);
+                    if moved {
+                        self.version += 1;
+                    }
+                    if landed {
+                        self.land();
+                    }
+                    Ok(Tried::Unknown(crate::Error::sink(
+                        "t",
+                        None,
+                        true,
+                        "the answer was lost",
+                    )))
+                }
+            }
+        }
+
+        fn too_many_conflicts(&self, attempts: usize) -> crate::Error {
+            crate::Error::sink("t", None, true, format!("{attempts} races lost"))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_races_read_the_winner_and_try_again() {
+        let mut table = Fake::new(&[Step::Lose, Step::Lose, Step::Land]);
+        let outcome = table.run(100).await.unwrap();
+        assert!(
+            matches!(outcome, CommitOutcome::Committed { version: Some(4) }),
+            "{outcome:?}"
+        );
+        assert_eq!(table.tries, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_the_table_holds_is_not_tried() {
+        let mut table = Fake::new(&[]);
+        table.land();
+        table.ours = false;
+        let outcome = table.run(100).await.unwrap();
+        assert!(matches!(outcome, CommitOutcome::AlreadyCommitted(m) if m.batch_id == BatchId(7)));
+        assert_eq!(table.tries, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unknown_outcome_is_decided_by_the_table() {
+        // It landed: the table shows this attempt's marker.
+        let mut table = Fake::new(&[Step::Unknown {
+            landed: true,
+            moved: false,
+        }]);
+        let outcome = table.run(100).await.unwrap();
+        assert!(
+            matches!(outcome, CommitOutcome::Committed { version: Some(2) }),
+            "{outcome:?}"
+        );
+        assert_eq!(table.tries, 1);
+
+        // It did not, and the table is the one it built on: tried again.
+        let mut table = Fake::new(&[
+            Step::Unknown {
+                landed: false,
+                moved: false,
+            },
+            Step::Land,
+        ]);
+        let outcome = table.run(100).await.unwrap();
+        assert!(
+            matches!(outcome, CommitOutcome::Committed { version: Some(2) }),
+            "{outcome:?}"
+        );
+        assert_eq!(table.tries, 2);
+
+        // Another writer moved the table: the try cannot be told apart
+        // from one still on its way, so its error is returned.
+        let mut table = Fake::new(&[Step::Unknown {
+            landed: false,
+            moved: true,
+        }]);
+        let err = table.run(100).await.unwrap_err();
+        assert!(err.to_string().contains("the answer was lost"), "{err}");
+        assert!(err.retryable());
+        assert_eq!(table.tries, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_race_lost_ends_with_the_sinks_error() {
+        let mut table = Fake::new(&[Step::Lose; 5]);
+        let err = table.run(5).await.unwrap_err();
+        assert!(err.to_string().contains("5 races lost"), "{err}");
+        assert_eq!(table.tries, 5);
+        assert!(table.marker.is_none(), "nothing was committed");
+    }
+}
