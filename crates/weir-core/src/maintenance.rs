@@ -9,6 +9,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+mod plan;
+
+pub use plan::{plan_groups, PlanFile};
+
 /// How a compaction runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompactOptions {

@@ -25,7 +25,8 @@ use serde_json::{json, Value};
 use url::Url;
 
 use weir_core::maintenance::{
-    on_threads, AbortOnDrop, CompactGroup, CompactOptions, CompactProgress, CompactReport, STRICT_CAST,
+    on_threads, plan_groups, AbortOnDrop, CompactGroup, CompactOptions, CompactProgress, CompactReport, PlanFile,
+    STRICT_CAST,
 };
 
 use crate::entry;
@@ -355,45 +356,36 @@ impl Compact {
         Ok(report)
     }
 
-    /// Groups of small files per partition, in the order they were written.
-    fn plan(&self, inputs: Vec<Input>, partition_columns: &[String], target: u64) -> Vec<Vec<Input>> {
-        let small = target.saturating_mul(3) / 4;
-        let mut by_partition: BTreeMap<Vec<Option<String>>, Vec<Input>> = BTreeMap::new();
-        for input in inputs {
-            let values = input.remove.partition_values.clone().unwrap_or_default();
-            let selected = self
-                .options
-                .partition
-                .iter()
-                .all(|(c, v)| values.get(c).is_some_and(|x| x == v));
-            let size = input.remove.size.unwrap_or(i64::MAX) as u64;
-            if !selected || size >= small || input.remove.deletion_vector.is_some() {
-                continue;
-            }
-            let key = partition_columns
-                .iter()
-                .map(|c| values.get(c).cloned().flatten())
-                .collect();
-            by_partition.entry(key).or_default().push(input);
-        }
-        let mut groups = Vec::new();
-        for (_, mut files) in by_partition {
-            files.sort_by(|a, b| (a.modified, &a.remove.path).cmp(&(b.modified, &b.remove.path)));
-            let mut group: Vec<Input> = Vec::new();
-            let mut bytes = 0u64;
-            for f in files {
-                let size = f.remove.size.unwrap_or(0) as u64;
-                if !group.is_empty() && bytes + size > target {
-                    groups.push(std::mem::take(&mut group));
-                    bytes = 0;
+    /// Groups of small files per partition, in the order they were written
+    /// (files with deletion vectors are left alone).
+    fn plan(&self, mut inputs: Vec<Input>, partition_columns: &[String], target: u64) -> Vec<Vec<Input>> {
+        inputs.sort_by(|a, b| (a.modified, &a.remove.path).cmp(&(b.modified, &b.remove.path)));
+        let files = inputs
+            .into_iter()
+            .filter(|input| input.remove.deletion_vector.is_none())
+            .map(|input| {
+                let values: BTreeMap<String, Option<String>> = input
+                    .remove
+                    .partition_values
+                    .clone()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect();
+                let key: Vec<Option<String>> = partition_columns
+                    .iter()
+                    .map(|c| values.get(c).cloned().flatten())
+                    .collect();
+                PlanFile {
+                    key,
+                    values,
+                    size: input.remove.size.map_or(u64::MAX, |s| s as u64),
+                    file: input,
                 }
-                bytes += size;
-                group.push(f);
-            }
-            groups.push(group);
-        }
-        groups.retain(|g| g.len() >= self.options.min_input_files);
-        groups
+            });
+        plan_groups(files, &self.options, target)
+            .into_iter()
+            .map(|(_, group)| group)
+            .collect()
     }
 
     /// Rewrites a chunk of groups, `max_concurrent_rewrites` at a time,

@@ -17,7 +17,9 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 use weir_core::sink::DataWriter;
 
-use weir_core::maintenance::{on_threads, CompactGroup, CompactOptions, CompactProgress, CompactReport, STRICT_CAST};
+use weir_core::maintenance::{
+    on_threads, plan_groups, CompactGroup, CompactOptions, CompactProgress, CompactReport, PlanFile, STRICT_CAST,
+};
 
 use crate::catalog::{after_swap, parse_ident, shown, Catalog, LoadedTable, Swap};
 use crate::commit::{Change, Producer, Replaced, Request};
@@ -344,41 +346,19 @@ impl Compact {
     /// (on fields of the default spec) selects files whose own spec has
     /// those fields with those values.
     fn plan(&self, metadata: &TableMetadata, files: Vec<(DataFile, i32)>, target: u64) -> Vec<(i32, Vec<DataFile>)> {
-        let small = target.saturating_mul(3) / 4;
-        let mut by_partition: BTreeMap<(i32, String), Vec<DataFile>> = BTreeMap::new();
-        for (file, spec_id) in files {
-            if file.file_size_in_bytes() >= small {
-                continue;
-            }
+        let files = files.into_iter().map(|(file, spec_id)| {
             let values = partition_values(metadata, spec_id, &file);
-            let selected = self
-                .options
-                .partition
-                .iter()
-                .all(|(k, v)| values.get(k).is_some_and(|x| x == v));
-            if selected {
-                by_partition
-                    .entry((spec_id, format!("{values:?}")))
-                    .or_default()
-                    .push(file);
+            PlanFile {
+                key: (spec_id, format!("{values:?}")),
+                values,
+                size: file.file_size_in_bytes(),
+                file,
             }
-        }
-        let mut groups = Vec::new();
-        for ((spec_id, _), files) in by_partition {
-            let mut group: Vec<DataFile> = Vec::new();
-            let mut bytes = 0u64;
-            for f in files {
-                if !group.is_empty() && bytes + f.file_size_in_bytes() > target {
-                    groups.push((spec_id, std::mem::take(&mut group)));
-                    bytes = 0;
-                }
-                bytes += f.file_size_in_bytes();
-                group.push(f);
-            }
-            groups.push((spec_id, group));
-        }
-        groups.retain(|(_, g)| g.len() >= self.options.min_input_files);
-        groups
+        });
+        plan_groups(files, &self.options, target)
+            .into_iter()
+            .map(|((spec_id, _), group)| (spec_id, group))
+            .collect()
     }
 
     fn describe(&self, metadata: &TableMetadata, spec_id: i32, group: &[DataFile]) -> CompactGroup {
