@@ -13,8 +13,8 @@ use deltalake::{DeltaTable, DeltaTableError};
 use url::Url;
 use weir_core::protocol::{SinkIdentity, SinkMarker};
 use weir_core::sink::{
-    commit_batch, log_compaction, Background, BatchContext, Close, CommitMessage, CommitOutcome, CompactionPolicy,
-    DataWriter, OutputMode, Periodic, QueryInfo, Sink, TableCommit, Tried,
+    commit_batch, Background, BatchContext, Close, CommitMessage, CommitOutcome, CompactionPolicy, DataWriter,
+    OutputMode, Periodic, QueryInfo, Sink, TableCommit, Tried,
 };
 use weir_core::{QueryId, QueryName};
 
@@ -174,31 +174,24 @@ impl DeltaSink {
     /// runs follows it); its failure is logged, never the batch's.
     fn maybe_compact(&self, files: usize) {
         let Some(policy) = self.compaction else { return };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let Some(running) = policy.due(&self.state.compacting, files as u64) else {
-            return;
-        };
         let (location, storage) = (self.url.to_string(), self.options.storage_options.clone());
-        let (compression, options) = (
-            self.options.compression,
-            policy.compact_options(self.options.target_file_size),
+        let compression = self.options.compression;
+        let (state, target) = (&self.state, self.options.target_file_size);
+        policy.compact_when_due(
+            &state.compacting,
+            &state.background,
+            files,
+            location.clone(),
+            target,
+            move |options| {
+                let (location, storage) = (location.clone(), storage.clone());
+                async move {
+                    let job = crate::Compact::new(&location)?;
+                    let job = job.with_storage_options(storage).with_options(options);
+                    job.compression(compression).run().await
+                }
+            },
         );
-        let compact = move || {
-            let (location, storage, options) = (location.clone(), storage.clone(), options.clone());
-            async move {
-                let outcome = match crate::Compact::new(&location) {
-                    Ok(job) => {
-                        let job = job.with_storage_options(storage).with_options(options);
-                        job.compression(compression).run().await
-                    }
-                    Err(e) => Err(e),
-                };
-                log_compaction(&location, outcome);
-            }
-        };
-        self.state.background.spawn_chained(&runtime, running, compact);
     }
 
     /// The table's URL.

@@ -10,8 +10,8 @@ use iceberg::writer::file_writer::location_generator::DefaultLocationGenerator;
 use iceberg::TableIdent;
 use weir_core::protocol::{SinkIdentity, SinkMarker};
 use weir_core::sink::{
-    commit_batch, log_compaction, Background, BatchContext, Close, CommitMessage, CommitOutcome, CompactionPolicy,
-    DataWriter, OutputMode, Periodic, QueryInfo, Sink, TableCommit, Tried,
+    commit_batch, Background, BatchContext, Close, CommitMessage, CommitOutcome, CompactionPolicy, DataWriter,
+    OutputMode, Periodic, QueryInfo, Sink, TableCommit, Tried,
 };
 use weir_core::{QueryId, QueryName};
 
@@ -186,26 +186,19 @@ impl IcebergSink {
     /// runs follows it); its failure is logged, never the batch's.
     fn maybe_compact(&self, files: usize) {
         let Some(policy) = self.compaction else { return };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let Some(running) = policy.due(&self.state.compacting, files as u64) else {
-            return;
-        };
         let (catalog, name) = (self.catalog.clone(), crate::catalog::shown(&self.ident));
-        let options = policy.compact_options(self.target_file_size);
-        let compact = move || {
-            let (catalog, name, options) = (catalog.clone(), name.clone(), options.clone());
-            async move {
-                let job = crate::Compact::new(catalog, &name).map(|job| job.with_options(options));
-                let outcome = match job {
-                    Ok(job) => job.run().await,
-                    Err(e) => Err(e),
-                };
-                log_compaction(&name, outcome);
-            }
-        };
-        self.state.background.spawn_chained(&runtime, running, compact);
+        let (state, target) = (&self.state, self.target_file_size);
+        policy.compact_when_due(
+            &state.compacting,
+            &state.background,
+            files,
+            name.clone(),
+            target,
+            move |options| {
+                let (catalog, name) = (catalog.clone(), name.clone());
+                async move { crate::Compact::new(catalog, &name)?.with_options(options).run().await }
+            },
+        );
     }
 
     /// After a commit: once `every_commits` commits were made since the

@@ -172,6 +172,37 @@ impl CompactionPolicy {
             ..Default::default()
         }
     }
+
+    /// After a commit that wrote `files` data files: when a compaction is
+    /// due (counted in `periodic`), runs `compact` with this policy's
+    /// options ([`compact_options`](Self::compact_options) of `sink_target`)
+    /// in `background`, one at a time, and logs how it ended on `table`.
+    /// Outside a tokio runtime nothing runs.
+    pub fn compact_when_due<J, F, E>(
+        &self,
+        periodic: &Periodic,
+        background: &Background,
+        files: usize,
+        table: String,
+        sink_target: Option<u64>,
+        compact: J,
+    ) where
+        J: Fn(crate::maintenance::CompactOptions) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<crate::maintenance::CompactReport, E>> + Send,
+        E: std::fmt::Display,
+    {
+        let Ok(runtime) = Handle::try_current() else {
+            return;
+        };
+        let Some(running) = self.due(periodic, files as u64) else {
+            return;
+        };
+        let options = self.compact_options(sink_target);
+        background.spawn_chained(&runtime, running, move || {
+            let (job, table) = (compact(options.clone()), table.clone());
+            async move { log_compaction(&table, job.await) }
+        });
+    }
 }
 
 /// Logs how a background compaction of `table` ended: its failure is the
