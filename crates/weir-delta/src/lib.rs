@@ -86,6 +86,7 @@ mod error;
 mod log_checkpoint;
 mod maintenance;
 mod marker;
+mod open_file;
 mod options;
 mod sink;
 mod stats;

@@ -1,0 +1,177 @@
+//! The Delta sink's part of the commit loop (`weir_core::sink::commit_batch`).
+
+use super::*;
+
+/// One batch's commit to a Delta table: its files and the query's `txn`
+/// marker in one log entry, by one of two strategies. An append that
+/// changes no metadata writes its entry itself, put if absent at the
+/// version after the marker cache's; anything else (Complete mode, a schema
+/// change, a log store without put-if-absent) commits through deltalake,
+/// which checks for conflicts from the table's version on.
+pub(super) struct DeltaCommit<'a> {
+    pub(super) sink: &'a DeltaSink,
+    pub(super) ctx: &'a BatchContext,
+    /// The table, kept between commits (locked before `txns`).
+    pub(super) slot: tokio::sync::MutexGuard<'a, Option<DeltaTable>>,
+    pub(super) txns: tokio::sync::MutexGuard<'a, marker::TxnCache>,
+    pub(super) files: Vec<AddFile>,
+    /// The latest version before this batch's first try: a commit of this
+    /// attempt can only be after it.
+    pub(super) first_try: Option<u64>,
+    /// The version the last marker check read up to.
+    pub(super) latest: u64,
+    /// Whether the last try wrote its entry itself.
+    pub(super) direct_tried: bool,
+}
+
+/// What one try builds on, besides the sink's table.
+pub(super) struct DeltaBase {
+    /// The entry is written directly (see [`DeltaCommit`]).
+    direct: bool,
+    /// Complete mode through deltalake: the table with every live file, at
+    /// the latest version, whose files the batch removes.
+    full: Option<DeltaTable>,
+    layout: Arc<Layout>,
+}
+
+impl DeltaCommit<'_> {
+    fn core(&self, e: DeltaSinkError) -> weir_core::Error {
+        e.into_core(Some(self.ctx.batch_id))
+    }
+}
+
+#[async_trait]
+impl TableCommit for DeltaCommit<'_> {
+    type Base = DeltaBase;
+
+    async fn base(&mut self, _attempt: usize) -> weir_core::Result<DeltaBase> {
+        let (sink, ctx) = (self.sink, self.ctx);
+        let core = |e: DeltaSinkError| e.into_core(Some(ctx.batch_id));
+        sink.refresh(&mut self.slot, &mut self.txns).await.map_err(core)?;
+        let layout = sink.layout()?;
+        let direct = sink
+            .direct(self.slot.as_ref().expect("refreshed"), ctx, &layout)
+            .map_err(core)?;
+        // deltalake's commit checks for conflicts from its table's version
+        // on, and Complete mode's removes need every live file: either
+        // table is loaded at the latest version, and the marker cache
+        // brought past it, so that the marker check and the conflict check
+        // cover every version between them.
+        let mut full = None;
+        if !direct {
+            match ctx.output_mode {
+                OutputMode::Append => {
+                    sink.latest(&mut self.slot).await.map_err(core)?;
+                }
+                OutputMode::Complete => {
+                    full = table::load(&sink.url, &sink.options, Files::Tracked)
+                        .await
+                        .map_err(core)?;
+                }
+            }
+            sink.refresh(&mut self.slot, &mut self.txns).await.map_err(core)?;
+        }
+        // The refresh may have fitted the stream to a changed table.
+        let layout = sink.layout()?;
+        let table = self.slot.as_ref().expect("refreshed");
+        let snapshot = table.snapshot().map_err(|e| core(sink.err(e)))?;
+        if snapshot.metadata().id() != layout.table_id {
+            return Err(core(DeltaSinkError::TableReplaced {
+                table: sink.url.to_string(),
+                expected: layout.table_id.clone(),
+                found: snapshot.metadata().id().to_string(),
+            }));
+        }
+        Ok(DeltaBase { direct, full, layout })
+    }
+
+    async fn marker(&mut self, _base: &DeltaBase) -> weir_core::Result<Option<SinkMarker>> {
+        let table = self.slot.as_ref().expect("refreshed");
+        let found = marker::read(table, &mut self.txns, &self.ctx.query_name, &self.ctx.known_ids()).await;
+        let found = found.map_err(|e| self.core(self.sink.err(e)))?;
+        self.latest = self.txns.version().unwrap_or(0);
+        Ok(found)
+    }
+
+    async fn already(&mut self, _base: DeltaBase, _tried: bool) -> weir_core::Result<Option<Option<i64>>> {
+        let Some(since) = self.first_try else {
+            return Ok(None);
+        };
+        let log_store = self.slot.as_ref().expect("refreshed").log_store();
+        let attempt_id = self.ctx.attempt_id.to_string();
+        let landed = marker::attempt_landed(log_store.as_ref(), since + 1, self.latest, &attempt_id).await;
+        if !landed.map_err(|e| self.core(self.sink.err(e)))? {
+            return Ok(None);
+        }
+        self.sink.maybe_compact(self.files.len());
+        Ok(Some(None))
+    }
+
+    async fn try_commit(&mut self, base: DeltaBase, attempt: usize) -> weir_core::Result<Tried> {
+        let (sink, ctx) = (self.sink, self.ctx);
+        let latest = self.latest;
+        self.first_try.get_or_insert(latest);
+        self.direct_tried = base.direct;
+        let table = self.slot.as_ref().expect("refreshed");
+        if base.direct {
+            let version = latest + 1;
+            let written = sink.write_entry(table, &mut self.txns, ctx, &self.files, version).await;
+            if !written.map_err(|e| e.into_core(Some(ctx.batch_id)))? {
+                return Ok(Tried::Lost);
+            }
+            tracing::debug!(version, attempt, files = self.files.len(), "committed to Delta");
+            sink.after_commit(table, version, self.files.len()).await;
+            return Ok(Tried::Landed {
+                version: Some(version as i64),
+            });
+        }
+        let on = base.full.as_ref().unwrap_or(table);
+        let actions = sink
+            .actions(on, ctx, &self.files, &base.layout)
+            .map_err(|e| self.core(e))?;
+        match sink.try_commit(on, ctx, actions).await {
+            Ok(version) => {
+                tracing::debug!(version, attempt, files = self.files.len(), "committed to Delta");
+                Ok(Tried::Landed { version: Some(version) })
+            }
+            Err(e) if lost_race(&e) => {
+                tracing::info!(attempt, error = %e, "lost a commit race; re-reading the table");
+                Ok(Tried::Lost)
+            }
+            Err(e) => Err(self.core(sink.err(e))),
+        }
+    }
+
+    /// The winner of a direct write is read at once; only a crowd of
+    /// writers needs spreading out. deltalake's own retries lost already.
+    fn backs_off(&self, attempt: usize) -> bool {
+        !self.direct_tried || attempt > 3
+    }
+
+    fn too_many_conflicts(&self, attempts: usize) -> weir_core::Error {
+        self.core(DeltaSinkError::TooManyConflicts {
+            table: self.sink.url.to_string(),
+            batch_id: self.ctx.batch_id,
+            attempts,
+        })
+    }
+}
+
+/// Whether a failed commit lost a race that a re-read and a retry can win.
+fn lost_race(e: &DeltaTableError) -> bool {
+    match e {
+        DeltaTableError::VersionAlreadyExists(_) => true,
+        DeltaTableError::Transaction { source } => matches!(
+            source,
+            TransactionError::CommitConflict(
+                CommitConflictError::ConcurrentTransaction
+                    | CommitConflictError::ConcurrentAppend
+                    | CommitConflictError::ConcurrentDeleteRead
+                    | CommitConflictError::ConcurrentDeleteDelete
+                    | CommitConflictError::MetadataChanged
+            ) | TransactionError::VersionAlreadyExists(_)
+                | TransactionError::MaxCommitAttempts(_)
+        ),
+        _ => false,
+    }
+}
