@@ -84,6 +84,7 @@ mod engine;
 mod entry;
 mod error;
 mod log_checkpoint;
+mod log_cursor;
 mod maintenance;
 mod marker;
 mod open_file;

@@ -19,6 +19,7 @@ use weir_core::protocol::SinkMarker;
 use weir_core::{BatchId, QueryId, QueryName};
 
 use crate::entry::actions;
+use crate::log_cursor::LogCursor;
 
 /// How many commits back the owner of a foreign marker is searched for (only
 /// on the refusal path).
@@ -50,12 +51,11 @@ pub(crate) fn transactions(name: &QueryName, id: QueryId, batch: BatchId) -> Vec
 /// never past the cache's and whose later txns the map holds.
 #[derive(Debug, Default)]
 pub(crate) struct TxnCache {
-    version: Option<u64>,
+    /// The version the map is valid at.
+    cursor: Option<LogCursor>,
     versions: HashMap<String, Option<i64>>,
-    /// When the entry after `version` was last seen not to exist.
+    /// When the entry after the cursor's was last seen not to exist.
     confirmed: Option<Instant>,
-    /// A digest of entry `version`'s bytes, once read or written.
-    digest: Option<u64>,
     /// Entries with metadata or protocol changes were read (or skipped by a
     /// reset) and the stream has not been fitted to the table since.
     refit: bool,
@@ -74,20 +74,13 @@ pub(crate) enum Tail {
     LogReplaced,
 }
 
-fn digest(bytes: &[u8]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
-    h.finish()
-}
-
 impl TxnCache {
     /// Starts afresh at the table's loaded version, which was the latest at
     /// `listed` (when its load listed the log). What happened before is not
     /// known, so the stream is fitted to the table again.
     pub(crate) fn reset(&mut self, table: &DeltaTable, listed: Instant) {
         *self = TxnCache {
-            version: table.version(),
+            cursor: table.version().map(LogCursor::at),
             confirmed: Some(listed),
             refit: true,
             ..TxnCache::default()
@@ -96,7 +89,7 @@ impl TxnCache {
 
     /// The latest version the cache has read.
     pub(crate) fn version(&self) -> Option<u64> {
-        self.version
+        self.cursor.map(|c| c.version())
     }
 
     /// Whether the cache's version was the log's latest within `age`. Past
@@ -122,19 +115,16 @@ impl TxnCache {
     /// the one it read (a table deleted and created again under the query
     /// must not get an entry after a version it does not have).
     pub(crate) async fn catch_up(&mut self, log_store: &dyn LogStore) -> Result<Tail, DeltaTableError> {
-        let Some(known) = self.version else {
+        let Some(cursor) = self.cursor.as_mut() else {
             return Ok(Tail::LogReplaced);
         };
-        match log_store.read_commit_entry(known).await? {
-            None => return Ok(Tail::LogReplaced),
-            Some(bytes) if self.digest.is_some_and(|d| d != digest(&bytes)) => return Ok(Tail::LogReplaced),
-            Some(bytes) => self.digest = Some(digest(&bytes)),
+        if !cursor.still_there(log_store).await? {
+            return Ok(Tail::LogReplaced);
         }
         let mut changed = false;
         loop {
-            let version = self.version.unwrap_or(known) + 1;
             let asked = Instant::now();
-            let Some(bytes) = log_store.read_commit_entry(version).await? else {
+            let Some(bytes) = cursor.next(log_store).await? else {
                 self.confirmed = Some(asked);
                 break;
             };
@@ -146,8 +136,6 @@ impl TxnCache {
                 }
                 changed |= action.get("metaData").is_some() || action.get("protocol").is_some();
             }
-            self.version = Some(version);
-            self.digest = Some(digest(&bytes));
         }
         self.refit |= changed;
         Ok(if changed { Tail::TableChanged } else { Tail::Data })
@@ -157,13 +145,14 @@ impl TxnCache {
     /// put-if-absent that started at `asked` (so `version - 1` was the
     /// latest then).
     pub(crate) fn committed(&mut self, version: u64, entry: &[u8], txns: &[Transaction], asked: Instant) {
-        debug_assert_eq!(self.version.map(|v| v + 1), Some(version));
+        debug_assert_eq!(self.version().map(|v| v + 1), Some(version));
         for txn in txns {
             self.versions.insert(txn.app_id.clone(), Some(txn.version));
         }
-        self.version = Some(version);
+        let mut cursor = self.cursor.unwrap_or(LogCursor::at(version - 1));
+        cursor.wrote(entry);
+        self.cursor = Some(cursor);
         self.confirmed = Some(asked);
-        self.digest = Some(digest(entry));
     }
 
     /// The app id's txn version at the cache's version.

@@ -4,32 +4,24 @@
 
 use super::*;
 
-/// The log as far as the job has read it: the latest version, and a digest
-/// of its entry, so a table deleted and created again is not written as if
-/// it were the same table.
+/// The log as far as the job has read it (a table deleted and created
+/// again is not written as if it were the same table), and what other
+/// writers removed meanwhile.
 pub(super) struct LogTail {
-    pub(super) version: u64,
-    pub(super) digest: u64,
+    pub(super) cursor: LogCursor,
     /// Every path other writers removed since the planned version: a
     /// group with one of them as input is never committed.
     pub(super) removed: HashSet<String>,
 }
 
-pub(super) fn digest(bytes: &[u8]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
-    h.finish()
-}
-
 impl LogTail {
     pub(super) async fn start(log_store: &dyn LogStore, version: u64, url: &Url) -> Result<Self, DeltaSinkError> {
-        let bytes = read_entry(log_store, version, url)
-            .await?
-            .ok_or_else(|| replaced(url, version))?;
+        let mut cursor = LogCursor::at(version);
+        if !cursor.still_there(log_store).await.map_err(delta_err(url))? {
+            return Err(replaced(url, version));
+        }
         Ok(LogTail {
-            version,
-            digest: digest(&bytes),
+            cursor,
             removed: HashSet::new(),
         })
     }
@@ -42,18 +34,11 @@ pub(super) fn replaced(url: &Url, version: u64) -> DeltaSinkError {
     }
 }
 
-pub(super) async fn read_entry(
-    log_store: &dyn LogStore,
-    version: u64,
-    url: &Url,
-) -> Result<Option<Bytes>, DeltaSinkError> {
-    log_store
-        .read_commit_entry(version)
-        .await
-        .map_err(|source| DeltaSinkError::Delta {
-            table: url.to_string(),
-            source,
-        })
+fn delta_err(url: &Url) -> impl Fn(DeltaTableError) -> DeltaSinkError + '_ {
+    move |source| DeltaSinkError::Delta {
+        table: url.to_string(),
+        source,
+    }
 }
 
 /// What a commit of rewritten groups came to.
@@ -87,25 +72,17 @@ pub(super) async fn commit(
     let mut uncertain = false;
     // The entry compaction last read must still be there: otherwise the
     // table was replaced under the job.
-    match read_entry(log_store, log.version, &url).await? {
-        Some(bytes) if digest(&bytes) == log.digest => {}
-        _ => {
-            drop_groups(job, &mut groups, "the table was replaced", !uncertain, |_| true).await;
-            return Err(replaced(&url, log.version));
-        }
+    if !log.cursor.still_there(log_store).await.map_err(delta_err(&url))? {
+        drop_groups(job, &mut groups, "the table was replaced", !uncertain, |_| true).await;
+        return Err(replaced(&url, log.cursor.version()));
     }
     for round in 1..=MAX_COMMIT_ATTEMPTS {
         // Read what other writers committed since.
-        loop {
-            let next = log.version + 1;
-            let Some(bytes) = read_entry(log_store, next, &url).await? else {
-                break;
-            };
+        while let Some(bytes) = log.cursor.next(log_store).await.map_err(delta_err(&url))? {
+            let next = log.cursor.version();
             for action in entry::actions(&bytes) {
                 if action["commitInfo"]["weir.attemptId"].as_str() == Some(attempt.as_str()) {
                     // A write that reported an error had landed.
-                    log.version = next;
-                    log.digest = digest(&bytes);
                     return Ok(Outcome {
                         version: Some(next),
                         committed: groups,
@@ -124,8 +101,6 @@ pub(super) async fn commit(
                     });
                 }
             }
-            log.version = next;
-            log.digest = digest(&bytes);
             concurrent += 1;
         }
         let removed = &log.removed;
@@ -145,20 +120,20 @@ pub(super) async fn commit(
                 concurrent,
             });
         }
-        let version = log.version + 1;
-        let bytes = optimize_entry(job, &groups, log.version, &attempt).map_err(|e| DeltaSinkError::Delta {
-            table: job.table.clone(),
-            source: DeltaTableError::Transaction {
-                source: TransactionError::SerializeLogJson { json_err: e },
-            },
-        })?;
+        let version = log.cursor.version() + 1;
+        let bytes =
+            optimize_entry(job, &groups, log.cursor.version(), &attempt).map_err(|e| DeltaSinkError::Delta {
+                table: job.table.clone(),
+                source: DeltaTableError::Transaction {
+                    source: TransactionError::SerializeLogJson { json_err: e },
+                },
+            })?;
         match log_store
             .write_commit_entry(version, CommitOrBytes::LogBytes(bytes.clone()), uuid::Uuid::new_v4())
             .await
         {
             Ok(()) => {
-                log.version = version;
-                log.digest = digest(&bytes);
+                log.cursor.wrote(&bytes);
                 return Ok(Outcome {
                     version: Some(version),
                     committed: groups,

@@ -31,6 +31,7 @@ use weir_core::maintenance::{
 
 use crate::entry;
 use crate::error::DeltaSinkError;
+use crate::log_cursor::LogCursor;
 use crate::open_file::{Destination, FileFormat, OpenFile};
 use crate::options::Compression;
 use crate::table::{self, Files};
