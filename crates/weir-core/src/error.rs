@@ -4,10 +4,10 @@ use std::path::PathBuf;
 
 use arrow_schema::ArrowError;
 
-use crate::crash::CrashPoint;
+use crate::crash::point::CrashPoint;
 use crate::ids::{BatchId, InvalidQueryName, QueryId, QueryName};
 use crate::protocol::Refusal;
-use crate::OutputMode;
+use crate::sink::mode::{ModeRefusal, OutputMode};
 
 /// A boxed error from a source, a sink or a user function.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -126,7 +126,7 @@ pub enum Error {
     UnsupportedOutputMode {
         mode: OutputMode,
         sink: String,
-        reason: crate::sink::ModeRefusal,
+        reason: ModeRefusal,
     },
 
     /// An option of the query is missing or invalid.

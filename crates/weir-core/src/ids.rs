@@ -154,3 +154,14 @@ mod tests {
         assert_eq!(BatchId(5).prev(), Some(BatchId(4)));
     }
 }
+
+/// A position in a source, as JSON (the form it takes in `offsets/N`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Offset(pub serde_json::Value);
+
+impl fmt::Display for Offset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}

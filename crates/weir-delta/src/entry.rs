@@ -7,7 +7,7 @@ use deltalake::protocol::{DeltaOperation, OutputMode as DeltaOutputMode};
 use serde_json::{json, Value};
 use weir_core::sink::{BatchContext, OutputMode};
 
-use crate::writer::AddFile;
+use crate::open_file::AddFile;
 
 /// The operation Spark's Delta sink records for a micro-batch.
 pub(crate) fn streaming_update(ctx: &BatchContext) -> DeltaOperation {

@@ -3,6 +3,7 @@
 //! a table on a local disk. The sink's writers and compaction both write
 //! their files through it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
@@ -13,11 +14,23 @@ use object_store::{MultipartUpload, ObjectStoreExt, PutPayload};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression as ParquetCompression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use serde::{Deserialize, Serialize};
 
 use crate::error::DeltaSinkError;
 use crate::options::Compression;
 use crate::stats::FileStats;
-use crate::writer::AddFile;
+
+/// One data file a writer wrote: what its `add` action needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct AddFile {
+    /// Relative to the table root, as stored (not URL-encoded).
+    pub path: String,
+    pub size: i64,
+    pub partition_values: BTreeMap<String, Option<String>>,
+    pub modification_time: i64,
+    pub stats: String,
+    pub rows: i64,
+}
 
 /// A part upload's result, a failed task included.
 async fn joined(part: tokio::task::JoinHandle<object_store::Result<()>>) -> object_store::Result<()> {

@@ -1,7 +1,7 @@
 //! Partition writers: Parquet data files straight into the table directory,
 //! invisible until the batch's commit adds them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::{new_null_array, RecordBatch};
@@ -9,27 +9,14 @@ use async_trait::async_trait;
 use deltalake::ObjectStore;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
-use serde::{Deserialize, Serialize};
 use weir_core::sink::{CommitMessage, DataWriter};
 use weir_core::BatchId;
 
 use crate::error::DeltaSinkError;
-use crate::open_file::{FileFormat, OpenFile};
+use crate::open_file::{AddFile, FileFormat, OpenFile};
 use crate::options::Compression;
 use crate::table::Layout;
 use weir_core::partition;
-
-/// One data file a writer wrote: what its `add` action needs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct AddFile {
-    /// Relative to the table root, as stored (not URL-encoded).
-    pub path: String,
-    pub size: i64,
-    pub partition_values: BTreeMap<String, Option<String>>,
-    pub modification_time: i64,
-    pub stats: String,
-    pub rows: i64,
-}
 
 /// What every writer of a batch shares.
 #[derive(Debug, Clone)]

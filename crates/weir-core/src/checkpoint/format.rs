@@ -6,9 +6,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::ids::Offset;
 use crate::ids::{BatchId, QueryId, QueryName};
 use crate::protocol::{SinkIdentity, SinkMarker};
-use crate::source::Offset;
 
 /// The checkpoint format version this weir writes and reads.
 pub const FORMAT_VERSION: u32 = 1;

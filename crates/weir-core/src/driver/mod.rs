@@ -3,12 +3,13 @@
 
 mod batch;
 mod handle;
+mod options;
 mod run;
 mod stream;
 mod trigger;
 mod writer;
 
 pub use handle::StreamingQuery;
+pub use options::StreamWriter;
 pub use stream::{read_stream, ReadStream};
 pub use trigger::Trigger;
-pub use writer::StreamWriter;

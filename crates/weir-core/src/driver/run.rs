@@ -21,9 +21,9 @@ use uuid::Uuid;
 
 use super::batch::{write_batch, WriteFailure, Written};
 use super::handle::{QueryShared, StreamingQuery};
+use super::options::{ProgressListener, StreamWriter};
 use super::stream::ReadStream;
 use super::trigger::Trigger;
-use super::writer::{ProgressListener, StreamWriter};
 use crate::checkpoint::{
     Checkpoint, CheckpointMetadata, CommitEntry, Lease, LeaseOwner, OffsetEntry, SourceOffset, FORMAT_VERSION,
 };

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
-use super::writer::StreamWriter;
 use crate::error::{BoxError, Error, Result};
 use crate::ids::BatchId;
 use crate::source::Source;
@@ -74,11 +73,6 @@ impl ReadStream {
             })?;
         }
         Ok(batch.schema())
-    }
-
-    /// Starts describing where the stream goes.
-    pub fn write_stream(self) -> StreamWriter {
-        StreamWriter::new(self)
     }
 
     /// Runs the transformations on one record batch of batch `batch_id`.

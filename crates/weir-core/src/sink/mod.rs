@@ -15,6 +15,7 @@ mod console;
 mod foreach;
 mod foreach_batch;
 mod memory;
+pub(crate) mod mode;
 mod staging;
 
 use std::fmt;
@@ -32,30 +33,11 @@ pub use console::ConsoleSink;
 pub use foreach::{ForeachSink, ForeachWriter, Row};
 pub use foreach_batch::ForeachBatchSink;
 pub use memory::MemorySink;
+pub use mode::{ModeRefusal, OutputMode};
 
 use crate::error::{Error, Result};
 use crate::ids::{BatchId, QueryId, QueryName, RunId};
 use crate::protocol::{CommitFacts, SinkIdentity, SinkMarker};
-
-/// How a batch's output relates to what the sink already holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OutputMode {
-    /// Each batch's rows are added to the sink.
-    Append,
-    /// Each batch's rows replace everything the sink holds, in the same
-    /// atomic commit.
-    Complete,
-}
-
-impl fmt::Display for OutputMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            OutputMode::Append => "append",
-            OutputMode::Complete => "complete",
-        })
-    }
-}
 
 /// The query a sink serves, given to [`Sink::prepare`].
 #[derive(Debug, Clone)]
@@ -160,16 +142,6 @@ pub trait DataWriter: Send {
 
     /// Gives up: removes what was written, where it can.
     async fn abort(self: Box<Self>) -> Result<()>;
-}
-
-/// Why a sink refuses an output mode.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ModeRefusal {
-    /// What the sink writes to (named) only takes new rows: it cannot
-    /// replace what earlier batches wrote.
-    #[error("{0} only appends: it cannot replace what earlier batches wrote")]
-    AppendOnly(&'static str),
 }
 
 /// A destination of a streaming query.

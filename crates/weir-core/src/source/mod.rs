@@ -16,25 +16,15 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use serde::{Deserialize, Serialize};
 
 pub use file::{FileFormat, FileSource};
 pub use memory::MemoryStream;
 pub use rate::RateSource;
 
+pub use crate::ids::Offset;
+
 use crate::checkpoint::CheckpointStore;
 use crate::error::Result;
-
-/// A position in a source, as JSON (the form it takes in `offsets/N`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Offset(pub serde_json::Value);
-
-impl fmt::Display for Offset {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
 
 /// The rows of one batch, in Arrow record batches.
 pub type BatchStream = BoxStream<'static, Result<RecordBatch>>;

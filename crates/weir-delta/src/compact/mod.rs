@@ -32,10 +32,10 @@ use weir_core::maintenance::{
 use crate::entry;
 use crate::error::DeltaSinkError;
 use crate::log_cursor::LogCursor;
-use crate::open_file::{Destination, FileFormat, OpenFile};
+use crate::open_file::{AddFile, Destination, FileFormat, OpenFile};
 use crate::options::Compression;
 use crate::table::{self, Files};
-use crate::writer::{delete_files, AddFile};
+use crate::writer::delete_files;
 use weir_core::partition;
 
 /// How many times a commit is rebased over other writers' commits before

@@ -21,9 +21,10 @@ use weir_core::{QueryId, QueryName};
 use crate::entry;
 use crate::error::DeltaSinkError;
 use crate::marker;
+use crate::open_file::AddFile;
 use crate::options::{Compression, DeltaSinkOptions};
 use crate::table::{self, Files, Layout};
-use crate::writer::{delete_files, AddFile, DeltaWriter, WriterContext};
+use crate::writer::{delete_files, DeltaWriter, WriterContext};
 
 /// How often the sink re-reads the table and re-checks its marker after
 /// losing a commit race before giving up (deltalake itself rebases past

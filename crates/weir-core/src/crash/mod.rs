@@ -6,51 +6,15 @@
 //! `WEIR_CRASH_AT` environment variable (`after_data_written` or
 //! `after_data_written@3` for batch 3 only), which aborts the process.
 
-use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::ids::BatchId;
 
-/// A point in the commit sequence of a batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CrashPoint {
-    /// `offsets/N` is written; nothing of the batch is read yet.
-    AfterOffsetsWritten,
-    /// The writers wrote their data files; the sink has not committed.
-    AfterDataWritten,
-    /// The sink committed; `commits/N` is not written.
-    AfterSinkCommit,
-    /// `commits/N` is written; the source's commit hook has not run.
-    AfterCommitLog,
-}
+pub(crate) mod point;
 
-impl CrashPoint {
-    /// Every crash point, in the order of the commit sequence.
-    pub const ALL: [CrashPoint; 4] = [
-        CrashPoint::AfterOffsetsWritten,
-        CrashPoint::AfterDataWritten,
-        CrashPoint::AfterSinkCommit,
-        CrashPoint::AfterCommitLog,
-    ];
-
-    /// The point's name, as used in `WEIR_CRASH_AT`.
-    pub fn name(self) -> &'static str {
-        match self {
-            CrashPoint::AfterOffsetsWritten => "after_offsets_written",
-            CrashPoint::AfterDataWritten => "after_data_written",
-            CrashPoint::AfterSinkCommit => "after_sink_commit",
-            CrashPoint::AfterCommitLog => "after_commit_log",
-        }
-    }
-}
-
-impl fmt::Display for CrashPoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use point::CrashPoint;
 
 impl FromStr for CrashPoint {
     type Err = Error;
