@@ -235,15 +235,10 @@ impl KafkaSink {
             .map_err(|e| KafkaError::Stopped(e.to_string()))?
     }
 
-    /// Begins the transaction of `ctx`'s attempt unless it is open, and
-    /// sends the batch's marker in it first: its partition joins the
-    /// transaction with the data's, so committing does not wait for it.
-    fn begin(&self, ctx: &BatchContext) -> Result<(), KafkaError> {
-        let Guarantee::ExactlyOnce { marker_topic } = &self.guarantee else {
-            return Ok(());
-        };
+    /// Begins the transaction of `attempt` unless it is open.
+    fn begin(&self, attempt: Uuid) -> Result<(), KafkaError> {
         let mut state = self.state.lock().expect("sink state");
-        if state.open == Some(ctx.attempt_id) {
+        if !matches!(self.guarantee, Guarantee::ExactlyOnce { .. }) || state.open == Some(attempt) {
             return Ok(());
         }
         let producer = state
@@ -259,7 +254,15 @@ impl KafkaSink {
         producer
             .begin_transaction()
             .map_err(|e| state.txn.error("beginning a transaction", e))?;
-        state.open = Some(ctx.attempt_id);
+        state.open = Some(attempt);
+        Ok(())
+    }
+
+    async fn commit_transaction(&self, ctx: &BatchContext) -> Result<(), KafkaError> {
+        let Guarantee::ExactlyOnce { marker_topic } = &self.guarantee else {
+            return Ok(());
+        };
+        self.begin(ctx.attempt_id)?;
         let record = MarkerRecord {
             query_id: ctx.query_id,
             batch_id: ctx.batch_id,
@@ -267,23 +270,14 @@ impl KafkaSink {
         };
         let key = ctx.query_name.to_string();
         let value = serde_json::to_vec(&record).expect("a marker serialises");
-        // Not awaited: committing the transaction flushes it and fails if it
-        // was not delivered; an abort takes it back with the batch.
-        let _delivery = producer
+        let delivery = self
+            .producer()?
             .send_result(FutureRecord::to(marker_topic).partition(0).key(&key).payload(&value))
             .map_err(|(e, _)| KafkaError::Delivery {
                 topic: marker_topic.clone(),
                 source: e,
             })?;
-        Ok(())
-    }
-
-    async fn commit_transaction(&self, ctx: &BatchContext) -> Result<(), KafkaError> {
-        if !matches!(self.guarantee, Guarantee::ExactlyOnce { .. }) {
-            return Ok(());
-        }
-        // A batch without writers (no rows) begins here, its marker alone.
-        self.begin(ctx)?;
+        await_delivery(marker_topic, delivery).await?;
         let timeout = self.timeout;
         let state = self.state.clone();
         self.blocking(move |p| {
@@ -395,7 +389,7 @@ impl Sink for KafkaSink {
     }
 
     fn create_writer(&self, batch: &BatchContext, partition_id: usize) -> weir_core::Result<Box<dyn DataWriter>> {
-        self.begin(batch).map_err(|e| self.err(Some(batch), e))?;
+        self.begin(batch.attempt_id).map_err(|e| self.err(Some(batch), e))?;
         Ok(Box::new(KafkaWriter {
             producer: self.producer().map_err(|e| self.err(Some(batch), e))?,
             topic: self.topic.clone(),

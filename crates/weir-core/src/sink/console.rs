@@ -8,8 +8,7 @@ use async_trait::async_trait;
 use super::staging::Staging;
 use super::{BatchContext, CommitMessage, CommitOutcome, DataWriter, OutputMode, Sink};
 use crate::error::{Error, Result};
-use crate::ids::{QueryId, QueryName};
-use crate::protocol::{SinkIdentity, SinkMarker};
+use crate::protocol::SinkIdentity;
 
 /// Prints each batch's rows (up to a limit) to standard output, the way a
 /// developer watches a query. Not durable: a replayed batch is printed again.
@@ -53,10 +52,6 @@ impl Sink for ConsoleSink {
 
     fn keeps_marker(&self) -> bool {
         false
-    }
-
-    async fn marker(&self, _name: &QueryName, _known_ids: &[QueryId]) -> Result<Option<SinkMarker>> {
-        Ok(None)
     }
 
     fn create_writer(&self, _batch: &BatchContext, partition_id: usize) -> Result<Box<dyn DataWriter>> {

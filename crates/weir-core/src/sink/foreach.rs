@@ -10,8 +10,8 @@ use async_trait::async_trait;
 
 use super::{BatchContext, CommitMessage, CommitOutcome, DataWriter, OutputMode, Sink};
 use crate::error::{BoxError, Error, Result};
-use crate::ids::{BatchId, QueryId, QueryName};
-use crate::protocol::{SinkIdentity, SinkMarker};
+use crate::ids::BatchId;
+use crate::protocol::SinkIdentity;
 
 /// An application's per-partition row writer, as in Spark's `foreach`.
 ///
@@ -181,10 +181,6 @@ impl Sink for ForeachSink {
 
     fn keeps_marker(&self) -> bool {
         false
-    }
-
-    async fn marker(&self, _name: &QueryName, _known_ids: &[QueryId]) -> Result<Option<SinkMarker>> {
-        Ok(None)
     }
 
     fn create_writer(&self, batch: &BatchContext, partition_id: usize) -> Result<Box<dyn DataWriter>> {

@@ -10,8 +10,8 @@ use futures::future::BoxFuture;
 use super::staging::Staging;
 use super::{BatchContext, CommitMessage, CommitOutcome, DataWriter, OutputMode, Sink};
 use crate::error::{BoxError, Error, Result};
-use crate::ids::{BatchId, QueryId, QueryName};
-use crate::protocol::{SinkIdentity, SinkMarker};
+use crate::ids::BatchId;
+use crate::protocol::SinkIdentity;
 
 type BatchFn = dyn Fn(Vec<RecordBatch>, BatchId) -> BoxFuture<'static, std::result::Result<(), BoxError>> + Send + Sync;
 
@@ -62,10 +62,6 @@ impl Sink for ForeachBatchSink {
 
     fn keeps_marker(&self) -> bool {
         false
-    }
-
-    async fn marker(&self, _name: &QueryName, _known_ids: &[QueryId]) -> Result<Option<SinkMarker>> {
-        Ok(None)
     }
 
     fn create_writer(&self, _batch: &BatchContext, partition_id: usize) -> Result<Box<dyn DataWriter>> {

@@ -144,6 +144,12 @@ pub trait DataWriter: Send {
     async fn abort(self: Box<Self>) -> Result<()>;
 }
 
+/// A sink that keeps markers but does not say how to read them (a bug of
+/// the sink's, found when the query starts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the sink keeps markers (keeps_marker is true) but does not implement Sink::marker; nothing was written")]
+pub struct MarkerNotImplemented;
+
 /// A destination of a streaming query.
 ///
 /// The driver calls [`Sink::identity`], [`Sink::check_output_mode`],
@@ -185,7 +191,17 @@ pub trait Sink: Send + Sync + fmt::Debug {
     /// key (Delta's `txn` actions) must return the exact owner when it is one
     /// of `known_ids`, and otherwise a marker with another id: the true owner
     /// where it can find it, else [`QueryId::unknown`].
-    async fn marker(&self, name: &QueryName, known_ids: &[QueryId]) -> Result<Option<SinkMarker>>;
+    ///
+    /// A sink that keeps no marker ([`Sink::keeps_marker`] is false) need
+    /// not implement it: it has none. One that keeps markers must: the
+    /// default refuses to start it, so a forgotten marker is never taken
+    /// for an empty sink.
+    async fn marker(&self, _name: &QueryName, _known_ids: &[QueryId]) -> Result<Option<SinkMarker>> {
+        if self.keeps_marker() {
+            return Err(Error::sink(self.identity().format, None, false, MarkerNotImplemented));
+        }
+        Ok(None)
+    }
 
     /// A writer for one partition of a batch.
     fn create_writer(&self, batch: &BatchContext, partition_id: usize) -> Result<Box<dyn DataWriter>>;
