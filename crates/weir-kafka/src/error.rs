@@ -56,6 +56,22 @@ pub enum KafkaError {
         waited_ms: u64,
     },
 
+    /// The marker topic's committed markers could not all be read in time:
+    /// an open transaction (another query's batch, or a producer that
+    /// stopped, which the broker aborts after its transaction timeout)
+    /// holds back what read_committed consumers see.
+    #[error("marker topic {tp}: read up to offset {position} of {end} in {waited_ms} ms; an open transaction on it (another query's batch, or a producer that stopped and that the broker aborts after its transaction.timeout.ms) holds the rest back. Nothing was written; starting again later reads the markers")]
+    MarkersHeld {
+        /// The marker partition.
+        tp: TopicPartition,
+        /// How far the markers were read.
+        position: i64,
+        /// The topic's end, records of open transactions included.
+        end: i64,
+        /// How long it waited.
+        waited_ms: u64,
+    },
+
     /// A record's value does not parse into the source's value schema.
     #[error("the value of the record at {tp} offset {offset} does not parse: {reason}. Nothing of this batch was committed; to keep such records in a column of their own instead, set on_bad_record to a dead-letter column")]
     BadRecord {
@@ -177,7 +193,7 @@ impl KafkaError {
     pub fn retryable(&self) -> bool {
         match self {
             KafkaError::Client { source, .. } => client_retryable(source),
-            KafkaError::Stalled { .. } | KafkaError::Stopped(_) => true,
+            KafkaError::Stalled { .. } | KafkaError::MarkersHeld { .. } | KafkaError::Stopped(_) => true,
             KafkaError::Delivery { source, .. } => client_retryable(source) || is_timeout(source),
             KafkaError::Transaction { source, .. } => match source {
                 ClientError::Transaction(e) => e.is_retriable() || (e.txn_requires_abort() && !e.is_fatal()),

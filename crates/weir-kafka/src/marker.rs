@@ -57,7 +57,10 @@ pub(crate) async fn create_topic(settings: &ClientSettings, topic: &str) -> Resu
     Ok(())
 }
 
-/// The last committed marker of `query`, read with read_committed.
+/// The last committed marker of `query`, read with read_committed up to
+/// the topic's end (its high watermark, not its last stable offset): a
+/// marker committed behind another query's open transaction on the shared
+/// topic is waited for, not missed.
 pub(crate) async fn latest(
     settings: &ClientSettings,
     topic: &str,
@@ -76,9 +79,17 @@ pub(crate) async fn latest(
         )
         .create_with_context(Context::new(settings.bootstrap_servers()))
         .map_err(|e| KafkaError::client("connecting to read the markers", e))?;
+    // Its end counts records of open transactions too.
+    let ends: Consumer = settings
+        .client_config(
+            &[],
+            &[("isolation.level", "read_uncommitted"), ("group.id", "weir-markers")],
+        )
+        .create_with_context(Context::new(settings.bootstrap_servers()))
+        .map_err(|e| KafkaError::client("connecting to read the markers", e))?;
     let (topic, key) = (topic.to_string(), query.to_string());
     tokio::task::spawn_blocking(move || {
-        read_latest(&consumer, &topic, &key, timeout).map_err(|e| crate::context::explained(&consumer, e))
+        read_latest(&consumer, &ends, &topic, &key, timeout).map_err(|e| crate::context::explained(&consumer, e))
     })
     .await
     .map_err(|e| KafkaError::Stopped(e.to_string()))?
@@ -86,6 +97,7 @@ pub(crate) async fn latest(
 
 fn read_latest(
     consumer: &Consumer,
+    ends: &Consumer,
     topic: &str,
     key: &str,
     timeout: Duration,
@@ -94,7 +106,7 @@ fn read_latest(
         topic: topic.to_string(),
         partition: 0,
     };
-    let (low, high) = crate::broker::watermarks(consumer, &tp, timeout)?;
+    let (low, high) = crate::broker::watermarks(ends, &tp, timeout)?;
     if low >= high {
         return Ok(None);
     }
@@ -139,10 +151,15 @@ fn read_latest(
             Some(Err(e)) => return Err(KafkaError::client("reading the markers", e)),
         }
         if started.elapsed() > timeout {
-            return Err(KafkaError::Stalled {
+            let position = consumer
+                .position()
+                .ok()
+                .and_then(|p| p.find_partition(topic, 0).and_then(|e| e.offset().to_raw()))
+                .unwrap_or(low);
+            return Err(KafkaError::MarkersHeld {
                 tp,
-                position: -1,
-                until: high,
+                position,
+                end: high,
                 waited_ms: timeout.as_millis() as u64,
             });
         }

@@ -11,6 +11,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
+use rdkafka::producer::Producer as _;
 use weir_core::crash::{CrashPoint, CrashPoints};
 use weir_core::prelude::*;
 use weir_kafka::{Guarantee, KafkaSink};
@@ -134,6 +135,73 @@ async fn exactly_once_holds_for_read_committed_consumers_through_a_crash_at_ever
     let marks = broker::read_all(&kafka, &markers, "read_committed");
     assert_eq!(marks.len(), 10, "{marks:?}");
     assert!(marks.iter().all(|m| m.key.as_deref() == Some(name.as_str())));
+}
+
+/// Queries share the marker topic. Another query's transaction, opened
+/// (as its commit began) before this query's later markers, hides them
+/// from read_committed readers until it ends: a restart waits for it
+/// rather than miss the marker of a batch the sink committed and the
+/// checkpoint did not record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_behind_another_querys_open_transaction_is_waited_for() {
+    let Some(kafka) = broker::bootstrap() else { return };
+    let topic = broker::topic(&kafka, "shared", 2);
+    let markers = broker::topic(&kafka, "markers", 1);
+    let chk = tempfile::tempdir().unwrap();
+    let sink = || {
+        KafkaSink::new(&kafka).topic(&topic).guarantee(Guarantee::ExactlyOnce {
+            marker_topic: markers.clone(),
+        })
+    };
+    let other = Arc::new(broker::producer(
+        &kafka,
+        &[("transactional.id", &format!("other-{}", uuid::Uuid::new_v4().simple()))],
+    ));
+    other.init_transactions(Duration::from_secs(30)).unwrap();
+
+    // After this query's batch 2, the other query's marker goes out in a
+    // transaction it keeps open; this query commits batch 5 in the sink
+    // and stops before recording it.
+    let name = query_name();
+    let (opener, marker_topic) = (other.clone(), markers.clone());
+    let q = read_stream(RateSource::rows_per_batch(100).with_total_rows(1000))
+        .map_batches(as_records)
+        .write_stream()
+        .query_name(&name)
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::available_now())
+        .crash_points(CrashPoints::new().fail_at(CrashPoint::AfterSinkCommit, Some(BatchId(5))))
+        .on_progress(move |p| {
+            if p.batch_id == BatchId(2) {
+                opener.begin_transaction().unwrap();
+                let record = rdkafka::producer::BaseRecord::to(&marker_topic)
+                    .partition(0)
+                    .key("other-query")
+                    .payload("{}");
+                weir_test_support::kafka::send(&opener, record);
+                weir_test_support::kafka::flush(&opener);
+            }
+        })
+        .start(sink())
+        .await
+        .unwrap();
+    let err = q.await_termination().await.unwrap_err();
+    assert!(err.to_string().contains("injected crash"), "{err}");
+
+    // It starts again while the other transaction is still open; that one
+    // ends two seconds later.
+    let ended = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(2));
+        other.commit_transaction(Duration::from_secs(30)).unwrap();
+    });
+    run(sink(), &name, chk.path(), None).await.unwrap();
+    ended.join().unwrap();
+    assert_exactly_once(&ids(&broker::read_all(&kafka, &topic, "read_committed")), 0..1000);
+    let marks = broker::read_all(&kafka, &markers, "read_committed");
+    assert_eq!(
+        marks.iter().filter(|m| m.key.as_deref() == Some(name.as_str())).count(),
+        10
+    );
 }
 
 #[tokio::test]
