@@ -16,7 +16,9 @@
 //!      └─ Unknown(error): the next base decides ─┬─ this try's marker ► Committed
 //!                                                ├─ base unchanged ──► try again
 //!                                                └─ otherwise ───────► the error
-//! max_attempts races lost ─► the sink's error (nothing of the batch committed)
+//! after max_attempts tries, the table is read once more: this attempt's
+//! marker ► Committed; else the last unknown try's error, or the sink's
+//! error for races lost (nothing of the batch committed)
 //! ```
 //!
 //! The marker check and the try are one atomic step because the try is
@@ -62,8 +64,9 @@ pub trait TableCommit: Send {
 
     /// `base` shows the batch committed: whether by a try of this attempt
     /// (`tried`: a try was made; a lost race or an unknown outcome may have
-    /// been its own commit). `Some(version)` when it was; the sink does its
-    /// after-commit work either way, as for a commit of its own.
+    /// been its own commit). `Some(version)` when it was, after the sink's
+    /// work for a commit of its own found this way (background compaction,
+    /// expiry); otherwise the sink may clean up what its tries left.
     async fn already(&mut self, base: Self::Base, tried: bool) -> Result<Option<Option<i64>>>;
 
     /// After a try of unknown outcome whose marker `base` does not show:
@@ -95,7 +98,8 @@ pub async fn commit_batch<T: TableCommit>(
 ) -> Result<CommitOutcome> {
     let mut tried = false;
     let mut unknown: Option<crate::Error> = None;
-    for attempt in 1..=max_attempts {
+    // One pass more than tries: the last only reads how the last try ended.
+    for attempt in 1..=max_attempts + 1 {
         let base = match table.base(attempt).await {
             Ok(base) => base,
             // The table cannot tell what the try did: its error says more.
@@ -111,6 +115,9 @@ pub async fn commit_batch<T: TableCommit>(
                 Some(e) => Err(e),
                 None => Ok(CommitOutcome::AlreadyCommitted(m)),
             };
+        }
+        if attempt > max_attempts {
+            break;
         }
         if let Some(e) = unknown.take() {
             if !table.unchanged(&base) {
@@ -133,7 +140,8 @@ pub async fn commit_batch<T: TableCommit>(
             }
         }
     }
-    // A last try of unknown outcome is reported as what it is.
+    // A last try of unknown outcome that the table does not show is
+    // reported as what it is.
     Err(unknown.unwrap_or_else(|| table.too_many_conflicts(max_attempts)))
 }
 
@@ -334,6 +342,37 @@ mod tests {
         assert!(err.to_string().contains("the answer was lost"), "{err}");
         assert!(err.retryable());
         assert_eq!(table.tries, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_last_tries_outcome_is_read_from_the_table() {
+        // The last of three tries is lost, but it was this attempt's commit.
+        let mut table = Fake::new(&[
+            Step::Lose,
+            Step::Lose,
+            Step::Unknown {
+                landed: true,
+                moved: false,
+            },
+        ]);
+        let outcome = table.run(3).await.unwrap();
+        assert!(
+            matches!(outcome, CommitOutcome::Committed { version: Some(4) }),
+            "{outcome:?}"
+        );
+        assert_eq!(table.tries, 3);
+
+        // It did not land: its error, not a lost race.
+        let mut table = Fake::new(&[
+            Step::Lose,
+            Step::Unknown {
+                landed: false,
+                moved: false,
+            },
+        ]);
+        let err = table.run(2).await.unwrap_err();
+        assert!(err.to_string().contains("the answer was lost"), "{err}");
+        assert_eq!(table.tries, 2);
     }
 
     #[tokio::test(start_paused = true)]

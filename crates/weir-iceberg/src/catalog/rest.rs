@@ -178,10 +178,9 @@ impl RestCatalog {
             if status.is_success() {
                 return Ok((status, json_body(response).await.map_err(|e| self.err(path, e))?));
             }
-            let text = response
-                .text()
-                .await
-                .map_err(|e| self.err(path, RestError::Request(e.without_url())))?;
+            // The status decides; a body that cannot be read only loses
+            // the message.
+            let text = response.text().await.unwrap_or_default();
             let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
             return Ok((status, body));
         }
@@ -494,6 +493,9 @@ impl Catalog for RestCatalog {
         match status.as_u16() {
             200 => Ok(Swap::Swapped(Box::new(self.loaded(ident, &answer)?))),
             409 => Ok(Swap::Conflict),
+            // Asked to slow down, or the request timed out: not refused.
+            // The sink reads the table to learn whether it landed.
+            408 | 429 => Err(self.refused(&format!("commit to table {}", shown(ident)), status, &answer)),
             // Refused outright: the request was wrong or not allowed.
             400..=499 => Err(IcebergSinkError::CommitRefused {
                 catalog: self.name.clone(),
