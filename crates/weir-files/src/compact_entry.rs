@@ -11,10 +11,6 @@ use object_store::{PutPayload, PutPayloadMut, WriteMultipart};
 
 use crate::log::{EntryHeader, MetadataLog};
 
-/// A compact entry is staged when the previous one has at least this many
-/// bytes.
-pub(crate) const STAGE_BYTES: u64 = 1 << 20;
-
 /// The size of a staged entry's parts (S3's smallest but for the last).
 const PART_BYTES: usize = 5 << 20;
 

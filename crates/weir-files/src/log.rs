@@ -13,7 +13,8 @@
 //!
 //! The writer never holds a compact entry as parsed files: it reads the
 //! previous one a chunk at a time, copies its lines, and adds the few
-//! plain entries after it, into a [`CompactEntry`] that holds the new text
+//! plain entries after it, into a
+//! [`CompactEntry`](crate::compact_entry::CompactEntry) that holds the new text
 //! in small blocks, or stages a large entry in parts and copies it into
 //! place if absent; and a marker is read from an entry's header alone.
 
@@ -28,7 +29,6 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 use weir_core::BatchId;
 
-use crate::compact_entry::{self, Built, CompactEntry};
 use crate::error::FileSinkError;
 use crate::store::Output;
 
@@ -42,6 +42,10 @@ const VERSION: &str = "v1";
 /// How long an entry made redundant by a compact entry stays (as Spark's
 /// `fileSink.log.cleanupDelay`).
 pub const CLEANUP_DELAY: Duration = Duration::from_secs(600);
+
+/// A compact entry is staged when the previous one has at least this many
+/// bytes.
+const STAGE_BYTES: u64 = 1 << 20;
 
 /// How many times reading the log lists it again when an entry it listed
 /// was cleaned up meanwhile.
@@ -156,7 +160,7 @@ impl MetadataLog {
             compact_interval: compact_interval.max(1),
             retention,
             staging: Arc::new(AtomicBool::new(true)),
-            stage_bytes: compact_entry::STAGE_BYTES,
+            stage_bytes: STAGE_BYTES,
         }
     }
 

@@ -3,6 +3,7 @@
 //! of entries it makes redundant.
 
 use super::*;
+use crate::compact_entry::{self, Built, CompactEntry};
 
 impl MetadataLog {
     /// Writes `batch.compact` listing every file up to `batch`.
