@@ -45,7 +45,7 @@ pub enum DeltaSinkError {
         table: String,
         version: u64,
         #[source]
-        source: Box<crate::log_checkpoint::LogCheckpointError>,
+        source: Box<LogCheckpointError>,
     },
 
     /// Rows could not be encoded as Parquet.
@@ -174,6 +174,50 @@ pub(crate) fn transient(e: &object_store::Error) -> bool {
 impl From<DeltaSinkError> for weir_core::Error {
     fn from(e: DeltaSinkError) -> Self {
         e.into_core(None)
+    }
+}
+
+/// Why a log checkpoint was not written. The commits it would summarise
+/// stand either way: a log without its checkpoint is whole, only slower to
+/// read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LogCheckpointError {
+    /// The table's location could not be resolved.
+    #[error("locating the log: {0}")]
+    Delta(#[from] deltalake::DeltaTableError),
+    /// The kernel could not read the log or reconcile its actions.
+    #[error("reading the log: {0}")]
+    Kernel(#[from] buoyant_kernel::Error),
+    /// The actions could not be encoded as Parquet.
+    #[error("encoding the checkpoint: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    /// The checkpoint file could not be written or read back.
+    #[error("storing the checkpoint: {0}")]
+    Store(#[from] object_store::Error),
+    /// The writer stopped before it finished: cancelled as the runtime
+    /// shut down, or a panic.
+    #[error("the checkpoint writer stopped: {0}")]
+    Stopped(#[from] tokio::task::JoinError),
+    /// The kernel's replay gave no actions to write.
+    #[error("the log replay gave no actions")]
+    Empty,
+}
+
+impl LogCheckpointError {
+    /// Whether writing it again may succeed: a store's transient failure,
+    /// however deep it is wrapped, or a cancelled writer.
+    pub fn retryable(&self) -> bool {
+        match self {
+            LogCheckpointError::Store(e) => transient(e),
+            LogCheckpointError::Delta(deltalake::DeltaTableError::ObjectStore { source }) => transient(source),
+            LogCheckpointError::Kernel(buoyant_kernel::Error::ObjectStore(e)) => transient(e),
+            LogCheckpointError::Parquet(parquet::errors::ParquetError::External(e)) => {
+                e.downcast_ref::<object_store::Error>().is_some_and(transient)
+            }
+            LogCheckpointError::Stopped(e) => e.is_cancelled(),
+            _ => false,
+        }
     }
 }
 

@@ -96,8 +96,7 @@ mod writer;
 
 pub use compact::Compact;
 pub use describe::{describe, history, DeltaCommit, DeltaQueryMarker, DeltaTableSummary};
-pub use error::DeltaSinkError;
-pub use log_checkpoint::LogCheckpointError;
+pub use error::{DeltaSinkError, LogCheckpointError};
 pub use maintenance::{checkpoint_log, LogReport, Vacuum, VacuumReport, DEFAULT_VACUUM_RETENTION};
 pub use options::{Compression, DeltaSinkOptions};
 pub use sink::DeltaSink;

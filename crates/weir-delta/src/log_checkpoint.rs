@@ -28,6 +28,8 @@ use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use tokio::runtime::Handle;
 
+use crate::error::LogCheckpointError;
+
 /// The largest row group a checkpoint is written in, encoded.
 pub(crate) const ROW_GROUP_BYTES: usize = 1 << 20;
 
@@ -37,52 +39,6 @@ const UPLOAD_BYTES: usize = 5 << 20;
 
 /// Parts of a multipart upload in flight at once.
 const PARTS_IN_FLIGHT: usize = 2;
-
-/// Why a log checkpoint was not written. The commits it would summarise
-/// stand either way: a log without its checkpoint is whole, only slower to
-/// read.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LogCheckpointError {
-    /// The table's location could not be resolved.
-    #[error("locating the log: {0}")]
-    Delta(#[from] deltalake::DeltaTableError),
-    /// The kernel could not read the log or reconcile its actions.
-    #[error("reading the log: {0}")]
-    Kernel(#[from] buoyant_kernel::Error),
-    /// The actions could not be encoded as Parquet.
-    #[error("encoding the checkpoint: {0}")]
-    Parquet(#[from] parquet::errors::ParquetError),
-    /// The checkpoint file could not be written or read back.
-    #[error("storing the checkpoint: {0}")]
-    Store(#[from] object_store::Error),
-    /// The writer stopped before it finished: cancelled as the runtime
-    /// shut down, or a panic.
-    #[error("the checkpoint writer stopped: {0}")]
-    Stopped(#[from] tokio::task::JoinError),
-    /// The kernel's replay gave no actions to write.
-    #[error("the log replay gave no actions")]
-    Empty,
-}
-
-impl LogCheckpointError {
-    /// Whether writing it again may succeed: a store's transient failure,
-    /// however deep it is wrapped, or a cancelled writer.
-    pub fn retryable(&self) -> bool {
-        match self {
-            LogCheckpointError::Store(e) => crate::error::transient(e),
-            LogCheckpointError::Delta(deltalake::DeltaTableError::ObjectStore { source }) => {
-                crate::error::transient(source)
-            }
-            LogCheckpointError::Kernel(buoyant_kernel::Error::ObjectStore(e)) => crate::error::transient(e),
-            LogCheckpointError::Parquet(parquet::errors::ParquetError::External(e)) => e
-                .downcast_ref::<object_store::Error>()
-                .is_some_and(crate::error::transient),
-            LogCheckpointError::Stopped(e) => e.is_cancelled(),
-            _ => false,
-        }
-    }
-}
 
 /// What writing a log checkpoint did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,20 +18,10 @@ use crate::reachable::{delete_quietly, load_existing, manifests_of, snapshot_wit
 /// How many times a lost swap is tried again on the new version.
 const MAX_ATTEMPTS: usize = 50;
 
-/// The size manifests are merged up to, and below which a data manifest is
-/// merged, unless the table sets `commit.manifest.target-size-bytes`.
-/// Java's default is 8 MiB, which Java streams; iceberg-rust holds a
-/// manifest's entries in memory while it reads or writes one, about 2.7 KB
-/// a file (its column statistics are maps of their own) against 330 bytes
-/// encoded. Merging an 8 MiB manifest of 25,000 files again would cost a
-/// streaming process some 70 MB each time; 1 MiB manifests, of about 3,000
-/// files each, keep a merge under 10 MB whatever the table's size.
-pub(crate) const DEFAULT_TARGET: u64 = 1 << 20;
-
 /// Merges a table's small data manifests.
 ///
 /// Small manifests (under `commit.manifest.target-size-bytes`, default 1
-/// MiB: see [`DEFAULT_TARGET`]) of each partition spec are merged, two or more at a time, into
+/// MiB: see [`crate::commit::DEFAULT_TARGET`]) of each partition spec are merged, two or more at a time, into
 /// manifests of up to that size; their live entries are kept as existing
 /// entries with their snapshot ids and sequence numbers. The snapshot
 /// changes no row. On a lost swap it is built again on the new version, so
@@ -130,7 +120,7 @@ impl RewriteManifests {
                 .properties()
                 .get("commit.manifest.target-size-bytes")
                 .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(DEFAULT_TARGET);
+                .unwrap_or(crate::commit::DEFAULT_TARGET);
             let mut small_by_spec: HashMap<i32, usize> = HashMap::new();
             for m in &manifests {
                 if m.content == ManifestContentType::Data && (m.manifest_length as u64) < target {
