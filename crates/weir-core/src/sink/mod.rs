@@ -10,7 +10,7 @@
 //! calls [`Sink::abort`] with the messages it has.
 
 mod background;
-pub mod commit;
+mod commit;
 mod console;
 mod foreach;
 mod foreach_batch;

@@ -18,8 +18,6 @@ pub(super) struct DeltaCommit<'a> {
     /// The latest version before this batch's first try: a commit of this
     /// attempt can only be after it.
     pub(super) first_try: Option<u64>,
-    /// The version the last marker check read up to.
-    pub(super) latest: u64,
     /// Whether the last try wrote its entry itself.
     pub(super) direct_tried: bool,
 }
@@ -89,7 +87,6 @@ impl TableCommit for DeltaCommit<'_> {
         let table = self.slot.as_ref().expect("refreshed");
         let found = marker::read(table, &mut self.txns, &self.ctx.query_name, &self.ctx.known_ids()).await;
         let found = found.map_err(|e| self.core(self.sink.err(e)))?;
-        self.latest = self.txns.version().unwrap_or(0);
         Ok(found)
     }
 
@@ -99,7 +96,8 @@ impl TableCommit for DeltaCommit<'_> {
         };
         let log_store = self.slot.as_ref().expect("refreshed").log_store();
         let attempt_id = self.ctx.attempt_id.to_string();
-        let landed = marker::attempt_landed(log_store.as_ref(), since + 1, self.latest, &attempt_id).await;
+        let latest = self.txns.version().unwrap_or(0);
+        let landed = marker::attempt_landed(log_store.as_ref(), since + 1, latest, &attempt_id).await;
         if !landed.map_err(|e| self.core(self.sink.err(e)))? {
             return Ok(None);
         }
@@ -109,7 +107,9 @@ impl TableCommit for DeltaCommit<'_> {
 
     async fn try_commit(&mut self, base: DeltaBase, attempt: usize) -> weir_core::Result<Tried> {
         let (sink, ctx) = (self.sink, self.ctx);
-        let latest = self.latest;
+        // The version the marker check read up to: the cache moves only
+        // when a commit lands.
+        let latest = self.txns.version().unwrap_or(0);
         self.first_try.get_or_insert(latest);
         self.direct_tried = base.direct;
         let table = self.slot.as_ref().expect("refreshed");

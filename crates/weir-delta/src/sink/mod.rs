@@ -535,7 +535,6 @@ impl Sink for DeltaSink {
             txns: self.state.txns.lock().await,
             files,
             first_try: None,
-            latest: 0,
             direct_tried: false,
         };
         commit_batch(&mut commit, ctx, MAX_COMMIT_ATTEMPTS).await
