@@ -106,10 +106,7 @@ impl CatalogError {
     /// full or read-only disk.
     pub fn retryable(&self) -> bool {
         match self {
-            CatalogError::Database { source, .. } => matches!(
-                source,
-                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed
-            ),
+            CatalogError::Database { source, .. } => weir_iceberg::database_retryable(source),
             CatalogError::Io { source, .. } => weir_core::permanent_io_kind(source).is_none(),
             CatalogError::Purge { source, .. } => source.retryable(),
             CatalogError::Delta(e) => e.retryable(),

@@ -162,10 +162,7 @@ impl IcebergSinkError {
     pub fn retryable(&self) -> bool {
         match self {
             IcebergSinkError::TooManyConflicts { .. } | IcebergSinkError::Busy { .. } => true,
-            IcebergSinkError::Catalog { source, .. } => matches!(
-                source,
-                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed
-            ),
+            IcebergSinkError::Catalog { source, .. } => database_retryable(source),
             IcebergSinkError::Iceberg { source, .. } => source.retryable(),
             IcebergSinkError::Rest { source, .. } => source.retryable(),
             _ => false,
@@ -182,4 +179,13 @@ impl From<IcebergSinkError> for weir_core::Error {
     fn from(e: IcebergSinkError) -> Self {
         e.into_core(None)
     }
+}
+
+/// Whether a catalog database's failure may pass on a retry: the
+/// connection or its pool, not a query the database refused.
+pub fn database_retryable(e: &sqlx::Error) -> bool {
+    matches!(
+        e,
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed
+    )
 }

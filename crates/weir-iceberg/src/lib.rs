@@ -92,7 +92,7 @@ mod writer;
 
 pub use catalog::{check_ident, parse_ident, Catalog, LoadedTable, RestCatalog, SqlCatalog, Swap};
 pub use compact::Compact;
-pub use error::{IcebergSinkError, RestError};
+pub use error::{database_retryable, IcebergSinkError, RestError};
 pub use expire::{ExpireReport, ExpireSnapshots};
 pub use manifests::{ManifestReport, RewriteManifests};
 pub use orphans::{OrphanReport, RemoveOrphanFiles, DEFAULT_ORPHAN_AGE};
