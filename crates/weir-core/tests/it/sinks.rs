@@ -225,6 +225,51 @@ async fn an_unsupported_output_mode_is_refused_with_the_reason() {
     assert!(err.to_string().contains("only appends"), "{err}");
 }
 
+/// A sink that keeps markers (the default) but forgot to say how to read
+/// them.
+#[derive(Debug)]
+struct NoMarker(MemorySink);
+
+#[async_trait::async_trait]
+impl Sink for NoMarker {
+    fn identity(&self) -> weir_core::protocol::SinkIdentity {
+        self.0.identity()
+    }
+    fn create_writer(
+        &self,
+        b: &weir_core::sink::BatchContext,
+        p: usize,
+    ) -> Result<Box<dyn weir_core::sink::DataWriter>> {
+        self.0.create_writer(b, p)
+    }
+    async fn commit(
+        &self,
+        b: &weir_core::sink::BatchContext,
+        m: Vec<weir_core::sink::CommitMessage>,
+    ) -> Result<weir_core::sink::CommitOutcome> {
+        self.0.commit(b, m).await
+    }
+}
+
+#[tokio::test]
+async fn a_sink_that_keeps_markers_but_cannot_read_them_is_refused_before_writing() {
+    let chk = tempfile::tempdir().unwrap();
+    let table = MemorySink::new("t");
+    let started = read_stream(input(2))
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::available_now())
+        .start(NoMarker(table.clone()))
+        .await;
+    let err = match started {
+        Ok(q) => q.await_termination().await.unwrap_err(),
+        Err(e) => e,
+    };
+    assert!(err.to_string().contains("does not implement Sink::marker"), "{err}");
+    assert!(!err.retryable());
+    assert!(table.batches().is_empty(), "nothing was written");
+}
+
 /// A memory sink that records how each query's end closed it, and fails
 /// its close, or never finishes its work, when told to.
 #[derive(Debug)]
