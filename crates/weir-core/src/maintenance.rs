@@ -1,6 +1,7 @@
 //! What the table formats' compaction jobs share: their options, the
 //! progress they report, their plan and their report. The jobs themselves
-//! live with each format (`weir_delta::Compact`, `weir_iceberg::Compact`).
+//! live with each format (`weir_delta::Compact`, `weir_iceberg::Compact`);
+//! every job is a builder of `with_*` setters that is awaited.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+mod builder;
 mod plan;
 
 pub use plan::{plan_groups, PlanFile};
@@ -45,6 +47,21 @@ impl Default for CompactOptions {
             partition: BTreeMap::new(),
             dry_run: false,
         }
+    }
+}
+
+impl CompactOptions {
+    crate::compact_setters!();
+
+    /// These options with their limits applied, as the setters apply them:
+    /// at least 2 input files a group, 1 rewrite at a time, 1 group a
+    /// commit and a target of 1 byte.
+    pub fn limited(mut self) -> Self {
+        self.min_input_files = self.min_input_files.max(2);
+        self.max_concurrent_rewrites = self.max_concurrent_rewrites.max(1);
+        self.groups_per_commit = self.groups_per_commit.map(|g| g.max(1));
+        self.target_file_size = self.target_file_size.map(|b| b.max(1));
+        self
     }
 }
 

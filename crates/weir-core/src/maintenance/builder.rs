@@ -1,0 +1,222 @@
+//! What every maintenance job's builder shares: the compaction setters,
+//! with their limits, written once for [`CompactOptions`] and for each
+//! format's job, and the `IntoFuture` that lets a job be awaited.
+//!
+//! [`CompactOptions`]: super::CompactOptions
+
+/// The `with_*` setters of a compaction: on [`CompactOptions`] itself
+/// (`compact_setters!()`), or on a job holding them in a field and its
+/// progress callback in another (`compact_setters!(options, progress)`),
+/// which also gains `with_options` and `with_progress`.
+///
+/// [`CompactOptions`]: crate::maintenance::CompactOptions
+#[doc(hidden)]
+#[macro_export]
+macro_rules! compact_setters {
+    ($($options:ident, $progress:ident)?) => {
+        /// The size of the files written; files under three quarters of it
+        /// are inputs (at least 1 byte).
+        pub fn with_target_file_size(mut self, bytes: u64) -> Self {
+            self$(.$options)?.target_file_size = Some(bytes.max(1));
+            self
+        }
+
+        /// The fewest files a group must have to be rewritten (at least 2).
+        pub fn with_min_input_files(mut self, files: usize) -> Self {
+            self$(.$options)?.min_input_files = files.max(2);
+            self
+        }
+
+        /// How many groups are rewritten at once (at least 1). Peak memory
+        /// grows with it, not with the table.
+        pub fn with_max_concurrent_rewrites(mut self, groups: usize) -> Self {
+            self$(.$options)?.max_concurrent_rewrites = groups.max(1);
+            self
+        }
+
+        /// Commit every `groups` groups (partial progress for large tables)
+        /// instead of once at the end (at least 1).
+        pub fn with_groups_per_commit(mut self, groups: usize) -> Self {
+            self$(.$options)?.groups_per_commit = Some(groups.max(1));
+            self
+        }
+
+        /// Only the partitions where `column` (Delta: a partition column;
+        /// Iceberg: a partition field, its value as Iceberg shows it) has
+        /// `value` (`None`: null). Each call adds a condition; all must hold.
+        pub fn with_partition(mut self, column: impl Into<String>, value: Option<String>) -> Self {
+            self$(.$options)?.partition.insert(column.into(), value);
+            self
+        }
+
+        /// Plans only: report the groups, write nothing.
+        pub fn with_dry_run(mut self, yes: bool) -> Self {
+            self$(.$options)?.dry_run = yes;
+            self
+        }
+
+        $(
+            /// Every option at once (their limits applied).
+            pub fn with_options(mut self, options: $crate::maintenance::CompactOptions) -> Self {
+                self.$options = options.limited();
+                self
+            }
+
+            /// Called as the job plans, rewrites and commits.
+            pub fn with_progress(
+                mut self,
+                f: impl Fn($crate::maintenance::CompactProgress) + Send + Sync + 'static,
+            ) -> Self {
+                self.$progress = Some(::std::sync::Arc::new(f));
+                self
+            }
+        )?
+    };
+}
+
+/// The names the compaction setters had before they were `with_*`, as
+/// deprecated aliases, for the jobs that had them.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! compact_setters_renamed {
+    () => {
+        #[deprecated(since = "0.1.0", note = "renamed `with_progress`")]
+        #[doc(hidden)]
+        pub fn on_progress(self, f: impl Fn($crate::maintenance::CompactProgress) + Send + Sync + 'static) -> Self {
+            self.with_progress(f)
+        }
+
+        #[deprecated(since = "0.1.0", note = "renamed `with_target_file_size`")]
+        #[doc(hidden)]
+        pub fn target_file_size(self, bytes: u64) -> Self {
+            self.with_target_file_size(bytes)
+        }
+
+        #[deprecated(since = "0.1.0", note = "renamed `with_min_input_files`")]
+        #[doc(hidden)]
+        pub fn min_input_files(self, files: usize) -> Self {
+            self.with_min_input_files(files)
+        }
+
+        #[deprecated(since = "0.1.0", note = "renamed `with_max_concurrent_rewrites`")]
+        #[doc(hidden)]
+        pub fn max_concurrent_rewrites(self, groups: usize) -> Self {
+            self.with_max_concurrent_rewrites(groups)
+        }
+
+        #[deprecated(since = "0.1.0", note = "renamed `with_groups_per_commit`")]
+        #[doc(hidden)]
+        pub fn groups_per_commit(self, groups: usize) -> Self {
+            self.with_groups_per_commit(groups)
+        }
+
+        #[deprecated(since = "0.1.0", note = "renamed `with_partition`")]
+        #[doc(hidden)]
+        pub fn partition(self, column: impl Into<String>, value: Option<String>) -> Self {
+            self.with_partition(column, value)
+        }
+
+        #[deprecated(since = "0.1.0", note = "renamed `with_dry_run`")]
+        #[doc(hidden)]
+        pub fn dry_run(self, yes: bool) -> Self {
+            self.with_dry_run(yes)
+        }
+    };
+}
+
+/// `with_dry_run`, setting the job's `bool` field `$field`, with `$doc`
+/// as its documentation; with `renamed`, also `dry_run`, its earlier name,
+/// as a deprecated alias.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! dry_run_setter {
+    ($field:ident, $doc:literal) => {
+        #[doc = $doc]
+        pub fn with_dry_run(mut self, yes: bool) -> Self {
+            self.$field = yes;
+            self
+        }
+    };
+    ($field:ident, $doc:literal, renamed) => {
+        $crate::dry_run_setter!($field, $doc);
+
+        #[deprecated(since = "0.1.0", note = "renamed `with_dry_run`")]
+        #[doc(hidden)]
+        pub fn dry_run(self, yes: bool) -> Self {
+            self.with_dry_run(yes)
+        }
+    };
+}
+
+/// Makes a job awaitable: `job.await` runs it as `job.run().await` does.
+/// `awaitable!(Job => Result<Report, Error>)`, or with a lifetime,
+/// `awaitable!(<'a> Job<'a> => ...)`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! awaitable {
+    (<$lt:lifetime> $job:ty => $output:ty) => {
+        impl<$lt> ::std::future::IntoFuture for $job {
+            type Output = $output;
+            type IntoFuture = ::std::pin::Pin<Box<dyn ::std::future::Future<Output = $output> + Send + $lt>>;
+
+            fn into_future(self) -> Self::IntoFuture {
+                Box::pin(async move { self.run().await })
+            }
+        }
+    };
+    ($job:ty => $output:ty) => {
+        impl ::std::future::IntoFuture for $job {
+            type Output = $output;
+            type IntoFuture = ::std::pin::Pin<Box<dyn ::std::future::Future<Output = $output> + Send>>;
+
+            fn into_future(self) -> Self::IntoFuture {
+                Box::pin(async move { self.run().await })
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::maintenance::CompactOptions;
+
+    #[test]
+    fn setters_apply_their_limits() {
+        let options = CompactOptions::default()
+            .with_target_file_size(0)
+            .with_min_input_files(0)
+            .with_max_concurrent_rewrites(0)
+            .with_groups_per_commit(0)
+            .with_partition("day", Some("2026-12-03".into()))
+            .with_partition("zone", None)
+            .with_dry_run(true);
+        assert_eq!(options.target_file_size, Some(1));
+        assert_eq!(options.min_input_files, 2);
+        assert_eq!(options.max_concurrent_rewrites, 1);
+        assert_eq!(options.groups_per_commit, Some(1));
+        assert_eq!(options.partition.len(), 2);
+        assert_eq!(options.partition["zone"], None);
+        assert!(options.dry_run);
+    }
+
+    #[test]
+    fn options_set_whole_are_limited() {
+        let options = CompactOptions {
+            min_input_files: 0,
+            max_concurrent_rewrites: 0,
+            groups_per_commit: Some(0),
+            target_file_size: Some(0),
+            ..CompactOptions::default()
+        }
+        .limited();
+        assert_eq!(
+            (
+                options.min_input_files,
+                options.max_concurrent_rewrites,
+                options.groups_per_commit,
+                options.target_file_size
+            ),
+            (2, 1, Some(1), Some(1))
+        );
+    }
+}
