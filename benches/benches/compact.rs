@@ -260,9 +260,9 @@ async fn main() {
         let seen = marks.clone();
         let done: weir_core::maintenance::CompactReport = Compact::new(weir_table.to_str().unwrap())
             .unwrap()
-            .target_file_size(TARGET)
-            .max_concurrent_rewrites(CONCURRENCY)
-            .on_progress(move |event| {
+            .with_target_file_size(TARGET)
+            .with_max_concurrent_rewrites(CONCURRENCY)
+            .with_progress(move |event| {
                 let at = started.elapsed().as_secs_f64();
                 let mut marks = seen.lock().unwrap();
                 match event {
@@ -272,7 +272,6 @@ async fn main() {
                     _ => {}
                 }
             })
-            .run()
             .await
             .unwrap();
         let weir_time = started.elapsed().as_secs_f64();
@@ -396,9 +395,8 @@ async fn iceberg_round(files: u64) {
     let catalog: Arc<dyn weir_iceberg::Catalog> = catalog;
     let done = weir_iceberg::Compact::new(catalog, "bench.t")
         .unwrap()
-        .target_file_size(TARGET)
-        .max_concurrent_rewrites(CONCURRENCY)
-        .run()
+        .with_target_file_size(TARGET)
+        .with_max_concurrent_rewrites(CONCURRENCY)
         .await
         .unwrap();
     let weir_time = started.elapsed().as_secs_f64();

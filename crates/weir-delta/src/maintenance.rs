@@ -31,7 +31,7 @@ pub const DEFAULT_VACUUM_RETENTION: Duration = Duration::from_secs(7 * 86_400);
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), weir_delta::DeltaSinkError> {
-/// let report = weir_delta::Vacuum::new("lake/bronze/payments")?.dry_run(true).run().await?;
+/// let report = weir_delta::Vacuum::new("lake/bronze/payments")?.with_dry_run(true).await?;
 /// println!("{} files to delete", report.files.len());
 /// # Ok(()) }
 /// ```
@@ -43,6 +43,8 @@ pub struct Vacuum {
     force: bool,
     dry_run: bool,
 }
+
+weir_core::awaitable!(Vacuum => Result<VacuumReport, DeltaSinkError>);
 
 /// What a vacuum deleted (or, in a dry run, would delete).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -73,27 +75,35 @@ impl Vacuum {
     }
 
     /// Keeps what versions younger than `retention` need.
-    pub fn retention(mut self, retention: Duration) -> Self {
+    pub fn with_retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
         self
+    }
+
+    #[deprecated(since = "0.1.0", note = "renamed `with_retention`")]
+    #[doc(hidden)]
+    pub fn retention(self, retention: Duration) -> Self {
+        self.with_retention(retention)
     }
 
     /// Accepts a retention shorter than the table's
     /// `delta.deletedFileRetentionDuration` (7 days by default): readers of
     /// older versions, and writers whose files are not committed yet, may
     /// then lose files.
-    pub fn force(mut self, yes: bool) -> Self {
+    pub fn with_force(mut self, yes: bool) -> Self {
         self.force = yes;
         self
     }
 
-    /// Lists the files; deletes nothing.
-    pub fn dry_run(mut self, yes: bool) -> Self {
-        self.dry_run = yes;
-        self
+    #[deprecated(since = "0.1.0", note = "renamed `with_force`")]
+    #[doc(hidden)]
+    pub fn force(self, yes: bool) -> Self {
+        self.with_force(yes)
     }
 
-    /// Runs the vacuum.
+    weir_core::dry_run_setter!(dry_run, "Lists the files; deletes nothing.", renamed);
+
+    /// Runs the vacuum; awaiting the job does the same.
     pub async fn run(&self) -> Result<VacuumReport, DeltaSinkError> {
         let (url, t) = table::load_existing(&self.location, &self.storage, Files::Tracked).await?;
         let err = |source| DeltaSinkError::Delta {

@@ -34,9 +34,8 @@ const MAX_ATTEMPTS: usize = 50;
 /// use std::time::Duration;
 /// use weir_iceberg::ExpireSnapshots;
 /// let report = ExpireSnapshots::new(catalog, "bronze.payments")?
-///     .older_than(Duration::from_secs(7 * 24 * 3600))
-///     .retain_last(10)
-///     .run()
+///     .with_older_than(Duration::from_secs(7 * 24 * 3600))
+///     .with_retain_last(10)
 ///     .await?;
 /// println!("expired {} snapshots, deleted {} files", report.expired.len(), report.deleted_files());
 /// # Ok(()) }
@@ -52,6 +51,8 @@ pub struct ExpireSnapshots {
     at_least: Option<(usize, Duration)>,
     dry_run: bool,
 }
+
+weir_core::awaitable!(ExpireSnapshots => Result<ExpireReport, IcebergSinkError>);
 
 /// What an expiry did (or, in a dry run, would do).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -105,44 +106,59 @@ impl ExpireSnapshots {
 
     /// Only snapshots older than `age` expire (`Duration::ZERO`: any age).
     /// A branch's own `max-snapshot-age-ms` can keep more of its history.
-    pub fn older_than(mut self, age: Duration) -> Self {
+    pub fn with_older_than(mut self, age: Duration) -> Self {
         self.older_than = Some(age);
         self
+    }
+
+    #[deprecated(since = "0.1.0", note = "renamed `with_older_than`")]
+    #[doc(hidden)]
+    pub fn older_than(self, age: Duration) -> Self {
+        self.with_older_than(age)
     }
 
     /// The newest `n` snapshots of each branch stay, whatever their age
     /// (at least 1; default the table's
     /// `history.expire.min-snapshots-to-keep`, else 1). A branch's own
     /// `min-snapshots-to-keep` takes precedence.
-    pub fn retain_last(mut self, n: usize) -> Self {
+    pub fn with_retain_last(mut self, n: usize) -> Self {
         self.retain_last = Some(n.max(1));
         self
+    }
+
+    #[deprecated(since = "0.1.0", note = "renamed `with_retain_last`")]
+    #[doc(hidden)]
+    pub fn retain_last(self, n: usize) -> Self {
+        self.with_retain_last(n)
     }
 
     /// The newest `retain_last` snapshots of each branch stay, and those
     /// younger than `older_than`, or more where the table's
     /// `history.expire.min-snapshots-to-keep` or
     /// `history.expire.max-snapshot-age-ms` keep more: each is the larger
-    /// of the two. ([`Self::retain_last`] and [`Self::older_than`] instead
-    /// override the table's.)
-    pub fn keeping_at_least(mut self, retain_last: usize, older_than: Duration) -> Self {
+    /// of the two. ([`Self::with_retain_last`] and [`Self::with_older_than`]
+    /// instead override the table's.)
+    pub fn with_at_least(mut self, retain_last: usize, older_than: Duration) -> Self {
         self.retain_last = None;
         self.older_than = None;
         self.at_least = Some((retain_last.max(1), older_than));
         self
     }
 
-    /// Plans and reports without changing anything.
-    pub fn dry_run(mut self, yes: bool) -> Self {
-        self.dry_run = yes;
-        self
+    #[deprecated(since = "0.1.0", note = "renamed `with_at_least`")]
+    #[doc(hidden)]
+    pub fn keeping_at_least(self, retain_last: usize, older_than: Duration) -> Self {
+        self.with_at_least(retain_last, older_than)
     }
+
+    weir_core::dry_run_setter!(dry_run, "Plans and reports without changing anything.", renamed);
 
     fn shown(&self) -> String {
         crate::catalog::shown(&self.ident)
     }
 
-    /// Expires the snapshots, then deletes the files only they referenced.
+    /// Expires the snapshots, then deletes the files only they referenced;
+    /// awaiting the job does the same.
     pub async fn run(&self) -> Result<ExpireReport, IcebergSinkError> {
         for attempt in 0..MAX_ATTEMPTS {
             let base = crate::reachable::load_existing(self.catalog.as_ref(), &self.ident).await?;

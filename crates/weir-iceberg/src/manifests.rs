@@ -29,7 +29,7 @@ const MAX_ATTEMPTS: usize = 50;
 ///
 /// ```no_run
 /// # async fn f(catalog: std::sync::Arc<dyn weir_iceberg::Catalog>) -> Result<(), weir_iceberg::IcebergSinkError> {
-/// let report = weir_iceberg::RewriteManifests::new(catalog, "bronze.payments")?.run().await?;
+/// let report = weir_iceberg::RewriteManifests::new(catalog, "bronze.payments")?.await?;
 /// println!("{} manifests -> {}", report.manifests_before, report.manifests_after);
 /// # Ok(()) }
 /// ```
@@ -39,6 +39,8 @@ pub struct RewriteManifests {
     ident: TableIdent,
     dry_run: bool,
 }
+
+weir_core::awaitable!(RewriteManifests => Result<ManifestReport, IcebergSinkError>);
 
 /// What a manifest rewrite did (or, in a dry run, would do).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -67,13 +69,10 @@ impl RewriteManifests {
         })
     }
 
-    /// Counts the small manifests; changes nothing.
-    pub fn dry_run(mut self, yes: bool) -> Self {
-        self.dry_run = yes;
-        self
-    }
+    weir_core::dry_run_setter!(dry_run, "Counts the small manifests; changes nothing.", renamed);
 
-    /// Merges the small manifests in one swap.
+    /// Merges the small manifests in one swap; awaiting the job does the
+    /// same.
     pub async fn run(&self) -> Result<ManifestReport, IcebergSinkError> {
         let started = std::time::Instant::now();
         let table = shown(&self.ident);

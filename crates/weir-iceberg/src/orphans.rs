@@ -18,7 +18,7 @@ use crate::reachable::manifests_of;
 /// flight writes its files before it swaps them in.
 pub const DEFAULT_ORPHAN_AGE: Duration = Duration::from_secs(3 * 86_400);
 
-/// The shortest age accepted without [`RemoveOrphanFiles::allow_recent`].
+/// The shortest age accepted without [`RemoveOrphanFiles::with_allow_recent`].
 const MIN_ORPHAN_AGE: Duration = Duration::from_secs(3600);
 
 /// Deletes a table's orphan files older than a threshold.
@@ -26,7 +26,7 @@ const MIN_ORPHAN_AGE: Duration = Duration::from_secs(3600);
 /// ```no_run
 /// # async fn f(catalog: std::sync::Arc<dyn weir_iceberg::Catalog>) -> Result<(), weir_iceberg::IcebergSinkError> {
 /// use weir_iceberg::RemoveOrphanFiles;
-/// let report = RemoveOrphanFiles::new(catalog, "bronze.payments")?.dry_run(true).run().await?;
+/// let report = RemoveOrphanFiles::new(catalog, "bronze.payments")?.with_dry_run(true).await?;
 /// println!("{} orphan files, {} bytes", report.orphans.len(), report.bytes);
 /// # Ok(()) }
 /// ```
@@ -38,6 +38,8 @@ pub struct RemoveOrphanFiles {
     allow_recent: bool,
     dry_run: bool,
 }
+
+weir_core::awaitable!(RemoveOrphanFiles => Result<OrphanReport, IcebergSinkError>);
 
 /// What orphan removal found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -68,24 +70,32 @@ impl RemoveOrphanFiles {
     }
 
     /// Only files older than `age` may go (at least an hour, unless
-    /// [`RemoveOrphanFiles::allow_recent`]).
-    pub fn older_than(mut self, age: Duration) -> Self {
+    /// [`RemoveOrphanFiles::with_allow_recent`]).
+    pub fn with_older_than(mut self, age: Duration) -> Self {
         self.older_than = age;
         self
     }
 
+    #[deprecated(since = "0.1.0", note = "renamed `with_older_than`")]
+    #[doc(hidden)]
+    pub fn older_than(self, age: Duration) -> Self {
+        self.with_older_than(age)
+    }
+
     /// Accepts an age under an hour: files of a commit in flight may then
     /// be taken for orphans, so only when no writer is running.
-    pub fn allow_recent(mut self, yes: bool) -> Self {
+    pub fn with_allow_recent(mut self, yes: bool) -> Self {
         self.allow_recent = yes;
         self
     }
 
-    /// Lists the orphans; deletes nothing.
-    pub fn dry_run(mut self, yes: bool) -> Self {
-        self.dry_run = yes;
-        self
+    #[deprecated(since = "0.1.0", note = "renamed `with_allow_recent`")]
+    #[doc(hidden)]
+    pub fn allow_recent(self, yes: bool) -> Self {
+        self.with_allow_recent(yes)
     }
+
+    weir_core::dry_run_setter!(dry_run, "Lists the orphans; deletes nothing.", renamed);
 
     fn shown(&self) -> String {
         crate::catalog::shown(&self.ident)
@@ -98,7 +108,7 @@ impl RemoveOrphanFiles {
         }
     }
 
-    /// Finds the orphans and deletes them.
+    /// Finds the orphans and deletes them; awaiting the job does the same.
     pub async fn run(&self) -> Result<OrphanReport, IcebergSinkError> {
         if self.older_than < MIN_ORPHAN_AGE && !self.allow_recent {
             return Err(IcebergSinkError::Config {

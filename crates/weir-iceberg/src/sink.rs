@@ -196,7 +196,7 @@ impl IcebergSink {
             target,
             move |options| {
                 let (catalog, name) = (catalog.clone(), name.clone());
-                async move { crate::Compact::new(catalog, &name)?.with_options(options).run().await }
+                async move { crate::Compact::new(catalog, &name)?.with_options(options).await }
             },
         );
     }
@@ -218,11 +218,11 @@ impl IcebergSink {
             async move {
                 let age = policy.older_than.unwrap_or(Duration::ZERO);
                 let job = crate::ExpireSnapshots::new(catalog, &name).map(|job| match policy.table_properties_first {
-                    true => job.keeping_at_least(policy.retain_last, age),
-                    false => job.retain_last(policy.retain_last).older_than(age),
+                    true => job.with_at_least(policy.retain_last, age),
+                    false => job.with_retain_last(policy.retain_last).with_older_than(age),
                 });
                 let outcome = match job {
-                    Ok(job) => job.run().await,
+                    Ok(job) => job.await,
                     Err(e) => Err(e),
                 };
                 match outcome {

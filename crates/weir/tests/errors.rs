@@ -19,7 +19,7 @@ async fn stream_then_compact(lake: &Path, chk: &Path) -> Result<(usize, usize)> 
         .await?;
     query.await_termination().await?;
     let table = catalogs.describe("lake.bronze.payments").await?;
-    let done = weir::delta::Compact::new(&table.location)?.run().await?;
+    let done = weir::delta::Compact::new(&table.location)?.await?;
     Ok((done.files_removed, done.files_added))
 }
 
@@ -38,7 +38,7 @@ async fn question_marks_compose_across_the_crates() {
 }
 
 async fn compact(location: &str) -> Result<()> {
-    weir::delta::Compact::new(location)?.run().await?;
+    weir::delta::Compact::new(location)?.await?;
     Ok(())
 }
 

@@ -62,7 +62,7 @@ use rewrite::*;
 /// - Files smaller than three quarters of the target are packed, in the
 ///   order they were written, into groups of at most the target's bytes,
 ///   each rewritten as one file; a group with fewer than
-///   [`min_input_files`](Compact::min_input_files) files is left alone.
+///   [`with_min_input_files`](Compact::with_min_input_files) files is left alone.
 /// - Each commit removes a group's inputs and adds its outputs with
 ///   `dataChange=false`, so streaming readers of the table skip it.
 /// - Commits by other writers meanwhile are read and the commit is rebased
@@ -77,8 +77,7 @@ use rewrite::*;
 /// ```no_run
 /// # async fn f() -> Result<(), weir_delta::DeltaSinkError> {
 /// let report = weir_delta::Compact::new("lake/bronze/payments")?
-///     .target_file_size(128 << 20)
-///     .run()
+///     .with_target_file_size(128 << 20)
 ///     .await?;
 /// println!("{} files into {}", report.files_removed, report.files_added);
 /// # Ok(()) }
@@ -100,6 +99,8 @@ impl std::fmt::Debug for Compact {
             .finish_non_exhaustive()
     }
 }
+
+weir_core::awaitable!(Compact => Result<CompactReport, DeltaSinkError>);
 
 /// A live input file of the plan.
 #[derive(Debug, Clone)]
@@ -133,13 +134,8 @@ impl Compact {
         })
     }
 
-    /// Every option at once.
-    pub fn with_options(mut self, options: CompactOptions) -> Self {
-        self.options = options;
-        self.options.min_input_files = self.options.min_input_files.max(2);
-        self.options.max_concurrent_rewrites = self.options.max_concurrent_rewrites.max(1);
-        self
-    }
+    weir_core::compact_setters!(options, progress);
+    weir_core::compact_setters_renamed!();
 
     /// Object storage options (as `DeltaSink::with_storage_option`).
     pub fn with_storage_options(mut self, storage: std::collections::HashMap<String, String>) -> Self {
@@ -147,56 +143,16 @@ impl Compact {
         self
     }
 
-    /// The size of the files written; files under three quarters of it are
-    /// inputs.
-    pub fn target_file_size(mut self, bytes: u64) -> Self {
-        self.options.target_file_size = Some(bytes.max(1));
-        self
-    }
-
-    /// The fewest files a group must have to be rewritten (at least 2).
-    pub fn min_input_files(mut self, files: usize) -> Self {
-        self.options.min_input_files = files.max(2);
-        self
-    }
-
-    /// How many groups are rewritten at once. Peak memory is about this
-    /// many times the target file size, whatever the table's size.
-    pub fn max_concurrent_rewrites(mut self, groups: usize) -> Self {
-        self.options.max_concurrent_rewrites = groups.max(1);
-        self
-    }
-
-    /// Commit every `groups` groups (partial progress for large tables)
-    /// instead of once at the end.
-    pub fn groups_per_commit(mut self, groups: usize) -> Self {
-        self.options.groups_per_commit = Some(groups.max(1));
-        self
-    }
-
-    /// Only the partitions where `column` has `value` (`None`: null). Each
-    /// call adds a condition; all must hold.
-    pub fn partition(mut self, column: impl Into<String>, value: Option<String>) -> Self {
-        self.options.partition.insert(column.into(), value);
-        self
-    }
-
     /// The Parquet compression of the files written.
-    pub fn compression(mut self, compression: Compression) -> Self {
+    pub fn with_compression(mut self, compression: Compression) -> Self {
         self.compression = compression;
         self
     }
 
-    /// Plans only: report the groups, write nothing.
-    pub fn dry_run(mut self, yes: bool) -> Self {
-        self.options.dry_run = yes;
-        self
-    }
-
-    /// Called as the job plans, rewrites and commits.
-    pub fn on_progress(mut self, f: impl Fn(CompactProgress) + Send + Sync + 'static) -> Self {
-        self.progress = Some(Arc::new(f));
-        self
+    #[deprecated(since = "0.1.0", note = "renamed `with_compression`")]
+    #[doc(hidden)]
+    pub fn compression(self, compression: Compression) -> Self {
+        self.with_compression(compression)
     }
 
     fn report(&self, event: CompactProgress) {
@@ -205,7 +161,7 @@ impl Compact {
         }
     }
 
-    /// Plans, rewrites and commits.
+    /// Plans, rewrites and commits; awaiting the job does the same.
     pub async fn run(&self) -> Result<CompactReport, DeltaSinkError> {
         let started = Instant::now();
         let (url, table) = table::load_existing(&self.location, &self.storage, Files::Tracked).await?;

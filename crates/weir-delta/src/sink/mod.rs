@@ -193,7 +193,7 @@ impl DeltaSink {
                 async move {
                     let job = crate::Compact::new(&location)?;
                     let job = job.with_storage_options(storage).with_options(options);
-                    job.compression(compression).run().await
+                    job.with_compression(compression).await
                 }
             },
         );

@@ -58,8 +58,7 @@ async fn small_files_become_one_and_every_version_reads_the_same_rows() {
 
     let plan = Compact::new(table.to_str().unwrap())
         .unwrap()
-        .dry_run(true)
-        .run()
+        .with_dry_run(true)
         .await
         .unwrap();
     assert_eq!(plan.groups.len(), 1, "{plan:?}");
@@ -71,7 +70,7 @@ async fn small_files_become_one_and_every_version_reads_the_same_rows() {
         "a dry run commits nothing"
     );
 
-    let done = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
+    let done = Compact::new(table.to_str().unwrap()).unwrap().await.unwrap();
     assert_eq!(done.commits, vec![before + 1]);
     assert_eq!((done.files_removed, done.files_added, done.rows), (12, 1, 1200));
     assert_eq!(done.files_after(), 1);
@@ -84,7 +83,7 @@ async fn small_files_become_one_and_every_version_reads_the_same_rows() {
     let old = read(&["ids-at", table.to_str().unwrap(), &before.to_string()]).unwrap();
     assert_exactly_once(&json_ids(&old), 0..1200);
 
-    let again = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
+    let again = Compact::new(table.to_str().unwrap()).unwrap().await.unwrap();
     assert!(again.groups.is_empty() && again.commits.is_empty(), "{again:?}");
 
     // The stream goes on after compaction, exactly once.
@@ -104,8 +103,7 @@ async fn partitions_are_compacted_apart_with_a_filter_and_partial_progress() {
 
     let only_b1 = Compact::new(table.to_str().unwrap())
         .unwrap()
-        .partition("bucket", Some("b1".into()))
-        .run()
+        .with_partition("bucket", Some("b1".into()))
         .await
         .unwrap();
     assert_eq!(only_b1.groups.len(), 1);
@@ -114,8 +112,7 @@ async fn partitions_are_compacted_apart_with_a_filter_and_partial_progress() {
 
     let rest = Compact::new(table.to_str().unwrap())
         .unwrap()
-        .groups_per_commit(1)
-        .run()
+        .with_groups_per_commit(1)
         .await
         .unwrap();
     assert_eq!(rest.groups.len(), 2);
@@ -133,8 +130,7 @@ async fn partitions_are_compacted_apart_with_a_filter_and_partial_progress() {
 
     let e = Compact::new(table.to_str().unwrap())
         .unwrap()
-        .partition("zone", None)
-        .run()
+        .with_partition("zone", None)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("not a partition column"), "{e}");
@@ -152,12 +148,12 @@ async fn a_compaction_stopped_before_its_commit_changes_nothing_and_a_rerun_fini
 
     // The job dies right after rewriting, before its commit, as a killed
     // process would.
-    let job = Compact::new(table.to_str().unwrap()).unwrap().on_progress(|p| {
+    let job = Compact::new(table.to_str().unwrap()).unwrap().with_progress(|p| {
         if matches!(p, CompactProgress::Rewritten { .. }) {
             panic!("killed after the rewrite");
         }
     });
-    let died = tokio::spawn(async move { job.run().await }).await;
+    let died = tokio::spawn(async move { job.await }).await;
     assert!(died.unwrap_err().is_panic());
 
     assert_eq!(described(&table)["version"].as_i64().unwrap(), before);
@@ -170,7 +166,7 @@ async fn a_compaction_stopped_before_its_commit_changes_nothing_and_a_rerun_fini
         .count();
     assert_eq!(on_disk, 1, "the uncommitted output is an orphan");
 
-    let done = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
+    let done = Compact::new(table.to_str().unwrap()).unwrap().await.unwrap();
     assert_eq!(done.commits, vec![before + 1]);
     assert_eq!(live_files(&table), 1);
     assert_exactly_once(&ids_by_both_readers(&table), 0..800);
@@ -178,9 +174,8 @@ async fn a_compaction_stopped_before_its_commit_changes_nothing_and_a_rerun_fini
     // Vacuum takes the orphan and the compacted inputs, never the live file.
     let vacuumed = Vacuum::new(table.to_str().unwrap())
         .unwrap()
-        .retention(Duration::ZERO)
-        .force(true)
-        .run()
+        .with_retention(Duration::ZERO)
+        .with_force(true)
         .await
         .unwrap();
     assert_eq!(vacuumed.files.len(), 9, "{vacuumed:?}");
@@ -200,14 +195,13 @@ async fn a_group_whose_input_another_writer_removed_is_dropped() {
     let flag = deleted.clone();
     let report = Compact::new(&t)
         .unwrap()
-        .on_progress(move |p| {
+        .with_progress(move |p| {
             if matches!(p, CompactProgress::Rewritten { .. }) && !flag.swap(true, Ordering::SeqCst) {
                 // Another engine rewrites the files holding ids below 50
                 // while the group waits for its commit.
                 alter(&["delete", &t, "event_id < 50"]).unwrap();
             }
         })
-        .run()
         .await
         .unwrap();
     assert!(deleted.load(Ordering::SeqCst));
@@ -233,13 +227,12 @@ async fn an_append_between_rewrite_and_commit_is_rebased_over() {
     let t = table.to_str().unwrap().to_string();
     let report = Compact::new(&t)
         .unwrap()
-        .on_progress(move |p| {
+        .with_progress(move |p| {
             if matches!(p, CompactProgress::Rewritten { .. }) {
                 // Another engine appends while the group waits for its commit.
                 alter(&["append-copy", &t]).unwrap();
             }
         })
-        .run()
         .await
         .unwrap();
     assert_eq!((report.concurrent_commits, report.commits.len()), (1, 1), "{report:?}");
@@ -260,13 +253,12 @@ async fn a_removal_read_by_an_earlier_commit_drops_a_later_group() {
     stream(&table, &dir.path().join("chk"), 7).await;
     let t = table.to_str().unwrap().to_string();
     // A target that packs the eight files into two groups of four.
-    let all = Compact::new(&t).unwrap().dry_run(true).run().await.unwrap();
+    let all = Compact::new(&t).unwrap().with_dry_run(true).await.unwrap();
     let target = all.groups[0].bytes / 8 * 9 / 2;
     let plan = Compact::new(&t)
         .unwrap()
-        .target_file_size(target)
-        .dry_run(true)
-        .run()
+        .with_target_file_size(target)
+        .with_dry_run(true)
         .await
         .unwrap();
     assert_eq!(
@@ -279,17 +271,16 @@ async fn a_removal_read_by_an_earlier_commit_drops_a_later_group() {
     let path = t.clone();
     let report = Compact::new(&t)
         .unwrap()
-        .target_file_size(target)
-        .groups_per_commit(1)
-        .max_concurrent_rewrites(1)
-        .on_progress(move |p| {
+        .with_target_file_size(target)
+        .with_groups_per_commit(1)
+        .with_max_concurrent_rewrites(1)
+        .with_progress(move |p| {
             if matches!(p, CompactProgress::Rewritten { .. }) && !flag.swap(true, Ordering::SeqCst) {
                 // Before the first group commits, another engine deletes the
                 // rows of the last file, an input of the second group.
                 alter(&["delete", &path, "event_id >= 700"]).unwrap();
             }
         })
-        .run()
         .await
         .unwrap();
     assert!(deleted.load(Ordering::SeqCst));
@@ -319,7 +310,6 @@ async fn compaction_runs_again_and_again_beside_a_stream_that_never_fails() {
     while q.is_active() || runs < 3 {
         let r = Compact::new(table.to_str().unwrap())
             .unwrap()
-            .run()
             .await
             .expect("compaction beside a stream commits");
         runs += 1;
@@ -336,7 +326,7 @@ async fn compaction_runs_again_and_again_beside_a_stream_that_never_fails() {
     assert!(committed >= 1, "compactions committed {committed} times in {runs} runs");
     let total = 100 + last as i64 * 50;
     assert_exactly_once(&ids_by_both_readers(&table), 0..total);
-    Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
+    Compact::new(table.to_str().unwrap()).unwrap().await.unwrap();
     assert_eq!(live_files(&table), 1);
     assert_exactly_once(&ids_by_both_readers(&table), 0..total);
 }
@@ -374,7 +364,7 @@ async fn partitioned(table: &Path, chk: &Path, rows: ReadStream, column: &str) {
 /// see every row once.
 async fn compacts_with_removes_as_written(table: &Path, partitions: usize, rows: u64) {
     let before = live_files(table);
-    let done = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
+    let done = Compact::new(table.to_str().unwrap()).unwrap().await.unwrap();
     assert_eq!((done.files_removed, done.files_added), (before, partitions), "{done:?}");
     assert_eq!(live_files(table), partitions);
     let (adds, removes) = raw_log_paths(table);
@@ -442,7 +432,7 @@ async fn live_files_that_decode_to_one_path_are_refused() {
     .unwrap();
     let before = log_entries(&table);
 
-    let err = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap_err();
+    let err = Compact::new(table.to_str().unwrap()).unwrap().await.unwrap_err();
     match &err {
         weir_delta::DeltaSinkError::SamePathDecoded { first, second, .. } => {
             let mut named = [first.clone(), second.clone()];
@@ -468,7 +458,7 @@ async fn compaction_runs_on_a_current_thread_runtime() {
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("t");
     stream(&table, &dir.path().join("chk"), 5).await;
-    let done = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
+    let done = Compact::new(table.to_str().unwrap()).unwrap().await.unwrap();
     assert_eq!(
         (done.files_removed, done.files_added, done.rows),
         (6, 1, 600),
@@ -513,8 +503,7 @@ async fn a_damaged_input_stops_the_job_and_leaves_nothing_behind() {
 
     let e = Compact::new(table.to_str().unwrap())
         .unwrap()
-        .max_concurrent_rewrites(3)
-        .run()
+        .with_max_concurrent_rewrites(3)
         .await
         .unwrap_err();
     let name = damaged.file_name().unwrap().to_string_lossy().to_string();
@@ -538,7 +527,7 @@ async fn a_file_larger_than_a_part_goes_up_in_parts_and_reads_whole() {
         .await
         .unwrap();
     q.await_termination().await.unwrap();
-    let done = Compact::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
+    let done = Compact::new(table.to_str().unwrap()).unwrap().await.unwrap();
     assert_eq!(
         (done.files_removed, done.files_added),
         (done.files_before, 1),

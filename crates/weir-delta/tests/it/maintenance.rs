@@ -45,8 +45,8 @@ fn parquet_files(table: &Path) -> Vec<PathBuf> {
 fn forced_vacuum(table: &Path) -> Vacuum {
     Vacuum::new(table.to_str().unwrap())
         .unwrap()
-        .retention(Duration::ZERO)
-        .force(true)
+        .with_retention(Duration::ZERO)
+        .with_force(true)
 }
 
 /// A file no commit added, as a failed write leaves, `age` old.
@@ -71,15 +71,14 @@ async fn vacuum_deletes_old_strays_and_keeps_every_live_file() {
 
     let plan = Vacuum::new(table.to_str().unwrap())
         .unwrap()
-        .dry_run(true)
-        .run()
+        .with_dry_run(true)
         .await
         .unwrap();
     assert_eq!(plan.files.len(), 1, "{plan:?}");
     assert!(plan.files[0].ends_with("part-stray-864000.parquet"), "{plan:?}");
     assert!(old.exists());
 
-    let done = Vacuum::new(table.to_str().unwrap()).unwrap().run().await.unwrap();
+    let done = Vacuum::new(table.to_str().unwrap()).unwrap().await.unwrap();
     assert_eq!(done.files, plan.files);
     assert!(!old.exists());
     assert!(young.exists(), "a young file may be a write in flight");
@@ -100,19 +99,17 @@ async fn a_short_retention_is_refused_unless_forced() {
     let location = table.to_str().unwrap();
     let e = Vacuum::new(location)
         .unwrap()
-        .retention(Duration::from_secs(3600))
-        .run()
+        .with_retention(Duration::from_secs(3600))
         .await
         .unwrap_err();
     assert!(e.to_string().contains("shorter than the table's"), "{e}");
     // Within the default retention the removed files stay for time travel.
-    assert!(Vacuum::new(location).unwrap().run().await.unwrap().files.is_empty());
+    assert!(Vacuum::new(location).unwrap().await.unwrap().files.is_empty());
 
     let done = Vacuum::new(location)
         .unwrap()
-        .retention(Duration::ZERO)
-        .force(true)
-        .run()
+        .with_retention(Duration::ZERO)
+        .with_force(true)
         .await
         .unwrap();
     assert_eq!(done.files.len(), 2, "{done:?}");
@@ -196,7 +193,6 @@ async fn vacuum_matches_escaped_and_spaced_partition_folders() {
     let written = data_files_under(&table, &table);
     let compacted = weir_delta::Compact::new(table.to_str().unwrap())
         .unwrap()
-        .run()
         .await
         .unwrap();
     assert_eq!(compacted.files_added, 2, "{compacted:?}");
@@ -224,25 +220,24 @@ async fn vacuum_matches_escaped_and_spaced_partition_folders() {
     }
     let plan = Vacuum::new(table.to_str().unwrap())
         .unwrap()
-        .dry_run(true)
-        .run()
+        .with_dry_run(true)
         .await
         .unwrap();
     assert_eq!(plan.files, vec!["zone=10%3A00 utc/part-stray.parquet".to_string()]);
 
     let vacuum = || forced_vacuum(&table);
-    let plan = vacuum().dry_run(true).run().await.unwrap();
+    let plan = vacuum().with_dry_run(true).await.unwrap();
     assert_eq!(plan.files, expected, "the compacted inputs and the stray, no live file");
     assert_eq!(
         data_files_under(&table, &table).len(),
         expected.len() + 2,
         "a dry run deletes nothing"
     );
-    let done = vacuum().run().await.unwrap();
+    let done = vacuum().await.unwrap();
     assert_eq!(done.files, expected);
     assert_eq!(data_files_under(&table, &table), live);
     assert_exactly_once(&ids(&table), 0..40);
-    assert_eq!(vacuum().run().await.unwrap().files, Vec::<String>::new());
+    assert_eq!(vacuum().await.unwrap().files, Vec::<String>::new());
 }
 
 /// Gives the table's first live file a deletion vector, as an engine's
@@ -284,12 +279,11 @@ async fn vacuum_refuses_a_table_with_deletion_vectors() {
     stream(&table, &dir.path().join("chk"), OutputMode::Append, 2).await;
     let with_vector = add_a_deletion_vector(&table);
     let before = parquet_files(&table).len();
-    let e = forced_vacuum(&table).run().await.unwrap_err();
+    let e = forced_vacuum(&table).await.unwrap_err();
     assert!(e.to_string().contains("deletion vectors"), "{e}");
     assert_eq!(parquet_files(&table).len(), before);
     let compacted = weir_delta::Compact::new(table.to_str().unwrap())
         .unwrap()
-        .run()
         .await
         .unwrap();
     assert_eq!(
@@ -319,11 +313,10 @@ async fn absolute_file_paths_are_refused_by_compaction_and_vacuum() {
 
     let e = weir_delta::Compact::new(table.to_str().unwrap())
         .unwrap()
-        .run()
         .await
         .unwrap_err();
     assert!(e.to_string().contains("an absolute path"), "{e}");
-    let e = forced_vacuum(&table).run().await.unwrap_err();
+    let e = forced_vacuum(&table).await.unwrap_err();
     assert!(e.to_string().contains("an absolute path"), "{e}");
     assert_eq!(parquet_files(&table).len(), before);
     assert_eq!(std::fs::read_dir(table.join("_delta_log")).unwrap().count(), entries);

@@ -146,7 +146,6 @@ async fn compaction_in_s3_sends_a_large_file_in_parts_and_keeps_every_row() {
     let done = weir_delta::Compact::new(&table)
         .unwrap()
         .with_storage_options(h.storage())
-        .run()
         .await
         .unwrap();
     assert_eq!(
@@ -186,7 +185,6 @@ async fn vacuum_in_s3_matches_escaped_and_spaced_partition_folders() {
     let compacted = weir_delta::Compact::new(&table)
         .unwrap()
         .with_storage_options(h.storage())
-        .run()
         .await
         .unwrap();
     assert_eq!(compacted.files_added, 2, "{compacted:?}");
@@ -210,12 +208,12 @@ async fn vacuum_in_s3_matches_escaped_and_spaced_partition_folders() {
         weir_delta::Vacuum::new(&table)
             .unwrap()
             .with_storage_options(h.storage())
-            .retention(std::time::Duration::ZERO)
-            .force(true)
+            .with_retention(std::time::Duration::ZERO)
+            .with_force(true)
     };
-    let plan = vacuum().dry_run(true).run().await.unwrap();
+    let plan = vacuum().with_dry_run(true).await.unwrap();
     assert_eq!(plan.files, expected, "the compacted inputs and the stray, no live file");
-    let done = vacuum().run().await.unwrap();
+    let done = vacuum().await.unwrap();
     assert_eq!(done.files, expected);
     assert_eq!(h.data_files("zoned").await, live);
     weir_test_support::assert_exactly_once(&deltalake_ids(&table), 0..40);

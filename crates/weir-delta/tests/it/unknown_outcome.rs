@@ -186,7 +186,7 @@ async fn a_commit_that_landed_but_answered_an_error_is_found_and_kept() {
     let table = dir.path().join("t");
     stream(&table, &dir.path().join("chk"), 7).await;
     let url = faulty_url(&table, &[Fault::LandThenFail]);
-    let done = Compact::new(&url).unwrap().run().await.unwrap();
+    let done = Compact::new(&url).unwrap().await.unwrap();
     assert_eq!(faults_left(&table), 0, "the fault was met");
     assert_eq!(done.commits, vec![9], "{done:?}");
     assert_eq!((done.files_removed, done.files_added), (8, 1));
@@ -203,7 +203,7 @@ async fn a_commit_that_failed_unlanded_is_tried_again_and_lands_once() {
     let table = dir.path().join("t");
     stream(&table, &dir.path().join("chk"), 7).await;
     let url = faulty_url(&table, &[Fault::FailUnlanded, Fault::FailUnlanded]);
-    let done = Compact::new(&url).unwrap().run().await.unwrap();
+    let done = Compact::new(&url).unwrap().await.unwrap();
     assert_eq!(faults_left(&table), 0, "both faults were met");
     assert_eq!(done.commits, vec![9], "{done:?}");
     assert_eq!(optimizes(&table), 1);

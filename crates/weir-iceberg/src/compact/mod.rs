@@ -48,7 +48,7 @@ use rewrite::*;
 /// - Data files smaller than three quarters of the target
 ///   (`write.target-file-size-bytes`) are packed into groups of at most the
 ///   target's bytes, per partition, each rewritten as one file; a group
-///   with fewer than [`min_input_files`](Compact::min_input_files) files is
+///   with fewer than [`with_min_input_files`](Compact::with_min_input_files) files is
 ///   left alone.
 /// - After partition evolution, small files of an older spec are grouped by
 ///   their own partition and rewritten into the default spec: one output
@@ -67,7 +67,9 @@ use rewrite::*;
 ///
 /// ```no_run
 /// # async fn f(catalog: std::sync::Arc<dyn weir_iceberg::Catalog>) -> Result<(), weir_iceberg::IcebergSinkError> {
-/// let report = weir_iceberg::Compact::new(catalog, "bronze.payments")?.run().await?;
+/// let report = weir_iceberg::Compact::new(catalog, "bronze.payments")?
+///     .with_target_file_size(128 << 20)
+///     .await?;
 /// println!("{} files into {}", report.files_removed, report.files_added);
 /// # Ok(()) }
 /// ```
@@ -78,6 +80,8 @@ pub struct Compact {
     options: CompactOptions,
     progress: Option<ProgressFn>,
 }
+
+weir_core::awaitable!(Compact => Result<CompactReport, IcebergSinkError>);
 
 impl std::fmt::Debug for Compact {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -108,59 +112,8 @@ impl Compact {
         })
     }
 
-    /// Every option at once.
-    pub fn with_options(mut self, options: CompactOptions) -> Self {
-        self.options = options;
-        self.options.min_input_files = self.options.min_input_files.max(2);
-        self.options.max_concurrent_rewrites = self.options.max_concurrent_rewrites.max(1);
-        self
-    }
-
-    /// The size of the files written; files under three quarters of it are
-    /// inputs.
-    pub fn target_file_size(mut self, bytes: u64) -> Self {
-        self.options.target_file_size = Some(bytes.max(1));
-        self
-    }
-
-    /// The fewest files a group must have to be rewritten (at least 2).
-    pub fn min_input_files(mut self, files: usize) -> Self {
-        self.options.min_input_files = files.max(2);
-        self
-    }
-
-    /// How many groups are rewritten at once. Peak memory is bounded by
-    /// this many writers' row groups, whatever the table's size.
-    pub fn max_concurrent_rewrites(mut self, groups: usize) -> Self {
-        self.options.max_concurrent_rewrites = groups.max(1);
-        self
-    }
-
-    /// Commit every `groups` groups (partial progress for large tables)
-    /// instead of once at the end.
-    pub fn groups_per_commit(mut self, groups: usize) -> Self {
-        self.options.groups_per_commit = Some(groups.max(1));
-        self
-    }
-
-    /// Only the partitions whose partition field `field` shows `value`
-    /// (`None`: null). Each call adds a condition; all must hold.
-    pub fn partition(mut self, field: impl Into<String>, value: Option<String>) -> Self {
-        self.options.partition.insert(field.into(), value);
-        self
-    }
-
-    /// Plans only: report the groups, write nothing.
-    pub fn dry_run(mut self, yes: bool) -> Self {
-        self.options.dry_run = yes;
-        self
-    }
-
-    /// Called as the job plans, rewrites and commits.
-    pub fn on_progress(mut self, f: impl Fn(CompactProgress) + Send + Sync + 'static) -> Self {
-        self.progress = Some(Arc::new(f));
-        self
-    }
+    weir_core::compact_setters!(options, progress);
+    weir_core::compact_setters_renamed!();
 
     fn report(&self, event: CompactProgress) {
         if let Some(f) = &self.progress {
@@ -181,7 +134,7 @@ impl Compact {
         }
     }
 
-    /// Plans, rewrites and commits.
+    /// Plans, rewrites and commits; awaiting the job does the same.
     pub async fn run(&self) -> Result<CompactReport, IcebergSinkError> {
         let started = Instant::now();
         let base = load_existing(self.catalog.as_ref(), &self.ident).await?;

@@ -100,13 +100,13 @@ async fn small_files_become_one_replace_snapshot_and_old_snapshots_read_the_same
     assert_eq!(files(&h), 10);
     let before = describe(&h)["snapshots"].as_array().unwrap().last().unwrap()["id"].clone();
 
-    let plan = compact(&h).await.dry_run(true).run().await.unwrap();
+    let plan = compact(&h).await.with_dry_run(true).await.unwrap();
     assert_eq!(plan.groups.len(), 1, "{plan:?}");
     assert_eq!(plan.groups[0].files.len(), 10);
     assert!(plan.commits.is_empty());
     assert_eq!(files(&h), 10, "a dry run changes nothing");
 
-    let done = compact(&h).await.run().await.unwrap();
+    let done = compact(&h).await.await.unwrap();
     assert_eq!(done.commits.len(), 1);
     assert_eq!((done.files_removed, done.files_added, done.rows), (10, 1, 600));
     assert_eq!(files(&h), 1);
@@ -123,7 +123,7 @@ async fn small_files_become_one_replace_snapshot_and_old_snapshots_read_the_same
     let old = iceberg(&["ids-at", &h.reader, TABLE, &before.to_string()]).unwrap();
     assert_exactly_once(&json_ids(&old), 0..600);
 
-    let again = compact(&h).await.run().await.unwrap();
+    let again = compact(&h).await.await.unwrap();
     assert!(again.groups.is_empty() && again.commits.is_empty(), "{again:?}");
 
     // The stream goes on exactly once; expiry then deletes the replaced files.
@@ -132,8 +132,7 @@ async fn small_files_become_one_replace_snapshot_and_old_snapshots_read_the_same
     let catalog: Arc<dyn Catalog> = h.catalog().await;
     let expired = ExpireSnapshots::new(catalog, TABLE)
         .unwrap()
-        .older_than(Duration::ZERO)
-        .run()
+        .with_older_than(Duration::ZERO)
         .await
         .unwrap();
     assert_eq!(expired.data_files.len(), 10, "{expired:?}");
@@ -167,7 +166,7 @@ async fn files_of_an_older_partition_spec_are_rewritten_into_the_current_one() {
     let before = d["snapshots"].as_array().unwrap().last().unwrap()["id"].clone();
     assert_exactly_once(&ids(&h), 0..720);
 
-    let done = compact(&h).await.min_input_files(2).run().await.unwrap();
+    let done = compact(&h).await.with_min_input_files(2).await.unwrap();
     assert_eq!(done.commits.len(), 1, "{done:?}");
     let old: Vec<_> = done.groups.iter().filter(|g| g.partition.is_empty()).collect();
     assert_eq!(old.len(), 1, "the old spec's files are one group: {done:?}");
@@ -196,20 +195,19 @@ async fn partitions_are_compacted_apart_with_a_filter_and_partial_progress() {
 
     let one = compact(&h)
         .await
-        .partition("account_id_bucket", Some("1".into()))
-        .run()
+        .with_partition("account_id_bucket", Some("1".into()))
         .await
         .unwrap();
     assert_eq!(one.groups.len(), 1, "{one:?}");
     assert_eq!(one.groups[0].partition["account_id_bucket"].as_deref(), Some("1"));
     assert_eq!(files(&h), 19);
 
-    let rest = compact(&h).await.groups_per_commit(1).run().await.unwrap();
+    let rest = compact(&h).await.with_groups_per_commit(1).await.unwrap();
     assert_eq!((rest.groups.len(), rest.commits.len()), (3, 3), "{rest:?}");
     assert_eq!(files(&h), 4, "one file per bucket");
     assert_exactly_once(&ids(&h), 0..360);
 
-    let e = compact(&h).await.partition("zone", None).run().await.unwrap_err();
+    let e = compact(&h).await.with_partition("zone", None).await.unwrap_err();
     assert!(e.to_string().contains("not partition fields"), "{e}");
 }
 
@@ -224,19 +222,19 @@ async fn a_compaction_stopped_before_its_swap_changes_nothing_and_a_rerun_finish
     let before = describe(&h)["metadata_location"].clone();
 
     // The job dies right after rewriting, before its swap.
-    let job = compact(&h).await.on_progress(|p| {
+    let job = compact(&h).await.with_progress(|p| {
         if matches!(p, CompactProgress::Rewritten { .. }) {
             panic!("killed after the rewrite");
         }
     });
-    let died = tokio::spawn(async move { job.run().await }).await;
+    let died = tokio::spawn(async move { job.await }).await;
     assert!(died.unwrap_err().is_panic());
     assert_eq!(describe(&h)["metadata_location"], before);
     assert_eq!(files(&h), 6);
     assert_exactly_once(&ids(&h), 0..360);
     assert_eq!(outputs_on_disk(&h), 1, "the uncommitted output is an orphan");
 
-    let done = compact(&h).await.run().await.unwrap();
+    let done = compact(&h).await.await.unwrap();
     assert_eq!(done.commits.len(), 1);
     assert_eq!(files(&h), 1);
     assert_exactly_once(&ids(&h), 0..360);
@@ -255,14 +253,13 @@ async fn a_group_whose_input_another_writer_rewrote_is_dropped() {
     let flag = deleted.clone();
     let report = compact(&h)
         .await
-        .on_progress(move |p| {
+        .with_progress(move |p| {
             if matches!(p, CompactProgress::Rewritten { .. }) && !flag.swap(true, Ordering::SeqCst) {
                 // pyiceberg rewrites the file holding ids below 30 while the
                 // group waits for its swap.
                 iceberg(&["delete", &reader, TABLE, "event_id < 30"]).unwrap();
             }
         })
-        .run()
         .await
         .unwrap();
     assert!(deleted.load(Ordering::SeqCst));
@@ -282,13 +279,12 @@ async fn an_append_between_rewrite_and_swap_is_kept() {
     let reader = h.reader.clone();
     let report = compact(&h)
         .await
-        .on_progress(move |p| {
+        .with_progress(move |p| {
             if matches!(p, CompactProgress::Rewritten { .. }) {
                 // pyiceberg appends while the group waits for its swap.
                 iceberg(&["append", &reader, TABLE, "1000000", "50"]).unwrap();
             }
         })
-        .run()
         .await
         .unwrap();
     assert_eq!((report.concurrent_commits, report.commits.len()), (1, 1), "{report:?}");
@@ -318,11 +314,7 @@ async fn compaction_runs_again_and_again_beside_a_stream_that_never_fails() {
         .unwrap();
     let (mut runs, mut committed) = (0, 0);
     while q.is_active() || runs < 3 {
-        let r = compact(&h)
-            .await
-            .run()
-            .await
-            .expect("compaction beside a stream commits");
+        let r = compact(&h).await.await.expect("compaction beside a stream commits");
         runs += 1;
         committed += r.commits.len();
         if runs % 5 == 0 {
@@ -336,7 +328,7 @@ async fn compaction_runs_again_and_again_beside_a_stream_that_never_fails() {
     assert!(committed >= 1, "compactions committed {committed} times in {runs} runs");
     let total = (last as i64 + 1) * 60;
     assert_exactly_once(&ids(&h), 0..total);
-    compact(&h).await.run().await.unwrap();
+    compact(&h).await.await.unwrap();
     assert_eq!(files(&h), 1);
     assert_exactly_once(&ids(&h), 0..total);
 }
@@ -374,18 +366,13 @@ async fn small_manifests_are_merged_into_one_without_changing_a_row() {
     let catalog: Arc<dyn Catalog> = h.catalog().await;
     let plan = RewriteManifests::new(catalog.clone(), TABLE)
         .unwrap()
-        .dry_run(true)
-        .run()
+        .with_dry_run(true)
         .await
         .unwrap();
     assert_eq!((plan.small_manifests, plan.snapshot_id), (6, None), "{plan:?}");
     assert_eq!(describe(&h)["manifests"], 6);
 
-    let done = RewriteManifests::new(catalog.clone(), TABLE)
-        .unwrap()
-        .run()
-        .await
-        .unwrap();
+    let done = RewriteManifests::new(catalog.clone(), TABLE).unwrap().await.unwrap();
     assert_eq!((done.manifests_before, done.manifests_after), (6, 1), "{done:?}");
     let d = describe(&h);
     assert_eq!(d["manifests"], 1);
@@ -395,7 +382,7 @@ async fn small_manifests_are_merged_into_one_without_changing_a_row() {
     assert_eq!(last["summary"]["total-records"], "360", "{last}");
     assert_exactly_once(&ids(&h), 0..360);
 
-    let again = RewriteManifests::new(catalog, TABLE).unwrap().run().await.unwrap();
+    let again = RewriteManifests::new(catalog, TABLE).unwrap().await.unwrap();
     assert_eq!(again.snapshot_id, None, "one manifest is left alone");
     run(7).await;
     assert_exactly_once(&ids(&h), 0..480);

@@ -41,7 +41,7 @@ async fn expire(h: &SqlHarness) -> ExpireSnapshots {
     let catalog: Arc<dyn Catalog> = h.catalog().await;
     ExpireSnapshots::new(catalog, TABLE)
         .unwrap()
-        .older_than(std::time::Duration::ZERO)
+        .with_older_than(std::time::Duration::ZERO)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,7 +55,7 @@ async fn expiry_keeps_rows_and_markers_and_a_replay_after_it_is_a_no_op() {
     assert_eq!(snapshots(&h), 6);
 
     // A dry run plans and changes nothing.
-    let plan = expire(&h).await.retain_last(2).dry_run(true).run().await.unwrap();
+    let plan = expire(&h).await.with_retain_last(2).with_dry_run(true).await.unwrap();
     assert_eq!((plan.expired.len(), plan.retained), (4, 2));
     assert_eq!(plan.manifest_lists.len(), 4);
     assert!(plan.metadata_location.is_none());
@@ -64,7 +64,7 @@ async fn expiry_keeps_rows_and_markers_and_a_replay_after_it_is_a_no_op() {
 
     // Appends share their manifests with later snapshots: only the
     // expired snapshots' manifest lists go.
-    let done = expire(&h).await.retain_last(2).run().await.unwrap();
+    let done = expire(&h).await.with_retain_last(2).await.unwrap();
     assert_eq!(done.expired, plan.expired);
     assert!(done.data_files.is_empty() && done.manifests.is_empty(), "{done:?}");
     assert!(done.manifest_lists.iter().all(|l| !local(l).exists()));
@@ -78,7 +78,7 @@ async fn expiry_keeps_rows_and_markers_and_a_replay_after_it_is_a_no_op() {
     assert!(stream(&h, chk.path(), OutputMode::Append, 6, Some(crash))
         .await
         .is_err());
-    let done = expire(&h).await.run().await.unwrap();
+    let done = expire(&h).await.await.unwrap();
     assert_eq!((done.expired.len(), done.retained), (2, 1));
     stream(&h, chk.path(), OutputMode::Append, 6, None).await.unwrap();
     assert_exactly_once(&event_ids(&h, TABLE), 0..700);
@@ -99,13 +99,12 @@ async fn expiry_after_complete_mode_deletes_the_replaced_data_files() {
     // Nothing is old enough yet.
     let young = expire(&h)
         .await
-        .older_than(std::time::Duration::from_secs(3600))
-        .run()
+        .with_older_than(std::time::Duration::from_secs(3600))
         .await
         .unwrap();
     assert!(young.expired.is_empty() && young.deleted_files() == 0);
 
-    let done = expire(&h).await.run().await.unwrap();
+    let done = expire(&h).await.await.unwrap();
     assert_eq!(done.expired.len(), 2);
     // Batches 0 and 1 were replaced by batch 2: their data files go.
     assert!(!done.data_files.is_empty() && done.data_bytes > 0, "{done:?}");
@@ -136,7 +135,7 @@ async fn expiry_beside_a_running_stream_loses_no_row() {
     // the newest version or plans again.
     let mut runs = 0;
     while query.is_active() {
-        let report = expire(&h).await.retain_last(3).run().await.unwrap();
+        let report = expire(&h).await.with_retain_last(3).await.unwrap();
         assert!(report.failed.is_empty());
         runs += 1;
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -144,7 +143,7 @@ async fn expiry_beside_a_running_stream_loses_no_row() {
     query.await_termination().await.unwrap();
     assert!(runs >= 2, "only {runs} expiries ran beside the stream");
     assert_exactly_once(&event_ids(&h, TABLE), 0..2000);
-    expire(&h).await.run().await.unwrap();
+    expire(&h).await.await.unwrap();
     assert_exactly_once(&event_ids(&h, TABLE), 0..2000);
 }
 
@@ -241,14 +240,14 @@ async fn expiry_keeps_what_refs_and_their_retention_keep() {
     manage(&["tag", "v1", &s[1].to_string()]);
     manage(&["branch", "audit", &s[3].to_string(), "2", "-"]);
     manage(&["property", "history.expire.min-snapshots-to-keep", "three"]);
-    let e = expire(&h).await.run().await.unwrap_err();
+    let e = expire(&h).await.await.unwrap_err();
     assert!(e.to_string().contains("is not a whole number"), "{e}");
     assert_eq!(ids_of(&describe()), s, "nothing expired");
     manage(&["property", "history.expire.min-snapshots-to-keep", "3"]);
 
     // Main keeps its newest 3 (the table's setting), the branch its own 2,
     // the tag its head; the rest is older than the job's age (any).
-    let report = expire(&h).await.run().await.unwrap();
+    let report = expire(&h).await.await.unwrap();
     let mut expired = report.expired.clone();
     expired.sort_unstable();
     let mut want = vec![s[0], s[4], s[5], s[6]];
@@ -273,7 +272,7 @@ async fn expiry_keeps_what_refs_and_their_retention_keep() {
     // A branch whose own age is a day keeps its whole history; main keeps
     // its own 2 over the job's retain_last(1).
     manage(&["branch", "young", &new[1].to_string(), "-", "86400000"]);
-    let report = expire(&h).await.retain_last(1).run().await.unwrap();
+    let report = expire(&h).await.with_retain_last(1).await.unwrap();
     assert_eq!(
         report.expired,
         vec![new[2]],

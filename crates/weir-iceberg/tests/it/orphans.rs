@@ -67,8 +67,7 @@ async fn old_unreferenced_files_go_and_nothing_else() {
 
     let e = RemoveOrphanFiles::new(catalog.clone(), TABLE)
         .unwrap()
-        .older_than(Duration::from_secs(60))
-        .run()
+        .with_older_than(Duration::from_secs(60))
         .await
         .unwrap_err();
     assert!(e.to_string().contains("commit in flight"), "{e}");
@@ -76,9 +75,8 @@ async fn old_unreferenced_files_go_and_nothing_else() {
     let hour = Duration::from_secs(3600);
     let plan = RemoveOrphanFiles::new(catalog.clone(), TABLE)
         .unwrap()
-        .older_than(hour)
-        .dry_run(true)
-        .run()
+        .with_older_than(hour)
+        .with_dry_run(true)
         .await
         .unwrap();
     let mut expected: Vec<String> = [&old_data, &old_meta]
@@ -91,8 +89,7 @@ async fn old_unreferenced_files_go_and_nothing_else() {
 
     let done = RemoveOrphanFiles::new(catalog, TABLE)
         .unwrap()
-        .older_than(hour)
-        .run()
+        .with_older_than(hour)
         .await
         .unwrap();
     assert_eq!(done.orphans, plan.orphans);
@@ -122,14 +119,12 @@ async fn a_table_that_may_share_files_is_never_cleaned() {
     let catalog: Arc<dyn Catalog> = h.catalog().await;
     let e = RemoveOrphanFiles::new(catalog.clone(), TABLE)
         .unwrap()
-        .run()
         .await
         .unwrap_err();
     assert!(e.to_string().contains("gc.enabled=false"), "{e}");
     let e = weir_iceberg::ExpireSnapshots::new(catalog, TABLE)
         .unwrap()
-        .older_than(Duration::ZERO)
-        .run()
+        .with_older_than(Duration::ZERO)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("gc.enabled=false"), "{e}");
@@ -158,9 +153,8 @@ async fn a_table_holding_another_table_is_never_cleaned() {
     let catalog: Arc<dyn Catalog> = h.catalog().await;
     let e = RemoveOrphanFiles::new(catalog, TABLE)
         .unwrap()
-        .older_than(Duration::ZERO)
-        .allow_recent(true)
-        .run()
+        .with_older_than(Duration::ZERO)
+        .with_allow_recent(true)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("holds another table"), "{e}");

@@ -112,7 +112,7 @@ async fn compaction_through_the_rest_catalog_on_s3_keeps_every_row() {
         .unwrap();
     let name = format!("{}.compacted", h.namespace);
     let catalog: Arc<dyn weir_iceberg::Catalog> = Arc::new(h.catalog().await);
-    let done = weir_iceberg::Compact::new(catalog, &name).unwrap().run().await.unwrap();
+    let done = weir_iceberg::Compact::new(catalog, &name).unwrap().await.unwrap();
     assert_eq!(
         (done.files_removed, done.files_added, done.commits.len()),
         (done.files_before, 1, 1),

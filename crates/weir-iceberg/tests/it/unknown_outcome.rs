@@ -112,7 +112,7 @@ async fn compact(catalog: Arc<SqlCatalog>, faults: &[Fault]) -> (Result<CompactR
         inner: catalog,
         faults: Mutex::new(faults.iter().copied().collect()),
     });
-    let done = Compact::new(faulty.clone(), TABLE).unwrap().run().await;
+    let done = Compact::new(faulty.clone(), TABLE).unwrap().await;
     let left = faulty.faults.lock().unwrap().len();
     (done, left)
 }
