@@ -14,6 +14,7 @@ use crate::error::CatalogError;
 use crate::format::TableFormat;
 use crate::name::{self, TableName};
 use crate::options::{SnapshotExpiry, TableOptions};
+use crate::table_ref::TableRef;
 use crate::{path, registry};
 
 /// A table found in a catalog.
@@ -235,11 +236,11 @@ impl Catalogs {
         self.find_resolved(&name).await
     }
 
-    /// The table of that name, or [`CatalogError::NoSuchTable`].
-    pub async fn table(&self, name: &str) -> Result<TableEntry, CatalogError> {
-        self.find(name)
-            .await?
-            .ok_or_else(|| CatalogError::NoSuchTable { name: name.to_string() })
+    /// The table of that name: awaited, its entry or
+    /// [`CatalogError::NoSuchTable`]; its methods start maintenance jobs on
+    /// it (`catalogs.table(name).compact().await`).
+    pub fn table(&self, name: &str) -> TableRef<'_> {
+        TableRef::new(self, name)
     }
 
     async fn find_resolved(&self, name: &TableName) -> Result<Option<TableEntry>, CatalogError> {

@@ -19,6 +19,17 @@
 //!   tables in one are listed but not written, as a folder cannot swap
 //!   metadata atomically.
 //!
+//! A table by name is also where its maintenance starts: each job is a
+//! builder of `with_*` setters, run by awaiting it.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), weir_catalog::CatalogError> {
+//! let catalogs = weir_catalog::Catalogs::from_env()?;
+//! let summary = catalogs.table("lake.bronze.payments").compact().with_target_file_size(128 << 20).await?;
+//! println!("{} files after", summary.files_after);
+//! # Ok(()) }
+//! ```
+//!
 //! # Guarantees
 //!
 //! - Names are checked before anything is touched: each part is ASCII
@@ -41,17 +52,21 @@ mod config;
 mod describe;
 mod error;
 mod format;
+mod jobs;
 mod name;
 mod options;
 mod path;
 mod registry;
+mod table_ref;
 
 pub use catalogs::{Catalogs, TableEntry, TableSink};
-pub use compact::CompactSummary;
+pub use compact::{CompactJob, CompactSummary};
 pub use config::{lake_dir, CatalogConfig, CatalogKind, Config, DEFAULT_CATALOG, DEFAULT_LAKE_DIR};
 pub use describe::{HistoryEntry, QueryMarker, TableDescription};
 pub use error::CatalogError;
 pub use format::TableFormat;
+pub use jobs::{ExpireJob, ManifestsJob, OrphansJob, VacuumJob};
 pub use name::TableName;
 pub use options::{SnapshotExpiry, TableOptions};
+pub use table_ref::TableRef;
 pub use weir_core::maintenance::{CompactGroup, CompactOptions, CompactProgress, CompactReport};

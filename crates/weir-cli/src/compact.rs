@@ -90,7 +90,10 @@ pub async fn run(catalogs: &Catalogs, name: &str, options: CompactOptions, json:
     let bar = Arc::new(Mutex::new(Bar::default()));
     let shared = bar.clone();
     let summary = catalogs
-        .compact(name, &options, move |p| {
+        .table(name)
+        .compact()
+        .with_options(options)
+        .with_progress(move |p| {
             if !draw {
                 return;
             }

@@ -150,9 +150,14 @@ pub async fn expire(
     json: bool,
 ) -> Result<(), Failure> {
     let started = std::time::Instant::now();
-    let report = catalogs
-        .expire_snapshots(name, older_than, retain_last, dry_run)
-        .await?;
+    let mut job = catalogs.table(name).expire_snapshots().with_dry_run(dry_run);
+    if let Some(age) = older_than {
+        job = job.with_older_than(age);
+    }
+    if let Some(n) = retain_last {
+        job = job.with_retain_last(n);
+    }
+    let report = job.await?;
     if json {
         return json_line(&report);
     }
@@ -188,7 +193,11 @@ pub async fn remove_orphans(
     json: bool,
 ) -> Result<(), Failure> {
     let started = std::time::Instant::now();
-    let report = catalogs.remove_orphan_files(name, older_than, dry_run).await?;
+    let mut job = catalogs.table(name).remove_orphan_files().with_dry_run(dry_run);
+    if let Some(age) = older_than {
+        job = job.with_older_than(age);
+    }
+    let report = job.await?;
     if json {
         return json_line(&report);
     }
@@ -218,7 +227,11 @@ pub async fn vacuum(
     json: bool,
 ) -> Result<(), Failure> {
     let started = std::time::Instant::now();
-    let report = catalogs.vacuum(name, retention, force, dry_run).await?;
+    let mut job = catalogs.table(name).vacuum().with_force(force).with_dry_run(dry_run);
+    if let Some(retention) = retention {
+        job = job.with_retention(retention);
+    }
+    let report = job.await?;
     if json {
         return json_line(&report);
     }
@@ -232,7 +245,7 @@ pub async fn vacuum(
 }
 
 pub async fn rewrite_manifests(catalogs: &Catalogs, name: &str, dry_run: bool, json: bool) -> Result<(), Failure> {
-    let report = catalogs.rewrite_manifests(name, dry_run).await?;
+    let report = catalogs.table(name).rewrite_manifests().with_dry_run(dry_run).await?;
     if json {
         return json_line(&report);
     }

@@ -1,6 +1,7 @@
 //! Tables by name on every kind of catalog, written by streams and read
 //! back by other engines (Python deltalake, pyiceberg).
 
+mod jobs;
 mod path;
 mod rest;
 mod sql;

@@ -1,0 +1,260 @@
+//! The maintenance jobs of one format, on a table by name: Delta's vacuum,
+//! Iceberg's snapshot expiry, orphan removal and manifest rewrite. Each is
+//! made by a [`TableRef`] method and run by awaiting it; on a table of the
+//! other format it is refused, naming what does that work there.
+
+use std::time::Duration;
+
+use crate::catalogs::Catalogs;
+use crate::error::CatalogError;
+use crate::format::TableFormat;
+use crate::table_ref::TableRef;
+
+const VACUUM_IS_DELTAS: &str =
+    "vacuum is for Delta tables; an Iceberg table's old files go with snapshot expiry and orphan removal";
+const EXPIRY_IS_ICEBERGS: &str = "snapshot expiry is for Iceberg tables; a Delta table's old files go with vacuum";
+const ORPHANS_ARE_ICEBERGS: &str = "orphan removal is for Iceberg tables; a Delta table's go with vacuum";
+const MANIFESTS_ARE_ICEBERGS: &str = "manifests are Iceberg's; a Delta table's log is kept short by log checkpoints";
+
+/// A vacuum of a Delta table by name (see [`weir_delta::Vacuum`]): files
+/// no version within the retention (default 7 days) needs, and files of
+/// failed writes older than it.
+#[derive(Debug, Clone)]
+pub struct VacuumJob<'a> {
+    table: TableRef<'a>,
+    retention: Option<Duration>,
+    force: bool,
+    dry_run: bool,
+}
+
+impl<'a> VacuumJob<'a> {
+    pub(crate) fn new(table: TableRef<'a>) -> Self {
+        VacuumJob {
+            table,
+            retention: None,
+            force: false,
+            dry_run: false,
+        }
+    }
+
+    /// Keeps what versions younger than `retention` need.
+    pub fn with_retention(mut self, retention: Duration) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+
+    /// Accepts a retention shorter than the table's
+    /// `delta.deletedFileRetentionDuration` (see [`weir_delta::Vacuum::with_force`]).
+    pub fn with_force(mut self, yes: bool) -> Self {
+        self.force = yes;
+        self
+    }
+
+    weir_core::dry_run_setter!(dry_run, "Lists the files; deletes nothing.");
+
+    /// Runs the vacuum; awaiting the job does the same.
+    pub async fn run(&self) -> Result<weir_delta::VacuumReport, CatalogError> {
+        let table = self.table.of_format(TableFormat::Delta, VACUUM_IS_DELTAS).await?;
+        let storage = self.table.catalogs().delta_storage(&table.name.catalog).await?;
+        let mut vacuum = weir_delta::Vacuum::new(&table.location)?
+            .with_storage_options(storage)
+            .with_force(self.force)
+            .with_dry_run(self.dry_run);
+        if let Some(retention) = self.retention {
+            vacuum = vacuum.with_retention(retention);
+        }
+        Ok(vacuum.await?)
+    }
+}
+
+weir_core::awaitable!(<'a> VacuumJob<'a> => Result<weir_delta::VacuumReport, CatalogError>);
+
+/// Expiry of an Iceberg table's old snapshots, by name (see
+/// [`weir_iceberg::ExpireSnapshots`]); by default as the table's
+/// `history.expire.*` properties say.
+#[derive(Debug, Clone)]
+pub struct ExpireJob<'a> {
+    table: TableRef<'a>,
+    older_than: Option<Duration>,
+    retain_last: Option<usize>,
+    dry_run: bool,
+}
+
+impl<'a> ExpireJob<'a> {
+    pub(crate) fn new(table: TableRef<'a>) -> Self {
+        ExpireJob {
+            table,
+            older_than: None,
+            retain_last: None,
+            dry_run: false,
+        }
+    }
+
+    /// Only snapshots older than `age` expire (see
+    /// [`weir_iceberg::ExpireSnapshots::with_older_than`]).
+    pub fn with_older_than(mut self, age: Duration) -> Self {
+        self.older_than = Some(age);
+        self
+    }
+
+    /// The newest `n` snapshots of each branch stay (see
+    /// [`weir_iceberg::ExpireSnapshots::with_retain_last`]).
+    pub fn with_retain_last(mut self, n: usize) -> Self {
+        self.retain_last = Some(n);
+        self
+    }
+
+    weir_core::dry_run_setter!(dry_run, "Plans and reports without changing anything.");
+
+    /// Expires the snapshots and deletes the files only they referenced;
+    /// awaiting the job does the same.
+    pub async fn run(&self) -> Result<weir_iceberg::ExpireReport, CatalogError> {
+        let table = self.table.of_format(TableFormat::Iceberg, EXPIRY_IS_ICEBERGS).await?;
+        let catalog = self.table.catalogs().iceberg_catalog(&table.name.catalog).await?;
+        let mut expire =
+            weir_iceberg::ExpireSnapshots::new(catalog, &table.name.in_catalog())?.with_dry_run(self.dry_run);
+        if let Some(age) = self.older_than {
+            expire = expire.with_older_than(age);
+        }
+        if let Some(n) = self.retain_last {
+            expire = expire.with_retain_last(n);
+        }
+        Ok(expire.await?)
+    }
+}
+
+weir_core::awaitable!(<'a> ExpireJob<'a> => Result<weir_iceberg::ExpireReport, CatalogError>);
+
+/// Removal of an Iceberg table's files that nothing references, by name
+/// (see [`weir_iceberg::RemoveOrphanFiles`]); by default of those older
+/// than three days.
+#[derive(Debug, Clone)]
+pub struct OrphansJob<'a> {
+    table: TableRef<'a>,
+    older_than: Option<Duration>,
+    dry_run: bool,
+}
+
+impl<'a> OrphansJob<'a> {
+    pub(crate) fn new(table: TableRef<'a>) -> Self {
+        OrphansJob {
+            table,
+            older_than: None,
+            dry_run: false,
+        }
+    }
+
+    /// Only files older than `age` may go (see
+    /// [`weir_iceberg::RemoveOrphanFiles::with_older_than`]).
+    pub fn with_older_than(mut self, age: Duration) -> Self {
+        self.older_than = Some(age);
+        self
+    }
+
+    weir_core::dry_run_setter!(dry_run, "Lists the orphans; deletes nothing.");
+
+    /// Finds the orphans and deletes them; awaiting the job does the same.
+    pub async fn run(&self) -> Result<weir_iceberg::OrphanReport, CatalogError> {
+        let table = self.table.of_format(TableFormat::Iceberg, ORPHANS_ARE_ICEBERGS).await?;
+        let catalog = self.table.catalogs().iceberg_catalog(&table.name.catalog).await?;
+        let mut job =
+            weir_iceberg::RemoveOrphanFiles::new(catalog, &table.name.in_catalog())?.with_dry_run(self.dry_run);
+        if let Some(age) = self.older_than {
+            job = job.with_older_than(age);
+        }
+        Ok(job.await?)
+    }
+}
+
+weir_core::awaitable!(<'a> OrphansJob<'a> => Result<weir_iceberg::OrphanReport, CatalogError>);
+
+/// A merge of an Iceberg table's small manifests, by name (see
+/// [`weir_iceberg::RewriteManifests`]).
+#[derive(Debug, Clone)]
+pub struct ManifestsJob<'a> {
+    table: TableRef<'a>,
+    dry_run: bool,
+}
+
+impl<'a> ManifestsJob<'a> {
+    pub(crate) fn new(table: TableRef<'a>) -> Self {
+        ManifestsJob { table, dry_run: false }
+    }
+
+    weir_core::dry_run_setter!(dry_run, "Counts the small manifests; changes nothing.");
+
+    /// Merges the small manifests in one swap; awaiting the job does the
+    /// same.
+    pub async fn run(&self) -> Result<weir_iceberg::ManifestReport, CatalogError> {
+        let table = self
+            .table
+            .of_format(TableFormat::Iceberg, MANIFESTS_ARE_ICEBERGS)
+            .await?;
+        let catalog = self.table.catalogs().iceberg_catalog(&table.name.catalog).await?;
+        let job = weir_iceberg::RewriteManifests::new(catalog, &table.name.in_catalog())?.with_dry_run(self.dry_run);
+        Ok(job.await?)
+    }
+}
+
+weir_core::awaitable!(<'a> ManifestsJob<'a> => Result<weir_iceberg::ManifestReport, CatalogError>);
+
+/// The positional forms these jobs had before they were builders.
+impl Catalogs {
+    /// Expires old snapshots of Iceberg table `name`.
+    #[deprecated(
+        since = "0.1.0",
+        note = "use `catalogs.table(name).expire_snapshots().with_*(..).await`"
+    )]
+    pub async fn expire_snapshots(
+        &self,
+        name: &str,
+        older_than: Option<Duration>,
+        retain_last: Option<usize>,
+        dry_run: bool,
+    ) -> Result<weir_iceberg::ExpireReport, CatalogError> {
+        let mut job = self.table(name).expire_snapshots().with_dry_run(dry_run);
+        job.older_than = older_than;
+        job.retain_last = retain_last;
+        job.await
+    }
+
+    /// Deletes Iceberg table `name`'s orphan files.
+    #[deprecated(
+        since = "0.1.0",
+        note = "use `catalogs.table(name).remove_orphan_files().with_*(..).await`"
+    )]
+    pub async fn remove_orphan_files(
+        &self,
+        name: &str,
+        older_than: Option<Duration>,
+        dry_run: bool,
+    ) -> Result<weir_iceberg::OrphanReport, CatalogError> {
+        let mut job = self.table(name).remove_orphan_files().with_dry_run(dry_run);
+        job.older_than = older_than;
+        job.await
+    }
+
+    /// Merges Iceberg table `name`'s small manifests.
+    #[deprecated(since = "0.1.0", note = "use `catalogs.table(name).rewrite_manifests().await`")]
+    pub async fn rewrite_manifests(
+        &self,
+        name: &str,
+        dry_run: bool,
+    ) -> Result<weir_iceberg::ManifestReport, CatalogError> {
+        self.table(name).rewrite_manifests().with_dry_run(dry_run).await
+    }
+
+    /// Vacuums Delta table `name`.
+    #[deprecated(since = "0.1.0", note = "use `catalogs.table(name).vacuum().with_*(..).await`")]
+    pub async fn vacuum(
+        &self,
+        name: &str,
+        retention: Option<Duration>,
+        force: bool,
+        dry_run: bool,
+    ) -> Result<weir_delta::VacuumReport, CatalogError> {
+        let mut job = self.table(name).vacuum().with_force(force).with_dry_run(dry_run);
+        job.retention = retention;
+        job.await
+    }
+}

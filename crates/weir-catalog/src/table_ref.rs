@@ -1,0 +1,105 @@
+//! A table by name: awaited, its catalog entry; its methods, the
+//! maintenance jobs on it, each a builder that is awaited.
+
+use crate::catalogs::{Catalogs, TableEntry};
+use crate::compact::CompactJob;
+use crate::error::CatalogError;
+use crate::format::TableFormat;
+use crate::jobs::{ExpireJob, ManifestsJob, OrphansJob, VacuumJob};
+
+/// A table by name, looked up when awaited ([`Catalogs::table`]).
+///
+/// ```no_run
+/// # async fn f() -> Result<(), weir_catalog::CatalogError> {
+/// use std::time::Duration;
+/// let catalogs = weir_catalog::Catalogs::from_env()?;
+/// let table = catalogs.table("lake.bronze.payments").await?;
+/// println!("{} is a {} table", table.name, table.format);
+/// let report = catalogs.table("lake.bronze.payments").compact().with_target_file_size(128 << 20).await?;
+/// println!("{} files into {}", report.report.files_removed, report.report.files_added);
+/// catalogs
+///     .table("lake.bronze.payments")
+///     .vacuum()
+///     .with_retention(Duration::from_secs(7 * 24 * 3600))
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct TableRef<'a> {
+    catalogs: &'a Catalogs,
+    name: String,
+}
+
+impl<'a> TableRef<'a> {
+    pub(crate) fn new(catalogs: &'a Catalogs, name: &str) -> Self {
+        TableRef {
+            catalogs,
+            name: name.to_string(),
+        }
+    }
+
+    /// The name as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The catalogs it is looked up in.
+    pub(crate) fn catalogs(&self) -> &'a Catalogs {
+        self.catalogs
+    }
+
+    /// Its entry, or [`CatalogError::NoSuchTable`]; awaiting it does the
+    /// same.
+    pub async fn run(&self) -> Result<TableEntry, CatalogError> {
+        self.catalogs
+            .find(&self.name)
+            .await?
+            .ok_or_else(|| CatalogError::NoSuchTable {
+                name: self.name.clone(),
+            })
+    }
+
+    /// Its entry if it is of `format`; else `Unsupported` with `reason`
+    /// (what the job is for, and what does its work in the other format).
+    pub(crate) async fn of_format(&self, format: TableFormat, reason: &str) -> Result<TableEntry, CatalogError> {
+        let table = self.run().await?;
+        if table.format != format {
+            return Err(CatalogError::Unsupported {
+                catalog: table.name.catalog.clone(),
+                reason: format!("{}: {reason}", table.name),
+            });
+        }
+        Ok(table)
+    }
+
+    /// Compaction of its small files, in either format (see
+    /// [`weir_delta::Compact`] and [`weir_iceberg::Compact`]).
+    pub fn compact(&self) -> CompactJob<'a> {
+        CompactJob::new(self.clone())
+    }
+
+    /// A vacuum of this Delta table (see [`weir_delta::Vacuum`]).
+    pub fn vacuum(&self) -> VacuumJob<'a> {
+        VacuumJob::new(self.clone())
+    }
+
+    /// Expiry of this Iceberg table's old snapshots (see
+    /// [`weir_iceberg::ExpireSnapshots`]).
+    pub fn expire_snapshots(&self) -> ExpireJob<'a> {
+        ExpireJob::new(self.clone())
+    }
+
+    /// Removal of this Iceberg table's orphan files (see
+    /// [`weir_iceberg::RemoveOrphanFiles`]).
+    pub fn remove_orphan_files(&self) -> OrphansJob<'a> {
+        OrphansJob::new(self.clone())
+    }
+
+    /// A merge of this Iceberg table's small manifests (see
+    /// [`weir_iceberg::RewriteManifests`]).
+    pub fn rewrite_manifests(&self) -> ManifestsJob<'a> {
+        ManifestsJob::new(self.clone())
+    }
+}
+
+weir_core::awaitable!(<'a> TableRef<'a> => Result<TableEntry, CatalogError>);
