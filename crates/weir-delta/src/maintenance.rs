@@ -171,10 +171,12 @@ impl Vacuum {
                 source: e.into(),
             })?;
             // A path with escapes may be spelled as no object is (a
-            // removal's path encoded once more than the listing's): it is
-            // looked up first, and not reported if it is not there.
+            // removal's path encoded once more than the listing's), and the
+            // plan names removed files an earlier vacuum already deleted: a
+            // dry run, and any such path, looks each up first and does not
+            // report what is not there.
             let mut found = Ok(());
-            if !table::plain_path(&planned) {
+            if self.dry_run || !table::plain_path(&planned) {
                 found = store.head(&location).await.map(|_| ());
             }
             if found.is_ok() && !self.dry_run {
