@@ -43,7 +43,7 @@ pub struct DeltaSinkOptions {
     /// credentials, ...). Credentials are never logged.
     pub storage_options: HashMap<String, String>,
     /// The size at which a data file is closed; default: the table's
-    /// `delta.targetFileSize`, else 128 MiB.
+    /// `delta.targetFileSize`, else 100 MiB (deltalake's default).
     pub target_file_size: Option<u64>,
     /// The Parquet compression of data files.
     pub compression: Compression,

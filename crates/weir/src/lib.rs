@@ -133,6 +133,38 @@ impl ToTable for StreamWriter {
     }
 }
 
+/// The README and every page of `docs/`: their Rust code blocks are
+/// compiled as doc tests, so what they show is the API as it is.
+#[cfg(doctest)]
+mod docs {
+    #[doc = include_str!("../../../README.md")]
+    mod readme {}
+    #[doc = include_str!("../../../docs/benchmarks.md")]
+    mod benchmarks {}
+    #[doc = include_str!("../../../docs/catalogs.md")]
+    mod catalogs {}
+    #[doc = include_str!("../../../docs/command.md")]
+    mod command {}
+    #[doc = include_str!("../../../docs/commit-sequence.md")]
+    mod commit_sequence {}
+    #[doc = include_str!("../../../docs/delta.md")]
+    mod delta {}
+    #[doc = include_str!("../../../docs/files.md")]
+    mod files {}
+    #[doc = include_str!("../../../docs/getting-started.md")]
+    mod getting_started {}
+    #[doc = include_str!("../../../docs/iceberg.md")]
+    mod iceberg {}
+    #[doc = include_str!("../../../docs/kafka.md")]
+    mod kafka {}
+    #[doc = include_str!("../../../docs/layout.md")]
+    mod layout {}
+    #[doc = include_str!("../../../docs/maintenance.md")]
+    mod maintenance {}
+    #[doc = include_str!("../../../docs/testing.md")]
+    mod testing {}
+}
+
 /// What an application needs: the engine's prelude, `to_table`, catalogs
 /// and table options, and weir's [`Error`](crate::Error) and
 /// [`Result`](crate::Result) (not the engine's), so `?` works on all of them.
