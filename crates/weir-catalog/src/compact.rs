@@ -30,6 +30,7 @@ pub struct CompactSummary {
 /// size without changing its rows (see [`weir_delta::Compact`] and
 /// [`weir_iceberg::Compact`]); made by [`TableRef::compact`], run by
 /// awaiting it.
+#[must_use = "a job does nothing until it is awaited"]
 #[derive(Clone)]
 pub struct CompactJob<'a> {
     table: TableRef<'a>,
@@ -60,7 +61,7 @@ impl<'a> CompactJob<'a> {
     /// Plans, rewrites and commits; awaiting the job does the same.
     pub async fn run(&self) -> Result<CompactSummary, CatalogError> {
         let catalogs = self.table.catalogs();
-        let table = self.table.run().await?;
+        let table = self.table.entry().await?;
         let progress = self.progress.clone();
         let progress = move |p| {
             if let Some(f) = &progress {

@@ -19,6 +19,7 @@ const MANIFESTS_ARE_ICEBERGS: &str = "manifests are Iceberg's; a Delta table's l
 /// A vacuum of a Delta table by name (see [`weir_delta::Vacuum`]): files
 /// no version within the retention (default 7 days) needs, and files of
 /// failed writes older than it.
+#[must_use = "a job does nothing until it is awaited"]
 #[derive(Debug, Clone)]
 pub struct VacuumJob<'a> {
     table: TableRef<'a>,
@@ -50,7 +51,11 @@ impl<'a> VacuumJob<'a> {
         self
     }
 
-    weir_core::dry_run_setter!(dry_run, "Lists the files; deletes nothing.");
+    /// Lists the files; deletes nothing.
+    pub fn with_dry_run(mut self, yes: bool) -> Self {
+        self.dry_run = yes;
+        self
+    }
 
     /// Runs the vacuum; awaiting the job does the same.
     pub async fn run(&self) -> Result<weir_delta::VacuumReport, CatalogError> {
@@ -72,20 +77,23 @@ weir_core::awaitable!(<'a> VacuumJob<'a> => Result<weir_delta::VacuumReport, Cat
 /// Expiry of an Iceberg table's old snapshots, by name (see
 /// [`weir_iceberg::ExpireSnapshots`]); by default as the table's
 /// `history.expire.*` properties say.
+#[must_use = "a job does nothing until it is awaited"]
 #[derive(Debug, Clone)]
-pub struct ExpireJob<'a> {
+pub struct ExpireSnapshotsJob<'a> {
     table: TableRef<'a>,
     older_than: Option<Duration>,
     retain_last: Option<usize>,
+    at_least: Option<(usize, Duration)>,
     dry_run: bool,
 }
 
-impl<'a> ExpireJob<'a> {
+impl<'a> ExpireSnapshotsJob<'a> {
     pub(crate) fn new(table: TableRef<'a>) -> Self {
-        ExpireJob {
+        ExpireSnapshotsJob {
             table,
             older_than: None,
             retain_last: None,
+            at_least: None,
             dry_run: false,
         }
     }
@@ -94,6 +102,7 @@ impl<'a> ExpireJob<'a> {
     /// [`weir_iceberg::ExpireSnapshots::with_older_than`]).
     pub fn with_older_than(mut self, age: Duration) -> Self {
         self.older_than = Some(age);
+        self.at_least = None;
         self
     }
 
@@ -101,10 +110,24 @@ impl<'a> ExpireJob<'a> {
     /// [`weir_iceberg::ExpireSnapshots::with_retain_last`]).
     pub fn with_retain_last(mut self, n: usize) -> Self {
         self.retain_last = Some(n);
+        self.at_least = None;
         self
     }
 
-    weir_core::dry_run_setter!(dry_run, "Plans and reports without changing anything.");
+    /// Keeps at least the newest `retain_last` of each branch and those
+    /// younger than `older_than`, or more where the table's properties keep
+    /// more (see [`weir_iceberg::ExpireSnapshots::with_keeping_at_least`]).
+    pub fn with_keeping_at_least(mut self, retain_last: usize, older_than: Duration) -> Self {
+        (self.retain_last, self.older_than) = (None, None);
+        self.at_least = Some((retain_last, older_than));
+        self
+    }
+
+    /// Plans and reports without changing anything.
+    pub fn with_dry_run(mut self, yes: bool) -> Self {
+        self.dry_run = yes;
+        self
+    }
 
     /// Expires the snapshots and deletes the files only they referenced;
     /// awaiting the job does the same.
@@ -119,27 +142,33 @@ impl<'a> ExpireJob<'a> {
         if let Some(n) = self.retain_last {
             expire = expire.with_retain_last(n);
         }
+        if let Some((n, age)) = self.at_least {
+            expire = expire.with_keeping_at_least(n, age);
+        }
         Ok(expire.await?)
     }
 }
 
-weir_core::awaitable!(<'a> ExpireJob<'a> => Result<weir_iceberg::ExpireReport, CatalogError>);
+weir_core::awaitable!(<'a> ExpireSnapshotsJob<'a> => Result<weir_iceberg::ExpireReport, CatalogError>);
 
 /// Removal of an Iceberg table's files that nothing references, by name
 /// (see [`weir_iceberg::RemoveOrphanFiles`]); by default of those older
 /// than three days.
+#[must_use = "a job does nothing until it is awaited"]
 #[derive(Debug, Clone)]
-pub struct OrphansJob<'a> {
+pub struct RemoveOrphanFilesJob<'a> {
     table: TableRef<'a>,
     older_than: Option<Duration>,
+    allow_recent: bool,
     dry_run: bool,
 }
 
-impl<'a> OrphansJob<'a> {
+impl<'a> RemoveOrphanFilesJob<'a> {
     pub(crate) fn new(table: TableRef<'a>) -> Self {
-        OrphansJob {
+        RemoveOrphanFilesJob {
             table,
             older_than: None,
+            allow_recent: false,
             dry_run: false,
         }
     }
@@ -151,14 +180,26 @@ impl<'a> OrphansJob<'a> {
         self
     }
 
-    weir_core::dry_run_setter!(dry_run, "Lists the orphans; deletes nothing.");
+    /// Accepts an age under an hour, for when no writer is running (see
+    /// [`weir_iceberg::RemoveOrphanFiles::with_allow_recent`]).
+    pub fn with_allow_recent(mut self, yes: bool) -> Self {
+        self.allow_recent = yes;
+        self
+    }
+
+    /// Lists the orphans; deletes nothing.
+    pub fn with_dry_run(mut self, yes: bool) -> Self {
+        self.dry_run = yes;
+        self
+    }
 
     /// Finds the orphans and deletes them; awaiting the job does the same.
     pub async fn run(&self) -> Result<weir_iceberg::OrphanReport, CatalogError> {
         let table = self.table.of_format(TableFormat::Iceberg, ORPHANS_ARE_ICEBERGS).await?;
         let catalog = self.table.catalogs().iceberg_catalog(&table.name.catalog).await?;
-        let mut job =
-            weir_iceberg::RemoveOrphanFiles::new(catalog, &table.name.in_catalog())?.with_dry_run(self.dry_run);
+        let mut job = weir_iceberg::RemoveOrphanFiles::new(catalog, &table.name.in_catalog())?
+            .with_allow_recent(self.allow_recent)
+            .with_dry_run(self.dry_run);
         if let Some(age) = self.older_than {
             job = job.with_older_than(age);
         }
@@ -166,22 +207,27 @@ impl<'a> OrphansJob<'a> {
     }
 }
 
-weir_core::awaitable!(<'a> OrphansJob<'a> => Result<weir_iceberg::OrphanReport, CatalogError>);
+weir_core::awaitable!(<'a> RemoveOrphanFilesJob<'a> => Result<weir_iceberg::OrphanReport, CatalogError>);
 
 /// A merge of an Iceberg table's small manifests, by name (see
 /// [`weir_iceberg::RewriteManifests`]).
+#[must_use = "a job does nothing until it is awaited"]
 #[derive(Debug, Clone)]
-pub struct ManifestsJob<'a> {
+pub struct RewriteManifestsJob<'a> {
     table: TableRef<'a>,
     dry_run: bool,
 }
 
-impl<'a> ManifestsJob<'a> {
+impl<'a> RewriteManifestsJob<'a> {
     pub(crate) fn new(table: TableRef<'a>) -> Self {
-        ManifestsJob { table, dry_run: false }
+        RewriteManifestsJob { table, dry_run: false }
     }
 
-    weir_core::dry_run_setter!(dry_run, "Counts the small manifests; changes nothing.");
+    /// Counts the small manifests; changes nothing.
+    pub fn with_dry_run(mut self, yes: bool) -> Self {
+        self.dry_run = yes;
+        self
+    }
 
     /// Merges the small manifests in one swap; awaiting the job does the
     /// same.
@@ -196,7 +242,7 @@ impl<'a> ManifestsJob<'a> {
     }
 }
 
-weir_core::awaitable!(<'a> ManifestsJob<'a> => Result<weir_iceberg::ManifestReport, CatalogError>);
+weir_core::awaitable!(<'a> RewriteManifestsJob<'a> => Result<weir_iceberg::ManifestReport, CatalogError>);
 
 /// The positional forms these jobs had before they were builders.
 impl Catalogs {

@@ -65,7 +65,7 @@ pub use config::{lake_dir, CatalogConfig, CatalogKind, Config, DEFAULT_CATALOG, 
 pub use describe::{HistoryEntry, QueryMarker, TableDescription};
 pub use error::CatalogError;
 pub use format::TableFormat;
-pub use jobs::{ExpireJob, ManifestsJob, OrphansJob, VacuumJob};
+pub use jobs::{ExpireSnapshotsJob, RemoveOrphanFilesJob, RewriteManifestsJob, VacuumJob};
 pub use name::TableName;
 pub use options::{SnapshotExpiry, TableOptions};
 pub use table_ref::TableRef;

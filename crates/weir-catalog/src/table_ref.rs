@@ -5,7 +5,7 @@ use crate::catalogs::{Catalogs, TableEntry};
 use crate::compact::CompactJob;
 use crate::error::CatalogError;
 use crate::format::TableFormat;
-use crate::jobs::{ExpireJob, ManifestsJob, OrphansJob, VacuumJob};
+use crate::jobs::{ExpireSnapshotsJob, RemoveOrphanFilesJob, RewriteManifestsJob, VacuumJob};
 
 /// A table by name, looked up when awaited ([`Catalogs::table`]).
 ///
@@ -24,6 +24,7 @@ use crate::jobs::{ExpireJob, ManifestsJob, OrphansJob, VacuumJob};
 ///     .await?;
 /// # Ok(()) }
 /// ```
+#[must_use = "a table by name is looked up when it is awaited"]
 #[derive(Debug, Clone)]
 pub struct TableRef<'a> {
     catalogs: &'a Catalogs,
@@ -50,7 +51,7 @@ impl<'a> TableRef<'a> {
 
     /// Its entry, or [`CatalogError::NoSuchTable`]; awaiting it does the
     /// same.
-    pub async fn run(&self) -> Result<TableEntry, CatalogError> {
+    pub async fn entry(&self) -> Result<TableEntry, CatalogError> {
         self.catalogs
             .find(&self.name)
             .await?
@@ -62,7 +63,7 @@ impl<'a> TableRef<'a> {
     /// Its entry if it is of `format`; else `Unsupported` with `reason`
     /// (what the job is for, and what does its work in the other format).
     pub(crate) async fn of_format(&self, format: TableFormat, reason: &str) -> Result<TableEntry, CatalogError> {
-        let table = self.run().await?;
+        let table = self.entry().await?;
         if table.format != format {
             return Err(CatalogError::Unsupported {
                 catalog: table.name.catalog.clone(),
@@ -85,21 +86,28 @@ impl<'a> TableRef<'a> {
 
     /// Expiry of this Iceberg table's old snapshots (see
     /// [`weir_iceberg::ExpireSnapshots`]).
-    pub fn expire_snapshots(&self) -> ExpireJob<'a> {
-        ExpireJob::new(self.clone())
+    pub fn expire_snapshots(&self) -> ExpireSnapshotsJob<'a> {
+        ExpireSnapshotsJob::new(self.clone())
     }
 
     /// Removal of this Iceberg table's orphan files (see
     /// [`weir_iceberg::RemoveOrphanFiles`]).
-    pub fn remove_orphan_files(&self) -> OrphansJob<'a> {
-        OrphansJob::new(self.clone())
+    pub fn remove_orphan_files(&self) -> RemoveOrphanFilesJob<'a> {
+        RemoveOrphanFilesJob::new(self.clone())
     }
 
     /// A merge of this Iceberg table's small manifests (see
     /// [`weir_iceberg::RewriteManifests`]).
-    pub fn rewrite_manifests(&self) -> ManifestsJob<'a> {
-        ManifestsJob::new(self.clone())
+    pub fn rewrite_manifests(&self) -> RewriteManifestsJob<'a> {
+        RewriteManifestsJob::new(self.clone())
     }
 }
 
-weir_core::awaitable!(<'a> TableRef<'a> => Result<TableEntry, CatalogError>);
+impl<'a> std::future::IntoFuture for TableRef<'a> {
+    type Output = Result<TableEntry, CatalogError>;
+    type IntoFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.entry().await })
+    }
+}

@@ -113,7 +113,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             dry_run,
             json,
         } => {
-            let mut options = weir::catalog::CompactOptions {
+            let defaults = weir::catalog::CompactOptions::default();
+            let options = weir::catalog::CompactOptions {
                 target_file_size: target_file_size
                     .as_deref()
                     .map(|t| compact::parse_size("--target-file-size", t))
@@ -124,14 +125,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     .map(|f| compact::parse_filter(f))
                     .collect::<Result<_, _>>()?,
                 dry_run: *dry_run,
-                ..Default::default()
-            };
-            if let Some(n) = min_input_files {
-                options.min_input_files = (*n).max(2);
+                min_input_files: min_input_files.unwrap_or(defaults.min_input_files),
+                max_concurrent_rewrites: max_concurrent.unwrap_or(defaults.max_concurrent_rewrites),
             }
-            if let Some(n) = max_concurrent {
-                options.max_concurrent_rewrites = (*n).max(1);
-            }
+            .limited();
             compact::run(&catalogs(&cli)?, name, options, *json).await
         }
         Command::RewriteManifests { name, dry_run, json } => {

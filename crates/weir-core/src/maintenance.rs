@@ -51,11 +51,48 @@ impl Default for CompactOptions {
 }
 
 impl CompactOptions {
-    crate::compact_setters!();
+    /// The size of the files written; files under three quarters of it are
+    /// inputs.
+    pub fn with_target_file_size(mut self, bytes: u64) -> Self {
+        self.target_file_size = Some(bytes);
+        self.limited()
+    }
 
-    /// These options with their limits applied, as the setters apply them:
+    /// The fewest files a group must have to be rewritten.
+    pub fn with_min_input_files(mut self, files: usize) -> Self {
+        self.min_input_files = files;
+        self.limited()
+    }
+
+    /// How many groups are rewritten at once.
+    pub fn with_max_concurrent_rewrites(mut self, groups: usize) -> Self {
+        self.max_concurrent_rewrites = groups;
+        self.limited()
+    }
+
+    /// Commit every `groups` groups instead of once at the end.
+    pub fn with_groups_per_commit(mut self, groups: usize) -> Self {
+        self.groups_per_commit = Some(groups);
+        self.limited()
+    }
+
+    /// Only the partitions where `column` has `value` (`None`: null); each
+    /// call adds a condition.
+    pub fn with_partition(mut self, column: impl Into<String>, value: Option<String>) -> Self {
+        self.partition.insert(column.into(), value);
+        self
+    }
+
+    /// Plans only.
+    pub fn with_dry_run(mut self, yes: bool) -> Self {
+        self.dry_run = yes;
+        self
+    }
+
+    /// These options within their limits, where every setter keeps them:
     /// at least 2 input files a group, 1 rewrite at a time, 1 group a
-    /// commit and a target of 1 byte.
+    /// commit, and a target of 1 byte. (A commit every 0 groups would
+    /// never commit.)
     pub fn limited(mut self) -> Self {
         self.min_input_files = self.min_input_files.max(2);
         self.max_concurrent_rewrites = self.max_concurrent_rewrites.max(1);

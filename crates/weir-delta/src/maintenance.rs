@@ -8,6 +8,7 @@ use std::time::Duration;
 use deltalake::operations::vacuum::VacuumMode;
 use deltalake::table::config::TablePropertiesExt as _;
 use deltalake::DeltaTableError;
+use futures::StreamExt as _;
 use object_store::ObjectStoreExt;
 use serde::Serialize;
 
@@ -15,8 +16,11 @@ use crate::error::DeltaSinkError;
 use crate::log_checkpoint;
 use crate::table::{self, Files};
 
+/// How many files a vacuum looks up and deletes at once.
+const VACUUM_CONCURRENCY: usize = 16;
+
 /// The default retention of vacuum, and the shortest accepted without
-/// [`Vacuum::force`]: readers and writers of versions younger than this
+/// [`Vacuum::with_force`]: readers and writers of versions younger than this
 /// may still need their files.
 pub const DEFAULT_VACUUM_RETENTION: Duration = Duration::from_secs(7 * 86_400);
 
@@ -35,6 +39,7 @@ pub const DEFAULT_VACUUM_RETENTION: Duration = Duration::from_secs(7 * 86_400);
 /// println!("{} files to delete", report.files.len());
 /// # Ok(()) }
 /// ```
+#[must_use = "a job does nothing until it is awaited"]
 #[derive(Debug, Clone)]
 pub struct Vacuum {
     location: String,
@@ -101,7 +106,17 @@ impl Vacuum {
         self.with_force(yes)
     }
 
-    weir_core::dry_run_setter!(dry_run, "Lists the files; deletes nothing.", renamed);
+    /// Lists the files; deletes nothing.
+    pub fn with_dry_run(mut self, yes: bool) -> Self {
+        self.dry_run = yes;
+        self
+    }
+
+    #[deprecated(since = "0.1.0", note = "renamed `with_dry_run`")]
+    #[doc(hidden)]
+    pub fn dry_run(self, yes: bool) -> Self {
+        self.with_dry_run(yes)
+    }
 
     /// Runs the vacuum; awaiting the job does the same.
     pub async fn run(&self) -> Result<VacuumReport, DeltaSinkError> {
@@ -158,30 +173,38 @@ impl Vacuum {
             });
         }
         let store = t.log_store().object_store(None);
+        let planned: Vec<String> = metrics
+            .files_deleted
+            .into_iter()
+            // Removed within the retention; the plan matched its removal in
+            // another spelling.
+            .filter(|planned| !kept.contains(&fully_decoded(planned)))
+            .collect();
+        // Each file is looked up first and not reported if it is not there:
+        // the plan names removed files an earlier vacuum already deleted
+        // (and a store deletes a missing object without complaint), and a
+        // path with escapes may be spelled as no object is (a removal's
+        // path encoded once more than the listing's).
+        let dry_run = self.dry_run;
+        let outcomes = futures::stream::iter(planned.into_iter().map(|planned| {
+            let store = store.clone();
+            async move {
+                let location = match object_store::path::Path::parse(&planned) {
+                    Ok(location) => location,
+                    Err(e) => return (planned, Err(e.into())),
+                };
+                let mut found = store.head(&location).await.map(|_| ());
+                if found.is_ok() && !dry_run {
+                    found = store.delete(&location).await;
+                }
+                (planned, found)
+            }
+        }))
+        .buffer_unordered(VACUUM_CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
         let mut files = Vec::new();
-        for planned in metrics.files_deleted {
-            if kept.contains(&fully_decoded(&planned)) {
-                // Removed within the retention; the plan matched its
-                // removal in another spelling.
-                continue;
-            }
-            let location = object_store::path::Path::parse(&planned).map_err(|e| DeltaSinkError::Store {
-                table: url.to_string(),
-                path: planned.clone(),
-                source: e.into(),
-            })?;
-            // A path with escapes may be spelled as no object is (a
-            // removal's path encoded once more than the listing's), and the
-            // plan names removed files an earlier vacuum already deleted: a
-            // dry run, and any such path, looks each up first and does not
-            // report what is not there.
-            let mut found = Ok(());
-            if self.dry_run || !table::plain_path(&planned) {
-                found = store.head(&location).await.map(|_| ());
-            }
-            if found.is_ok() && !self.dry_run {
-                found = store.delete(&location).await;
-            }
+        for (planned, found) in outcomes {
             match found {
                 Ok(()) => files.push(planned),
                 Err(object_store::Error::NotFound { .. }) => {}

@@ -15,9 +15,9 @@ use iceberg::spec::{ManifestStatus, SnapshotReference, SnapshotRetention, TableM
 use iceberg::TableIdent;
 use serde::Serialize;
 
-use crate::catalog::metadata_file::read_refs;
 use crate::catalog::{after_swap, parse_ident, Catalog, LoadedTable, Swap};
 use crate::error::IcebergSinkError;
+use crate::metadata_file::read_refs;
 use crate::reachable::manifests_of;
 
 /// The age past which snapshots expire unless the table or the caller says
@@ -40,6 +40,7 @@ const MAX_ATTEMPTS: usize = 50;
 /// println!("expired {} snapshots, deleted {} files", report.expired.len(), report.deleted_files());
 /// # Ok(()) }
 /// ```
+#[must_use = "a job does nothing until it is awaited"]
 #[derive(Debug)]
 pub struct ExpireSnapshots {
     catalog: Arc<dyn Catalog>,
@@ -138,20 +139,30 @@ impl ExpireSnapshots {
     /// `history.expire.max-snapshot-age-ms` keep more: each is the larger
     /// of the two. ([`Self::with_retain_last`] and [`Self::with_older_than`]
     /// instead override the table's.)
-    pub fn with_at_least(mut self, retain_last: usize, older_than: Duration) -> Self {
+    pub fn with_keeping_at_least(mut self, retain_last: usize, older_than: Duration) -> Self {
         self.retain_last = None;
         self.older_than = None;
         self.at_least = Some((retain_last.max(1), older_than));
         self
     }
 
-    #[deprecated(since = "0.1.0", note = "renamed `with_at_least`")]
+    #[deprecated(since = "0.1.0", note = "renamed `with_keeping_at_least`")]
     #[doc(hidden)]
     pub fn keeping_at_least(self, retain_last: usize, older_than: Duration) -> Self {
-        self.with_at_least(retain_last, older_than)
+        self.with_keeping_at_least(retain_last, older_than)
     }
 
-    weir_core::dry_run_setter!(dry_run, "Plans and reports without changing anything.", renamed);
+    /// Plans and reports without changing anything.
+    pub fn with_dry_run(mut self, yes: bool) -> Self {
+        self.dry_run = yes;
+        self
+    }
+
+    #[deprecated(since = "0.1.0", note = "renamed `with_dry_run`")]
+    #[doc(hidden)]
+    pub fn dry_run(self, yes: bool) -> Self {
+        self.with_dry_run(yes)
+    }
 
     fn shown(&self) -> String {
         crate::catalog::shown(&self.ident)

@@ -83,6 +83,7 @@ mod error;
 mod expire;
 mod manifests;
 mod marker;
+mod metadata_file;
 mod orphans;
 mod reachable;
 mod sink;

@@ -33,6 +33,7 @@ const MAX_ATTEMPTS: usize = 50;
 /// println!("{} manifests -> {}", report.manifests_before, report.manifests_after);
 /// # Ok(()) }
 /// ```
+#[must_use = "a job does nothing until it is awaited"]
 #[derive(Debug)]
 pub struct RewriteManifests {
     catalog: Arc<dyn Catalog>,
@@ -69,7 +70,17 @@ impl RewriteManifests {
         })
     }
 
-    weir_core::dry_run_setter!(dry_run, "Counts the small manifests; changes nothing.", renamed);
+    /// Counts the small manifests; changes nothing.
+    pub fn with_dry_run(mut self, yes: bool) -> Self {
+        self.dry_run = yes;
+        self
+    }
+
+    #[deprecated(since = "0.1.0", note = "renamed `with_dry_run`")]
+    #[doc(hidden)]
+    pub fn dry_run(self, yes: bool) -> Self {
+        self.with_dry_run(yes)
+    }
 
     /// Merges the small manifests in one swap; awaiting the job does the
     /// same.

@@ -30,6 +30,7 @@ const MIN_ORPHAN_AGE: Duration = Duration::from_secs(3600);
 /// println!("{} orphan files, {} bytes", report.orphans.len(), report.bytes);
 /// # Ok(()) }
 /// ```
+#[must_use = "a job does nothing until it is awaited"]
 #[derive(Debug)]
 pub struct RemoveOrphanFiles {
     catalog: Arc<dyn Catalog>,
@@ -95,7 +96,17 @@ impl RemoveOrphanFiles {
         self.with_allow_recent(yes)
     }
 
-    weir_core::dry_run_setter!(dry_run, "Lists the orphans; deletes nothing.", renamed);
+    /// Lists the orphans; deletes nothing.
+    pub fn with_dry_run(mut self, yes: bool) -> Self {
+        self.dry_run = yes;
+        self
+    }
+
+    #[deprecated(since = "0.1.0", note = "renamed `with_dry_run`")]
+    #[doc(hidden)]
+    pub fn dry_run(self, yes: bool) -> Self {
+        self.with_dry_run(yes)
+    }
 
     fn shown(&self) -> String {
         crate::catalog::shown(&self.ident)

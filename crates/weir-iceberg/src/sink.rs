@@ -218,7 +218,7 @@ impl IcebergSink {
             async move {
                 let age = policy.older_than.unwrap_or(Duration::ZERO);
                 let job = crate::ExpireSnapshots::new(catalog, &name).map(|job| match policy.table_properties_first {
-                    true => job.with_at_least(policy.retain_last, age),
+                    true => job.with_keeping_at_least(policy.retain_last, age),
                     false => job.with_retain_last(policy.retain_last).with_older_than(age),
                 });
                 let outcome = match job {

@@ -1,43 +1,44 @@
 //! What every maintenance job's builder shares: the compaction setters,
-//! with their limits, written once for [`CompactOptions`] and for each
-//! format's job, and the `IntoFuture` that lets a job be awaited.
+//! written once for each compaction job over [`CompactOptions`]' own (which
+//! keep the limits), and the `IntoFuture` that lets a job be awaited.
 //!
 //! [`CompactOptions`]: super::CompactOptions
 
-/// The `with_*` setters of a compaction: on [`CompactOptions`] itself
-/// (`compact_setters!()`), or on a job holding them in a field and its
-/// progress callback in another (`compact_setters!(options, progress)`),
-/// which also gains `with_options` and `with_progress`.
+/// The `with_*` setters of a compaction job that holds its
+/// [`CompactOptions`] in field `$options` and its progress callback in
+/// field `$progress`: each sets the option through [`CompactOptions`]'s
+/// own setter, so the limits are [`CompactOptions::limited`]'s alone.
 ///
 /// [`CompactOptions`]: crate::maintenance::CompactOptions
+/// [`CompactOptions::limited`]: crate::maintenance::CompactOptions::limited
 #[doc(hidden)]
 #[macro_export]
 macro_rules! compact_setters {
-    ($($options:ident, $progress:ident)?) => {
-        /// The size of the files written; files under three quarters of it
-        /// are inputs (at least 1 byte).
+    ($options:ident, $progress:ident) => {
+        /// The size of the files written (at least 1 byte); files under
+        /// three quarters of it are inputs.
         pub fn with_target_file_size(mut self, bytes: u64) -> Self {
-            self$(.$options)?.target_file_size = Some(bytes.max(1));
+            self.$options = ::std::mem::take(&mut self.$options).with_target_file_size(bytes);
             self
         }
 
         /// The fewest files a group must have to be rewritten (at least 2).
         pub fn with_min_input_files(mut self, files: usize) -> Self {
-            self$(.$options)?.min_input_files = files.max(2);
+            self.$options = ::std::mem::take(&mut self.$options).with_min_input_files(files);
             self
         }
 
-        /// How many groups are rewritten at once (at least 1). Peak memory
+        /// How many groups are rewritten at once (at least 1); peak memory
         /// grows with it, not with the table.
         pub fn with_max_concurrent_rewrites(mut self, groups: usize) -> Self {
-            self$(.$options)?.max_concurrent_rewrites = groups.max(1);
+            self.$options = ::std::mem::take(&mut self.$options).with_max_concurrent_rewrites(groups);
             self
         }
 
-        /// Commit every `groups` groups (partial progress for large tables)
-        /// instead of once at the end (at least 1).
+        /// Commit every `groups` groups (at least 1; partial progress for
+        /// large tables) instead of once at the end.
         pub fn with_groups_per_commit(mut self, groups: usize) -> Self {
-            self$(.$options)?.groups_per_commit = Some(groups.max(1));
+            self.$options = ::std::mem::take(&mut self.$options).with_groups_per_commit(groups);
             self
         }
 
@@ -45,32 +46,30 @@ macro_rules! compact_setters {
         /// Iceberg: a partition field, its value as Iceberg shows it) has
         /// `value` (`None`: null). Each call adds a condition; all must hold.
         pub fn with_partition(mut self, column: impl Into<String>, value: Option<String>) -> Self {
-            self$(.$options)?.partition.insert(column.into(), value);
+            self.$options = ::std::mem::take(&mut self.$options).with_partition(column, value);
             self
         }
 
         /// Plans only: report the groups, write nothing.
         pub fn with_dry_run(mut self, yes: bool) -> Self {
-            self$(.$options)?.dry_run = yes;
+            self.$options.dry_run = yes;
             self
         }
 
-        $(
-            /// Every option at once (their limits applied).
-            pub fn with_options(mut self, options: $crate::maintenance::CompactOptions) -> Self {
-                self.$options = options.limited();
-                self
-            }
+        /// Every option at once (their limits applied).
+        pub fn with_options(mut self, options: $crate::maintenance::CompactOptions) -> Self {
+            self.$options = options.limited();
+            self
+        }
 
-            /// Called as the job plans, rewrites and commits.
-            pub fn with_progress(
-                mut self,
-                f: impl Fn($crate::maintenance::CompactProgress) + Send + Sync + 'static,
-            ) -> Self {
-                self.$progress = Some(::std::sync::Arc::new(f));
-                self
-            }
-        )?
+        /// Called as the job plans, rewrites and commits.
+        pub fn with_progress(
+            mut self,
+            f: impl Fn($crate::maintenance::CompactProgress) + Send + Sync + 'static,
+        ) -> Self {
+            self.$progress = Some(::std::sync::Arc::new(f));
+            self
+        }
     };
 }
 
@@ -115,30 +114,6 @@ macro_rules! compact_setters_renamed {
         pub fn partition(self, column: impl Into<String>, value: Option<String>) -> Self {
             self.with_partition(column, value)
         }
-
-        #[deprecated(since = "0.1.0", note = "renamed `with_dry_run`")]
-        #[doc(hidden)]
-        pub fn dry_run(self, yes: bool) -> Self {
-            self.with_dry_run(yes)
-        }
-    };
-}
-
-/// `with_dry_run`, setting the job's `bool` field `$field`, with `$doc`
-/// as its documentation; with `renamed`, also `dry_run`, its earlier name,
-/// as a deprecated alias.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! dry_run_setter {
-    ($field:ident, $doc:literal) => {
-        #[doc = $doc]
-        pub fn with_dry_run(mut self, yes: bool) -> Self {
-            self.$field = yes;
-            self
-        }
-    };
-    ($field:ident, $doc:literal, renamed) => {
-        $crate::dry_run_setter!($field, $doc);
 
         #[deprecated(since = "0.1.0", note = "renamed `with_dry_run`")]
         #[doc(hidden)]

@@ -167,10 +167,11 @@ impl CompactionPolicy {
     pub fn compact_options(&self, sink_target: Option<u64>) -> crate::maintenance::CompactOptions {
         crate::maintenance::CompactOptions {
             target_file_size: self.target_file_size.or(sink_target),
-            min_input_files: self.min_input_files.max(2),
+            min_input_files: self.min_input_files,
             max_concurrent_rewrites: 1,
             ..Default::default()
         }
+        .limited()
     }
 
     /// After a commit that wrote `files` data files: when a compaction is

@@ -73,6 +73,9 @@ use rewrite::*;
 /// - A job stopped at any point leaves the table as its last commit left
 ///   it; files it wrote and did not commit are orphans for
 ///   [`Vacuum`](crate::Vacuum). Running it again finishes the work.
+/// - Peak memory is about
+///   [`with_max_concurrent_rewrites`](Compact::with_max_concurrent_rewrites)
+///   times the target file size, whatever the table's size.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), weir_delta::DeltaSinkError> {
@@ -82,6 +85,7 @@ use rewrite::*;
 /// println!("{} files into {}", report.files_removed, report.files_added);
 /// # Ok(()) }
 /// ```
+#[must_use = "a job does nothing until it is awaited"]
 #[derive(Clone)]
 pub struct Compact {
     location: String,

@@ -4,7 +4,6 @@
 //! itself and asks the catalog for one compare-and-swap from the version it
 //! built on. A catalog never merges or retries anything on its own.
 
-pub(crate) mod metadata_file;
 mod rest;
 mod sql;
 
@@ -182,20 +181,6 @@ pub(crate) async fn after_swap(catalog: &dyn Catalog, table: &LoadedTable, expir
     }
 }
 
-/// The location of the metadata version after `base` (`None`: the first).
-pub(crate) fn next_metadata_location(table_location: &str, base: Option<&str>) -> String {
-    let version = base
-        .and_then(|b| b.rsplit('/').next())
-        .and_then(|f| f.split('-').next())
-        .and_then(|n| n.parse::<u64>().ok())
-        .map_or(0, |n| n + 1);
-    format!(
-        "{}/metadata/{version:05}-{}.metadata.json",
-        table_location.trim_end_matches('/'),
-        uuid::Uuid::new_v4()
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,13 +192,5 @@ mod tests {
         for bad in ["payments", "bronze.", ".payments", "bronze/x.t", "b.t\u{7}", "a..t"] {
             assert!(parse_ident(bad).is_err(), "{bad:?} should be refused");
         }
-    }
-
-    #[test]
-    fn metadata_versions_count_up() {
-        assert!(next_metadata_location("file:///w/t", None).starts_with("file:///w/t/metadata/00000-"));
-        let next = next_metadata_location("file:///w/t/", Some("file:///w/t/metadata/00041-abc.metadata.json"));
-        assert!(next.starts_with("file:///w/t/metadata/00042-"), "{next}");
-        assert!(next.ends_with(".metadata.json"));
     }
 }

@@ -16,9 +16,9 @@ use iceberg::TableIdent;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
-use super::metadata_file::{read_refs, MetadataFiles, MetadataJson};
-use super::{check_ident, next_metadata_location, shown, Catalog, LoadedTable, Swap};
+use super::{check_ident, shown, Catalog, LoadedTable, Swap};
 use crate::error::IcebergSinkError;
+use crate::metadata_file::{next_metadata_location, read_refs, MetadataFiles, MetadataJson};
 
 static DRIVERS: Once = Once::new();
 

@@ -64,6 +64,9 @@ use rewrite::*;
 /// - A job stopped at any point leaves the table as its last swap left
 ///   it; files it wrote and did not commit are orphans for
 ///   [`RemoveOrphanFiles`](crate::RemoveOrphanFiles).
+/// - Peak memory is bounded by
+///   [`with_max_concurrent_rewrites`](Compact::with_max_concurrent_rewrites)
+///   writers' row groups, whatever the table's size.
 ///
 /// ```no_run
 /// # async fn f(catalog: std::sync::Arc<dyn weir_iceberg::Catalog>) -> Result<(), weir_iceberg::IcebergSinkError> {
@@ -73,6 +76,7 @@ use rewrite::*;
 /// println!("{} files into {}", report.files_removed, report.files_added);
 /// # Ok(()) }
 /// ```
+#[must_use = "a job does nothing until it is awaited"]
 #[derive(Clone)]
 pub struct Compact {
     catalog: Arc<dyn Catalog>,

@@ -1,4 +1,5 @@
-//! Metadata files that cost about the same to write at any table history.
+//! The commit layer's metadata files: where the next version goes, and an
+//! encoding that costs about the same to write at any table history.
 //!
 //! Every Iceberg metadata file lists all of the table's snapshots, so a
 //! streaming table's metadata grows by one snapshot per batch. Encoding it
@@ -359,6 +360,20 @@ fn encode_snapshot(snapshot: &Snapshot) -> Result<Vec<u8>, serde_json::Error> {
     })
 }
 
+/// The location of the metadata version after `base` (`None`: the first).
+pub(crate) fn next_metadata_location(table_location: &str, base: Option<&str>) -> String {
+    let version = base
+        .and_then(|b| b.rsplit('/').next())
+        .and_then(|f| f.split('-').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .map_or(0, |n| n + 1);
+    format!(
+        "{}/metadata/{version:05}-{}.metadata.json",
+        table_location.trim_end_matches('/'),
+        uuid::Uuid::new_v4()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use iceberg::spec::{
@@ -367,6 +382,14 @@ mod tests {
     };
 
     use super::*;
+
+    #[test]
+    fn metadata_versions_count_up() {
+        assert!(next_metadata_location("file:///w/t", None).starts_with("file:///w/t/metadata/00000-"));
+        let next = next_metadata_location("file:///w/t/", Some("file:///w/t/metadata/00041-abc.metadata.json"));
+        assert!(next.starts_with("file:///w/t/metadata/00042-"), "{next}");
+        assert!(next.ends_with(".metadata.json"));
+    }
 
     fn new_table() -> TableMetadata {
         let schema = Schema::builder()
