@@ -34,14 +34,26 @@ async fn a_delta_table_by_name_is_compacted_and_vacuumed() {
     assert_eq!((plan.report.dry_run, plan.report.files_removed), (true, 0), "{plan:?}");
     assert_eq!(plan.report.groups.len(), 1, "{plan:?}");
     assert_eq!(plan.report.groups[0].files.len() as u64, files_before);
-    let tiny = table.compact().with_target_file_size(1).with_dry_run(true).await.unwrap();
+    let tiny = table
+        .compact()
+        .with_target_file_size(1)
+        .with_dry_run(true)
+        .await
+        .unwrap();
     assert!(tiny.report.groups.is_empty(), "{tiny:?}");
-    let few = table.compact().with_min_input_files(files_before as usize + 1).with_dry_run(true);
+    let few = table
+        .compact()
+        .with_min_input_files(files_before as usize + 1)
+        .with_dry_run(true);
     assert!(few.await.unwrap().report.groups.is_empty());
 
     let done = table.compact().with_groups_per_commit(1).await.unwrap();
     assert_eq!(
-        (done.report.files_removed as u64, done.files_after, done.report.commits.len()),
+        (
+            done.report.files_removed as u64,
+            done.files_after,
+            done.report.commits.len()
+        ),
         (files_before, 1, 1),
         "{done:?}"
     );
@@ -61,7 +73,10 @@ async fn a_delta_table_by_name_is_compacted_and_vacuumed() {
     let deleted = vacuum().await.unwrap();
     assert_eq!(deleted.files, listed.files);
     for file in &deleted.files {
-        assert!(!std::path::Path::new(local(&entry.location)).join(file).exists(), "{file}");
+        assert!(
+            !std::path::Path::new(local(&entry.location)).join(file).exists(),
+            "{file}"
+        );
     }
     assert!(vacuum().with_dry_run(true).await.unwrap().files.is_empty());
     assert!(vacuum().await.unwrap().files.is_empty());
@@ -95,16 +110,29 @@ async fn an_iceberg_table_by_name_is_compacted_its_snapshots_expired_and_orphans
     let table = catalogs.table("silver.events");
     let done = table.compact().await.unwrap();
     assert_eq!(done.format, TableFormat::Iceberg);
-    assert_eq!((done.report.files_removed as u64, done.files_after), (files_before, 1), "{done:?}");
+    assert_eq!(
+        (done.report.files_removed as u64, done.files_after),
+        (files_before, 1),
+        "{done:?}"
+    );
     assert_exactly_once(&iceberg_ids(db, "silver.events"), 0..200);
 
     // Expiry of every snapshot but the newest deletes the compacted inputs.
-    let expire = || table.expire_snapshots().with_older_than(Duration::ZERO).with_retain_last(1);
+    let expire = || {
+        table
+            .expire_snapshots()
+            .with_older_than(Duration::ZERO)
+            .with_retain_last(1)
+    };
     let plan = expire().with_dry_run(true).await.unwrap();
     assert!(plan.dry_run && plan.expired.len() >= 4, "{plan:?}");
     let expired = expire().await.unwrap();
     assert_eq!(expired.expired, plan.expired);
-    assert_eq!((expired.retained, expired.data_files.len() as u64), (1, files_before), "{expired:?}");
+    assert_eq!(
+        (expired.retained, expired.data_files.len() as u64),
+        (1, files_before),
+        "{expired:?}"
+    );
     for file in &expired.data_files {
         assert!(!std::path::Path::new(local(file)).exists(), "{file}");
     }
@@ -157,7 +185,10 @@ async fn a_job_of_one_format_is_refused_on_the_others_table_and_a_missing_table_
 
     // Nothing was touched.
     assert_eq!(catalogs.describe("bronze.payments").await.unwrap().files, delta_files);
-    assert_eq!(catalogs.describe("silver.events").await.unwrap().version, iceberg_version);
+    assert_eq!(
+        catalogs.describe("silver.events").await.unwrap().version,
+        iceberg_version
+    );
 
     let e = catalogs.table("bronze.none").await.unwrap_err();
     assert!(matches!(e, CatalogError::NoSuchTable { .. }), "{e}");

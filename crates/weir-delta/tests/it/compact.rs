@@ -110,9 +110,14 @@ async fn partitions_are_compacted_apart_with_a_filter_and_partial_progress() {
     assert_eq!(only_b1.groups[0].partition["bucket"].as_deref(), Some("b1"));
     assert_eq!(live_files(&table), 13);
 
+    // A commit every 0 groups would commit nothing: it is taken as 1.
+    let every_0 = weir_delta::CompactOptions {
+        groups_per_commit: Some(0),
+        ..Default::default()
+    };
     let rest = Compact::new(table.to_str().unwrap())
         .unwrap()
-        .with_groups_per_commit(1)
+        .with_options(every_0)
         .await
         .unwrap();
     assert_eq!(rest.groups.len(), 2);
