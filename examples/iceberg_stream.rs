@@ -14,7 +14,8 @@ mod stream_options;
 
 use std::sync::Arc;
 
-use weir_iceberg::{IcebergSink, SqlCatalog};
+use weir_catalog::SqlCatalog;
+use weir_iceberg::IcebergSink;
 
 const USAGE: &str = "usage: iceberg-stream --catalog URI --warehouse DIR --table NAMESPACE.TABLE --checkpoint DIR [--query-name N] [--rows-per-batch R] [--total-batches B] [--partition-by FIELD]";
 

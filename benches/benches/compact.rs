@@ -361,7 +361,7 @@ async fn iceberg_round(files: u64) {
     let dir = tempfile::tempdir().unwrap();
     let uri = format!("sqlite://{}", dir.path().join("catalog.db").display());
     let catalog = Arc::new(
-        weir_iceberg::SqlCatalog::connect("lake", &uri, dir.path().join("wh").to_str().unwrap())
+        weir_catalog::SqlCatalog::connect("lake", &uri, dir.path().join("wh").to_str().unwrap())
             .await
             .unwrap(),
     );

@@ -31,8 +31,9 @@ use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use weir_benches::{latency_by_history, mean, median, part, print_latencies, python_per_batch};
+use weir_catalog::SqlCatalog;
 use weir_core::prelude::*;
-use weir_iceberg::{Catalog, ExpiryPolicy, IcebergSink, SqlCatalog};
+use weir_iceberg::{Catalog, ExpiryPolicy, IcebergSink};
 
 const TABLE: &str = "bench.t";
 

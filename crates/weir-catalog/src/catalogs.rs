@@ -7,7 +7,9 @@ use std::sync::Arc;
 use iceberg::{NamespaceIdent, TableIdent};
 use weir_core::sink::Sink;
 use weir_delta::DeltaSink;
-use weir_iceberg::{Catalog, IcebergSink, RestCatalog, SqlCatalog};
+use weir_iceberg::{Catalog, IcebergSink};
+
+use crate::iceberg::{RestCatalog, SqlCatalog};
 
 use crate::config::{CatalogKind, Config};
 use crate::error::CatalogError;

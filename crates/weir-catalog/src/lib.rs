@@ -52,6 +52,7 @@ mod config;
 mod describe;
 mod error;
 mod format;
+mod iceberg;
 mod jobs;
 mod name;
 mod options;
@@ -65,6 +66,7 @@ pub use config::{lake_dir, CatalogConfig, CatalogKind, Config, DEFAULT_CATALOG, 
 pub use describe::{HistoryEntry, QueryMarker, TableDescription};
 pub use error::CatalogError;
 pub use format::TableFormat;
+pub use iceberg::{RestCatalog, SqlCatalog};
 pub use jobs::{ExpireSnapshotsJob, RemoveOrphanFilesJob, RewriteManifestsJob, VacuumJob};
 pub use name::TableName;
 pub use options::{SnapshotExpiry, TableOptions};

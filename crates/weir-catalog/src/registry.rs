@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 
 use sqlx::any::AnyRow;
 use sqlx::Row;
-use weir_iceberg::SqlCatalog;
 
 use crate::error::CatalogError;
 use crate::format::TableFormat;
+use crate::iceberg::SqlCatalog;
 
 /// A row of `weir_tables`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,9 +2,11 @@
 //!
 //! [`IcebergSink`] writes each micro-batch of a weir streaming query into an
 //! Iceberg table exactly once, through weir's own commit step on a catalog
-//! that swaps metadata atomically: [`SqlCatalog`] (SQLite or PostgreSQL in
-//! the JDBC catalog's schema, shared with pyiceberg, Spark and DuckDB) or
-//! [`RestCatalog`] (the Iceberg REST protocol).
+//! that swaps metadata atomically ([`Catalog`]): weir-catalog's
+//! `SqlCatalog` (SQLite or PostgreSQL in the JDBC catalog's schema, shared
+//! with pyiceberg, Spark and DuckDB) or `RestCatalog` (the Iceberg REST
+//! protocol). This crate holds the commit layer and the contract a catalog
+//! keeps; weir-catalog holds the catalogs.
 //!
 //! ## Guarantees
 //!
@@ -66,10 +68,10 @@
 //! the columns meanwhile, the batch fails before anything is committed.
 //!
 //! Storage: a local warehouse, or object storage (`s3://`, any endpoint
-//! that speaks S3) through [`SqlCatalog::connect_with_storage`], whose
+//! that speaks S3) through weir-catalog's `SqlCatalog::connect_with_storage`, whose
 //! file IO is `object_store` ([`ObjectStorage`]).
 //!
-//! [`RestCatalog`] is an Iceberg REST catalog (OAuth2 client credentials):
+//! weir-catalog's `RestCatalog` is an Iceberg REST catalog (OAuth2 client credentials):
 //! the swap is one commit request with the requirements
 //! `assert-table-uuid` and `assert-ref-snapshot-id` on `main`, and the
 //! updates weir built; the server writes the metadata file. Since those
@@ -83,7 +85,7 @@ mod error;
 mod expire;
 mod manifests;
 mod marker;
-mod metadata_file;
+pub mod metadata_file;
 mod orphans;
 mod reachable;
 mod sink;
@@ -91,13 +93,13 @@ mod storage;
 mod table;
 mod writer;
 
-pub use catalog::{check_ident, parse_ident, Catalog, LoadedTable, RestCatalog, SqlCatalog, Swap};
+pub use catalog::{check_ident, parse_ident, shown, Catalog, LoadedTable, Swap};
 pub use compact::Compact;
 pub use error::{database_retryable, IcebergSinkError, RestError};
 pub use expire::{ExpireReport, ExpireSnapshots};
 pub use manifests::{ManifestReport, RewriteManifests};
 pub use orphans::{OrphanReport, RemoveOrphanFiles, DEFAULT_ORPHAN_AGE};
 pub use sink::{ExpiryPolicy, IcebergSink};
-pub use storage::{file_io, is_secret_setting, object_store_at, ObjectStorage, ObjectStoreFactory};
+pub use storage::{file_io, is_secret_setting, object_file_io, object_store_at, ObjectStorage, ObjectStoreFactory};
 pub use table::DEFAULT_TARGET_FILE_SIZE;
 pub use weir_core::maintenance::{CompactGroup, CompactOptions, CompactProgress, CompactReport};

@@ -1,5 +1,7 @@
-//! The commit layer's metadata files: where the next version goes, and an
-//! encoding that costs about the same to write at any table history.
+//! The commit layer's metadata files, for the catalogs that write them (a
+//! SQL catalog; a REST catalog's server writes its own): where the next
+//! version goes, and an encoding that costs about the same to write at any
+//! table history.
 //!
 //! Every Iceberg metadata file lists all of the table's snapshots, so a
 //! streaming table's metadata grows by one snapshot per batch. Encoding it
@@ -41,7 +43,7 @@ struct RefsOnly {
 
 /// Reads a metadata file's refs. A file without refs has only `main`, at the
 /// current snapshot (the spec's rule for older writers).
-pub(crate) fn read_refs(json: &[u8]) -> Option<HashMap<String, SnapshotReference>> {
+pub fn read_refs(json: &[u8]) -> Option<HashMap<String, SnapshotReference>> {
     let parsed: RefsOnly = serde_json::from_slice(json).ok()?;
     Some(parsed.refs.unwrap_or_else(|| {
         parsed
@@ -89,7 +91,7 @@ struct Known {
 
 /// Encodes metadata files, keeping what it can between commits of a table.
 #[derive(Default)]
-pub(crate) struct MetadataFiles {
+pub struct MetadataFiles {
     tables: Mutex<HashMap<Uuid, Known>>,
 }
 
@@ -101,7 +103,7 @@ impl std::fmt::Debug for MetadataFiles {
 
 /// How a file was encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Encoding {
+pub enum Encoding {
     /// The kept snapshots and the new ones.
     Appended,
     /// Every snapshot encoded anew (after an expiry, or a base not kept).
@@ -111,7 +113,7 @@ pub(crate) enum Encoding {
 }
 
 /// A metadata file's bytes, in pieces, and what it holds for the cache.
-pub(crate) struct MetadataJson {
+pub struct MetadataJson {
     /// The file is these pieces, in order.
     pub pieces: Vec<Bytes>,
     /// How it was encoded.
@@ -361,7 +363,7 @@ fn encode_snapshot(snapshot: &Snapshot) -> Result<Vec<u8>, serde_json::Error> {
 }
 
 /// The location of the metadata version after `base` (`None`: the first).
-pub(crate) fn next_metadata_location(table_location: &str, base: Option<&str>) -> String {
+pub fn next_metadata_location(table_location: &str, base: Option<&str>) -> String {
     let version = base
         .and_then(|b| b.rsplit('/').next())
         .and_then(|f| f.split('-').next())

@@ -32,7 +32,8 @@ const MAX_COMMIT_ATTEMPTS: usize = 100;
 /// ```no_run
 /// use std::sync::Arc;
 /// use weir_core::prelude::*;
-/// use weir_iceberg::{IcebergSink, SqlCatalog};
+/// use weir_catalog::SqlCatalog;
+/// use weir_iceberg::IcebergSink;
 ///
 /// # async fn run() -> weir_core::Result<()> {
 /// let lake = SqlCatalog::connect("lake", "sqlite://weir-lake/catalog.db", "weir-lake/warehouse").await?;

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use weir_catalog::SqlCatalog;
 use weir_core::sink::Sink;
-use weir_iceberg::{IcebergSink, SqlCatalog};
+use weir_iceberg::IcebergSink;
 use weir_test_support::readers::{iceberg, iceberg_ids, python};
 use weir_test_support::SinkHarness;
 

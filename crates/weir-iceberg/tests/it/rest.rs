@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use weir_catalog::RestCatalog;
 use weir_core::sink::Sink;
-use weir_iceberg::{IcebergSink, RestCatalog};
+use weir_iceberg::IcebergSink;
 use weir_test_support::readers::{iceberg, json_ids, python};
 use weir_test_support::SinkHarness;
 

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use weir_iceberg::{IcebergSinkError, RestCatalog, RestError};
+use weir_catalog::RestCatalog;
+use weir_iceberg::{IcebergSinkError, RestError};
 
 /// Serves `answer` (status line, content type, body) to every request.
 async fn serve(status: &'static str, content_type: &'static str, body: &'static str) -> String {

@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
 use iceberg::{TableIdent, TableUpdate};
-use weir_iceberg::{Catalog, Compact, CompactReport, IcebergSinkError, LoadedTable, SqlCatalog, Swap};
+use weir_catalog::SqlCatalog;
+use weir_iceberg::{Catalog, Compact, CompactReport, IcebergSinkError, LoadedTable, Swap};
 use weir_test_support::assert_exactly_once;
 use weir_test_support::readers::python;
 

@@ -11,11 +11,10 @@ use iceberg::spec::{TableMetadata, MAIN_BRANCH};
 use iceberg::{TableIdent, TableRequirement, TableUpdate};
 use serde_json::{json, Value};
 
-use super::{check_ident, shown, Catalog, LoadedTable, Swap};
+use weir_iceberg::{check_ident, shown, Catalog, IcebergSinkError, LoadedTable, RestError, Swap};
 
 /// How deep nested namespaces are listed.
 const MAX_NAMESPACE_DEPTH: usize = 8;
-use crate::error::{IcebergSinkError, RestError};
 
 /// An Iceberg REST catalog with OAuth2 client credentials.
 pub struct RestCatalog {
@@ -99,7 +98,7 @@ impl RestCatalog {
         }
         // A REST warehouse is often a name, not a location: the tables'
         // locations decide, so the file IO handles local paths and s3://.
-        catalog.file_io = crate::storage::object_file_io(storage.clone());
+        catalog.file_io = weir_iceberg::object_file_io(storage.clone());
         catalog.storage = storage;
         Ok(catalog)
     }

@@ -1,11 +1,10 @@
-//! Where tables are found and how a new metadata version is swapped in.
+//! The contract between the commit layer and a catalog: where tables are
+//! found and how a new metadata version is swapped in. The catalogs
+//! themselves (SQL, REST) live in weir-catalog.
 //!
 //! weir owns the Iceberg commit step: it builds each new metadata version
 //! itself and asks the catalog for one compare-and-swap from the version it
 //! built on. A catalog never merges or retries anything on its own.
-
-mod rest;
-mod sql;
 
 use std::fmt::Debug;
 
@@ -13,9 +12,6 @@ use async_trait::async_trait;
 use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
 use iceberg::{NamespaceIdent, TableIdent, TableUpdate};
-
-pub use rest::RestCatalog;
-pub use sql::SqlCatalog;
 
 use crate::error::IcebergSinkError;
 
@@ -90,7 +86,7 @@ pub trait Catalog: Debug + Send + Sync {
 }
 
 /// `namespace.table`, as errors and logs show a table.
-pub(crate) fn shown(ident: &TableIdent) -> String {
+pub fn shown(ident: &TableIdent) -> String {
     format!("{}.{}", ident.namespace.join("."), ident.name)
 }
 

@@ -16,9 +16,8 @@ use iceberg::TableIdent;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
-use super::{check_ident, shown, Catalog, LoadedTable, Swap};
-use crate::error::IcebergSinkError;
-use crate::metadata_file::{next_metadata_location, read_refs, MetadataFiles, MetadataJson};
+use weir_iceberg::metadata_file::{next_metadata_location, read_refs, MetadataFiles, MetadataJson};
+use weir_iceberg::{check_ident, shown, Catalog, IcebergSinkError, LoadedTable, Swap};
 
 static DRIVERS: Once = Once::new();
 
@@ -32,7 +31,7 @@ enum Dialect {
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), weir_iceberg::IcebergSinkError> {
-/// use weir_iceberg::SqlCatalog;
+/// use weir_catalog::SqlCatalog;
 /// let lake = SqlCatalog::connect("lake", "sqlite://weir-lake/catalog.db", "weir-lake/warehouse").await?;
 /// # Ok(()) }
 /// ```
@@ -136,7 +135,7 @@ impl SqlCatalog {
             name: name.to_string(),
             pool,
             dialect,
-            file_io: crate::storage::file_io(&warehouse, storage.clone()),
+            file_io: weir_iceberg::file_io(&warehouse, storage.clone()),
             storage,
             warehouse,
             typed: true,
