@@ -53,7 +53,7 @@ fn s3_settings_become_deltalake_options() {
         ("s3.endpoint".to_string(), "http://127.0.0.1:9000".to_string()),
         ("s3.region".to_string(), "eu-west-1".to_string()),
     ]);
-    let mut options = delta_storage(&storage);
+    let mut options: Vec<_> = super::kind::delta_storage(&storage).into_iter().collect();
     options.sort();
     assert_eq!(
         options,
