@@ -11,7 +11,7 @@ use weir_iceberg::{Catalog, IcebergSink};
 use crate::config::{CatalogKind, Config};
 use crate::error::CatalogError;
 use crate::format::TableFormat;
-use crate::iceberg::RestCatalog;
+use crate::iceberg_catalogs::RestCatalog;
 use crate::name::{self, TableName};
 use crate::options::{SnapshotExpiry, TableOptions};
 use crate::table_ref::TableRef;
@@ -244,6 +244,15 @@ impl Catalogs {
                 reason,
             });
         }
+        if format == TableFormat::Delta && matches!(options.snapshot_expiry, SnapshotExpiry::Policy(_)) {
+            return Err(CatalogError::Unsupported {
+                catalog: name.catalog.clone(),
+                reason: format!(
+                    "{name} is a Delta table: a snapshot expiry policy is for Iceberg tables (a Delta table's old \
+                     files go with vacuum). Nothing was written"
+                ),
+            });
+        }
         if !existed {
             self.check_nesting(&name, opened.as_ref()).await?;
         }
@@ -262,15 +271,6 @@ impl Catalogs {
                 let storage = opened
                     .delta_storage()
                     .ok_or_else(|| CatalogError::NoSuchTable { name: name.to_string() })?;
-                if matches!(options.snapshot_expiry, SnapshotExpiry::Policy(_)) {
-                    return Err(CatalogError::Unsupported {
-                        catalog: name.catalog.clone(),
-                        reason: format!(
-                            "{name} is a Delta table: a snapshot expiry policy is for Iceberg tables (a Delta \
-                             table's old files go with vacuum). Nothing was written"
-                        ),
-                    });
-                }
                 Arc::new(delta_sink(&location, options, storage)?)
             }
         };

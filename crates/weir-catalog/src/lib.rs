@@ -19,6 +19,9 @@
 //!   tables in one are listed but not written, as a folder cannot swap
 //!   metadata atomically.
 //!
+//! The Iceberg catalogs of the `sql` and `rest` kinds are [`SqlCatalog`]
+//! and [`RestCatalog`], which also serve an `IcebergSink` built by hand.
+//!
 //! A table by name is also where its maintenance starts: each job is a
 //! builder of `with_*` setters, run by awaiting it.
 //!
@@ -52,7 +55,7 @@ mod config;
 mod describe;
 mod error;
 mod format;
-mod iceberg;
+mod iceberg_catalogs;
 mod jobs;
 mod name;
 mod options;
@@ -66,7 +69,7 @@ pub use config::{lake_dir, CatalogConfig, CatalogKind, Config, DEFAULT_CATALOG, 
 pub use describe::{HistoryEntry, QueryMarker, TableDescription};
 pub use error::CatalogError;
 pub use format::TableFormat;
-pub use iceberg::{RestCatalog, SqlCatalog};
+pub use iceberg_catalogs::{RestCatalog, SqlCatalog};
 pub use jobs::{ExpireSnapshotsJob, RemoveOrphanFilesJob, RewriteManifestsJob, VacuumJob};
 pub use name::TableName;
 pub use options::{SnapshotExpiry, TableOptions};

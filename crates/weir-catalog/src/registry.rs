@@ -11,7 +11,7 @@ use sqlx::Row;
 
 use crate::error::CatalogError;
 use crate::format::TableFormat;
-use crate::iceberg::SqlCatalog;
+use crate::iceberg_catalogs::SqlCatalog;
 
 /// A row of `weir_tables`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -86,6 +86,7 @@ pub trait Catalog: Debug + Send + Sync {
 }
 
 /// `namespace.table`, as errors and logs show a table.
+#[doc(hidden)]
 pub fn shown(ident: &TableIdent) -> String {
     format!("{}.{}", ident.namespace.join("."), ident.name)
 }

@@ -124,8 +124,8 @@ pub struct MetadataJson {
 
 impl MetadataJson {
     /// The whole file in one buffer.
-    #[cfg(any(test, debug_assertions))]
-    pub fn to_vec(&self) -> Vec<u8> {
+    #[cfg(test)]
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
         self.pieces.concat()
     }
 }

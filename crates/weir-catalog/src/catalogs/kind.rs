@@ -1,5 +1,10 @@
 //! What `Catalogs` asks of an opened catalog, whatever its kind: one trait,
 //! implemented by the `sql`, `rest` and `path` kinds in files of their own.
+//!
+//! `Catalogs` resolves the name first, then asks [`Kind::find`]; for a new
+//! table it asks [`Kind::refuses`] and checks every other table's name
+//! ([`Kind::names`]) before [`Kind::place`], so `place` may assume the
+//! format is one the kind holds and the name is free.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -49,8 +54,9 @@ pub(crate) trait Kind: std::fmt::Debug + Send + Sync {
     /// tables.
     fn delta_storage(&self) -> Option<HashMap<String, String>>;
 
-    /// Removes the table `found` (at `location`, of `format`); with `purge`
-    /// its files too. Whether there was such a table.
+    /// Removes the table `name` (of `format`, at `location`, as `find`
+    /// found it); with `purge` its files too. Whether there was such a
+    /// table.
     async fn drop_table(
         &self,
         name: &TableName,
@@ -104,24 +110,29 @@ pub(crate) async fn iceberg_tables(
 }
 
 /// The catalog's storage settings (Iceberg's `s3.*` names) as deltalake's
-/// options. Other names pass through.
+/// options. Other names pass through, and a setting given under deltalake's
+/// own name wins over one derived from an `s3.*` name, whatever the order.
 pub(crate) fn delta_storage(storage: &HashMap<String, String>) -> HashMap<String, String> {
-    let mut out = HashMap::new();
+    let deltas_name = |key: &str| match key {
+        "s3.endpoint" => Some("AWS_ENDPOINT_URL"),
+        "s3.region" => Some("AWS_REGION"),
+        "s3.access-key-id" => Some("AWS_ACCESS_KEY_ID"),
+        "s3.secret-access-key" => Some("AWS_SECRET_ACCESS_KEY"),
+        "s3.session-token" => Some("AWS_SESSION_TOKEN"),
+        _ => None,
+    };
+    let mut out: HashMap<String, String> = storage
+        .iter()
+        .filter(|(k, _)| deltas_name(k).is_none())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     for (key, value) in storage {
-        let key = match key.as_str() {
-            "s3.endpoint" => {
-                if value.starts_with("http://") {
-                    out.insert("AWS_ALLOW_HTTP".to_string(), "true".to_string());
-                }
-                "AWS_ENDPOINT_URL"
-            }
-            "s3.region" => "AWS_REGION",
-            "s3.access-key-id" => "AWS_ACCESS_KEY_ID",
-            "s3.secret-access-key" => "AWS_SECRET_ACCESS_KEY",
-            "s3.session-token" => "AWS_SESSION_TOKEN",
-            other => other,
-        };
-        out.insert(key.to_string(), value.clone());
+        let Some(name) = deltas_name(key) else { continue };
+        if key == "s3.endpoint" && value.starts_with("http://") {
+            out.entry("AWS_ALLOW_HTTP".to_string())
+                .or_insert_with(|| "true".to_string());
+        }
+        out.entry(name.to_string()).or_insert_with(|| value.clone());
     }
     out
 }

@@ -10,7 +10,7 @@ use weir_iceberg::Catalog;
 use super::kind::{iceberg_names, iceberg_tables, ident, Kind, Listed};
 use crate::error::CatalogError;
 use crate::format::TableFormat;
-use crate::iceberg::RestCatalog;
+use crate::iceberg_catalogs::RestCatalog;
 use crate::name::TableName;
 use crate::options::TableOptions;
 

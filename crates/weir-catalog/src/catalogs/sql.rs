@@ -11,7 +11,7 @@ use weir_iceberg::Catalog;
 use super::kind::{delete_tree, delta_storage, iceberg_names, iceberg_tables, ident, setting_names, Kind, Listed};
 use crate::error::CatalogError;
 use crate::format::TableFormat;
-use crate::iceberg::SqlCatalog;
+use crate::iceberg_catalogs::SqlCatalog;
 use crate::name::TableName;
 use crate::options::TableOptions;
 use crate::registry;

@@ -64,3 +64,30 @@ fn s3_settings_become_deltalake_options() {
         ]
     );
 }
+
+#[test]
+fn deltalakes_own_names_win_and_other_names_pass_through() {
+    let storage = HashMap::from([
+        ("s3.endpoint".to_string(), "http://127.0.0.1:9000".to_string()),
+        ("s3.region".to_string(), "eu-west-1".to_string()),
+        ("AWS_REGION".to_string(), "us-east-1".to_string()),
+        ("AWS_ALLOW_HTTP".to_string(), "false".to_string()),
+        ("s3.path-style-access".to_string(), "true".to_string()),
+    ]);
+    let mut options: Vec<_> = super::kind::delta_storage(&storage).into_iter().collect();
+    options.sort();
+    let pairs = |p: &[(&str, &str)]| {
+        p.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        options,
+        pairs(&[
+            ("AWS_ALLOW_HTTP", "false"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
+            ("AWS_REGION", "us-east-1"),
+            ("s3.path-style-access", "true"),
+        ])
+    );
+}

@@ -276,3 +276,24 @@ async fn a_catalog_built_in_code_is_checked_when_opened() {
     let e = Catalogs::new(config).find("a.b").await.unwrap_err().to_string();
     assert!(e.contains("needs `warehouse`"), "{e}");
 }
+
+#[tokio::test]
+async fn a_delta_table_refused_for_its_options_is_not_registered() {
+    let lake = tempfile::tempdir().unwrap();
+    let catalogs = Catalogs::new(Config::embedded(lake.path()));
+    let options = TableOptions::new().snapshot_expiry(weir_iceberg::ExpiryPolicy::STREAMING);
+    let e = catalogs.sink("bronze.expiring", &options).await.unwrap_err();
+    assert!(matches!(e, CatalogError::Unsupported { .. }), "{e}");
+    assert!(
+        e.to_string().contains("snapshot expiry policy is for Iceberg tables"),
+        "{e}"
+    );
+    // Nothing was written: the name is free, in either format.
+    assert_eq!(catalogs.find("bronze.expiring").await.unwrap(), None);
+    assert!(catalogs.list(None, None).await.unwrap().is_empty());
+    let iceberg = TableOptions::new()
+        .format(TableFormat::Iceberg)
+        .snapshot_expiry(weir_iceberg::ExpiryPolicy::STREAMING);
+    let target = catalogs.sink("bronze.expiring", &iceberg).await.unwrap();
+    assert_eq!(target.table.format, TableFormat::Iceberg);
+}

@@ -147,12 +147,12 @@ impl SqlCatalog {
 
     /// The catalog's database, for tables kept beside the catalog's own
     /// (weir's catalog keeps its Delta tables there).
-    pub fn pool(&self) -> &AnyPool {
+    pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
     }
 
     /// `template` with its `?` placeholders in this database's style.
-    pub fn statement(&self, template: &str) -> String {
+    pub(crate) fn statement(&self, template: &str) -> String {
         self.sql(template)
     }
 
@@ -275,7 +275,7 @@ impl SqlCatalog {
         {
             // Debug builds (the tests) check every file against the metadata
             // it was encoded from.
-            let parsed: TableMetadata = serde_json::from_slice(&json.to_vec())
+            let parsed: TableMetadata = serde_json::from_slice(&json.pieces.concat())
                 .map_err(|e| err("check the encoded metadata")(invalid(e.to_string())))?;
             if &parsed != metadata {
                 return Err(err("check the encoded metadata")(invalid(
