@@ -106,7 +106,7 @@ impl CatalogError {
     /// full or read-only disk.
     pub fn retryable(&self) -> bool {
         match self {
-            CatalogError::Database { source, .. } => weir_iceberg::database_retryable(source),
+            CatalogError::Database { source, .. } => database_retryable(source),
             CatalogError::Io { source, .. } => weir_core::permanent_io_kind(source).is_none(),
             CatalogError::Purge { source, .. } => source.retryable(),
             CatalogError::Delta(e) => e.retryable(),
@@ -126,4 +126,65 @@ impl From<weir_iceberg::IcebergSinkError> for CatalogError {
     fn from(e: weir_iceberg::IcebergSinkError) -> Self {
         CatalogError::Iceberg(Box::new(e))
     }
+}
+
+/// How a request to the REST catalog failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RestError {
+    /// The request got no answer: the server could not be reached, the
+    /// connection broke, or it did not answer in time.
+    #[error("no answer: {0}")]
+    Request(#[source] reqwest::Error),
+
+    /// The server answered with an error status.
+    #[error("the server answered {status}: {message}")]
+    Status {
+        status: reqwest::StatusCode,
+        /// The error's message from the body, or the start of a body that
+        /// is not the protocol's error (a proxy's page).
+        message: String,
+    },
+
+    /// The server refused the OAuth2 client credential.
+    #[error("the server refused the OAuth2 client credential with {status} (the credential is not shown)")]
+    Credential { status: reqwest::StatusCode },
+
+    /// Part of a successful answer is not what the protocol describes.
+    #[error("the answer's {part} is not valid: {source}")]
+    Malformed {
+        part: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// A successful answer lacks a part the protocol requires.
+    #[error("the answer has no {part}")]
+    Missing { part: &'static str },
+}
+
+impl RestError {
+    /// Whether trying again may succeed: a request that got no answer, a
+    /// server error, or a server that asks to slow down. Not a refusal
+    /// (4xx) or an answer weir cannot read.
+    pub fn retryable(&self) -> bool {
+        match self {
+            RestError::Request(e) => !e.is_builder() && !e.is_redirect() && !e.is_decode(),
+            RestError::Status { status, .. } | RestError::Credential { status } => {
+                status.is_server_error()
+                    || *status == reqwest::StatusCode::TOO_MANY_REQUESTS
+                    || *status == reqwest::StatusCode::REQUEST_TIMEOUT
+            }
+            RestError::Malformed { .. } | RestError::Missing { .. } => false,
+        }
+    }
+}
+
+/// Whether a catalog database's failure may pass on a retry: the
+/// connection or its pool, not a query the database refused.
+pub fn database_retryable(e: &sqlx::Error) -> bool {
+    matches!(
+        e,
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed
+    )
 }

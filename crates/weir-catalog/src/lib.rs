@@ -67,7 +67,7 @@ pub use catalogs::{Catalogs, TableEntry, TableSink};
 pub use compact::{CompactJob, CompactSummary};
 pub use config::{lake_dir, CatalogConfig, CatalogKind, Config, DEFAULT_CATALOG, DEFAULT_LAKE_DIR};
 pub use describe::{HistoryEntry, QueryMarker, TableDescription};
-pub use error::CatalogError;
+pub use error::{database_retryable, CatalogError, RestError};
 pub use format::TableFormat;
 pub use iceberg_catalogs::{RestCatalog, SqlCatalog};
 pub use jobs::{ExpireSnapshotsJob, RemoveOrphanFilesJob, RewriteManifestsJob, VacuumJob};

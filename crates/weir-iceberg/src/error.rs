@@ -7,23 +7,18 @@ use weir_core::BatchId;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum IcebergSinkError {
-    /// The catalog's database could not be reached or queried.
+    /// The catalog failed: its database could not be reached or queried,
+    /// or its server gave no answer, an error, or an answer weir cannot
+    /// use. `source` is the catalog's own error (weir-catalog's `RestError`
+    /// or the database's), and the catalog judged whether trying again may
+    /// succeed.
     #[error("Iceberg catalog {catalog:?}: {operation}: {source}")]
     Catalog {
         catalog: String,
         operation: String,
         #[source]
-        source: sqlx::Error,
-    },
-
-    /// The REST catalog gave no answer, an error, or an answer weir cannot
-    /// use.
-    #[error("Iceberg REST catalog {catalog:?}: {operation}: {source}")]
-    Rest {
-        catalog: String,
-        operation: String,
-        #[source]
-        source: RestError,
+        source: Box<dyn std::error::Error + Send + Sync>,
+        retryable: bool,
     },
 
     /// A catalog setting is missing or malformed.
@@ -105,66 +100,13 @@ pub enum IcebergSinkError {
     NotPrepared { table: String },
 }
 
-/// How a request to the REST catalog failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RestError {
-    /// The request got no answer: the server could not be reached, the
-    /// connection broke, or it did not answer in time.
-    #[error("no answer: {0}")]
-    Request(#[source] reqwest::Error),
-
-    /// The server answered with an error status.
-    #[error("the server answered {status}: {message}")]
-    Status {
-        status: reqwest::StatusCode,
-        /// The error's message from the body, or the start of a body that
-        /// is not the protocol's error (a proxy's page).
-        message: String,
-    },
-
-    /// The server refused the OAuth2 client credential.
-    #[error("the server refused the OAuth2 client credential with {status} (the credential is not shown)")]
-    Credential { status: reqwest::StatusCode },
-
-    /// Part of a successful answer is not what the protocol describes.
-    #[error("the answer's {part} is not valid: {source}")]
-    Malformed {
-        part: &'static str,
-        #[source]
-        source: serde_json::Error,
-    },
-
-    /// A successful answer lacks a part the protocol requires.
-    #[error("the answer has no {part}")]
-    Missing { part: &'static str },
-}
-
-impl RestError {
-    /// Whether trying again may succeed: a request that got no answer, a
-    /// server error, or a server that asks to slow down. Not a refusal
-    /// (4xx) or an answer weir cannot read.
-    pub fn retryable(&self) -> bool {
-        match self {
-            RestError::Request(e) => !e.is_builder() && !e.is_redirect() && !e.is_decode(),
-            RestError::Status { status, .. } | RestError::Credential { status } => {
-                status.is_server_error()
-                    || *status == reqwest::StatusCode::TOO_MANY_REQUESTS
-                    || *status == reqwest::StatusCode::REQUEST_TIMEOUT
-            }
-            RestError::Malformed { .. } | RestError::Missing { .. } => false,
-        }
-    }
-}
-
 impl IcebergSinkError {
     /// Whether trying again may succeed.
     pub fn retryable(&self) -> bool {
         match self {
             IcebergSinkError::TooManyConflicts { .. } | IcebergSinkError::Busy { .. } => true,
-            IcebergSinkError::Catalog { source, .. } => database_retryable(source),
+            IcebergSinkError::Catalog { retryable, .. } => *retryable,
             IcebergSinkError::Iceberg { source, .. } => source.retryable(),
-            IcebergSinkError::Rest { source, .. } => source.retryable(),
             _ => false,
         }
     }
@@ -179,13 +121,4 @@ impl From<IcebergSinkError> for weir_core::Error {
     fn from(e: IcebergSinkError) -> Self {
         e.into_core(None)
     }
-}
-
-/// Whether a catalog database's failure may pass on a retry: the
-/// connection or its pool, not a query the database refused.
-pub fn database_retryable(e: &sqlx::Error) -> bool {
-    matches!(
-        e,
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed
-    )
 }

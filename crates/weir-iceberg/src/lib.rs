@@ -95,7 +95,7 @@ mod writer;
 
 pub use catalog::{check_ident, parse_ident, shown, Catalog, LoadedTable, Swap};
 pub use compact::Compact;
-pub use error::{database_retryable, IcebergSinkError, RestError};
+pub use error::IcebergSinkError;
 pub use expire::{ExpireReport, ExpireSnapshots};
 pub use manifests::{ManifestReport, RewriteManifests};
 pub use orphans::{OrphanReport, RemoveOrphanFiles, DEFAULT_ORPHAN_AGE};

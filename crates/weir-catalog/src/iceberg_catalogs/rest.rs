@@ -11,7 +11,9 @@ use iceberg::spec::{TableMetadata, MAIN_BRANCH};
 use iceberg::{TableIdent, TableRequirement, TableUpdate};
 use serde_json::{json, Value};
 
-use weir_iceberg::{check_ident, shown, Catalog, IcebergSinkError, LoadedTable, RestError, Swap};
+use weir_iceberg::{check_ident, shown, Catalog, IcebergSinkError, LoadedTable, Swap};
+
+use crate::error::RestError;
 
 /// How deep nested namespaces are listed.
 const MAX_NAMESPACE_DEPTH: usize = 8;
@@ -264,10 +266,11 @@ impl RestCatalog {
 }
 
 fn rest_err(catalog: &str, operation: &str, source: RestError) -> IcebergSinkError {
-    IcebergSinkError::Rest {
+    IcebergSinkError::Catalog {
         catalog: catalog.to_string(),
         operation: operation.to_string(),
-        source,
+        retryable: source.retryable(),
+        source: Box::new(source),
     }
 }
 

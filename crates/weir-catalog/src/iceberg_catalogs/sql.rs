@@ -19,6 +19,8 @@ use sqlx::{AnyPool, Row};
 use weir_iceberg::metadata_file::{next_metadata_location, read_refs, MetadataFiles, MetadataJson};
 use weir_iceberg::{check_ident, shown, Catalog, IcebergSinkError, LoadedTable, Swap};
 
+use crate::error::database_retryable;
+
 static DRIVERS: Once = Once::new();
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,7 +130,8 @@ impl SqlCatalog {
             .map_err(|source| IcebergSinkError::Catalog {
                 catalog: name.to_string(),
                 operation: "connect".into(),
-                source: redact(source),
+                retryable: database_retryable(&source),
+                source: Box::new(redact(source)),
             })?;
         let warehouse = warehouse_url(warehouse).map_err(config)?;
         let mut catalog = SqlCatalog {
@@ -166,7 +169,8 @@ impl SqlCatalog {
         move |source| IcebergSinkError::Catalog {
             catalog: self.name.clone(),
             operation: operation.clone(),
-            source,
+            retryable: database_retryable(&source),
+            source: Box::new(source),
         }
     }
 

@@ -4,6 +4,7 @@
 mod jobs;
 mod path;
 mod rest;
+mod rest_errors;
 mod sql;
 
 use std::path::Path;

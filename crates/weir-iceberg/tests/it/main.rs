@@ -5,6 +5,5 @@ mod conformance;
 mod expire;
 mod orphans;
 mod rest;
-mod rest_errors;
 mod table;
 mod unknown_outcome;

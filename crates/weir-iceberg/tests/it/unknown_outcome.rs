@@ -39,10 +39,11 @@ fn failure(retryable: bool) -> IcebergSinkError {
         IcebergSinkError::Catalog {
             catalog: "faulty".into(),
             operation: "swap".into(),
-            source: sqlx::Error::Io(std::io::Error::new(
+            source: Box::new(std::io::Error::new(
                 std::io::ErrorKind::ConnectionReset,
                 "connection reset",
             )),
+            retryable: true,
         }
     } else {
         IcebergSinkError::CommitRefused {

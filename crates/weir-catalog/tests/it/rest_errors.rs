@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use weir_catalog::RestCatalog;
-use weir_iceberg::{IcebergSinkError, RestError};
+use weir_catalog::{RestCatalog, RestError};
+use weir_iceberg::IcebergSinkError;
 
 /// Serves `answer` (status line, content type, body) to every request.
 async fn serve(status: &'static str, content_type: &'static str, body: &'static str) -> String {
@@ -34,9 +34,12 @@ async fn connect(uri: &str) -> IcebergSinkError {
         .expect_err("the catalog answers wrongly")
 }
 
+/// The REST catalog's own error, kept as the cause of the catalog failure.
 fn rest(e: &IcebergSinkError) -> &RestError {
     match e {
-        IcebergSinkError::Rest { source, .. } => source,
+        IcebergSinkError::Catalog { source, .. } => source
+            .downcast_ref::<RestError>()
+            .unwrap_or_else(|| panic!("expected a REST catalog error, got {e:?}")),
         other => panic!("expected a REST catalog error, got {other:?}"),
     }
 }
