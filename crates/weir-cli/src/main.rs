@@ -8,8 +8,17 @@
 //! weir checkpoint show chk/payments
 //! ```
 //!
-//! Every command exits non-zero with a message on standard error when it
-//! fails; `--json` output is one JSON object per line.
+//! # Guarantees
+//!
+//! - `weir stream` is a query of the library's, with its guarantees: each
+//!   batch lands in the table once, whatever step the process dies at.
+//!   Ctrl-C lets the running batch finish and starts no new one; a killed
+//!   process replays its last batch exactly once on the next start.
+//! - Maintenance commands (`compact`, `vacuum`, `expire`, `remove-orphans`,
+//!   `rewrite-manifests`) have their jobs' guarantees: safe beside a
+//!   running stream, and `--dry-run` changes nothing.
+//! - Every command exits non-zero with a message on standard error when it
+//!   fails; `--json` output is one JSON object per line.
 
 mod args;
 mod compact;

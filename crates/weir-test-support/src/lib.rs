@@ -9,6 +9,17 @@
 //! ```
 //!
 //! where `async fn my_harness() -> impl SinkHarness` makes a new table.
+//!
+//! # Guarantees
+//!
+//! - Every conformance test asserts on the rows the sink's table holds, as
+//!   its harness reads them back: each id once, no id missing, each batch
+//!   whole; none passes by skipping an assertion.
+//! - [`assert_exactly_once`] fails on a duplicate and on a gap, each named
+//!   ([`assert_whole_batches`] on a batch seen in part).
+//! - A test whose service (S3, PostgreSQL, Kafka, the readers) is missing
+//!   skips with a notice outside CI; with `CI` set, [`service`] fails it,
+//!   so a CI run never passes by skipping.
 
 pub mod conformance;
 mod data;
