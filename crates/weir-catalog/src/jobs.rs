@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use crate::catalogs::Catalogs;
 use crate::error::CatalogError;
-use crate::format::TableFormat;
 use crate::table_ref::TableRef;
 
 const VACUUM_IS_DELTAS: &str =
@@ -59,8 +58,7 @@ impl<'a> VacuumJob<'a> {
 
     /// Runs the vacuum; awaiting the job does the same.
     pub async fn run(&self) -> Result<weir_delta::VacuumReport, CatalogError> {
-        let table = self.table.of_format(TableFormat::Delta, VACUUM_IS_DELTAS).await?;
-        let storage = self.table.catalogs().delta_storage(&table.name.catalog).await?;
+        let (table, storage) = self.table.delta(VACUUM_IS_DELTAS).await?;
         let mut vacuum = weir_delta::Vacuum::new(&table.location)?
             .with_storage_options(storage)
             .with_force(self.force)
@@ -132,10 +130,8 @@ impl<'a> ExpireSnapshotsJob<'a> {
     /// Expires the snapshots and deletes the files only they referenced;
     /// awaiting the job does the same.
     pub async fn run(&self) -> Result<weir_iceberg::ExpireReport, CatalogError> {
-        let table = self.table.of_format(TableFormat::Iceberg, EXPIRY_IS_ICEBERGS).await?;
-        let catalog = self.table.catalogs().iceberg_catalog(&table.name.catalog).await?;
-        let mut expire =
-            weir_iceberg::ExpireSnapshots::new(catalog, &table.name.in_catalog())?.with_dry_run(self.dry_run);
+        let (catalog, name) = self.table.iceberg(EXPIRY_IS_ICEBERGS).await?;
+        let mut expire = weir_iceberg::ExpireSnapshots::new(catalog, &name)?.with_dry_run(self.dry_run);
         if let Some(age) = self.older_than {
             expire = expire.with_older_than(age);
         }
@@ -195,9 +191,8 @@ impl<'a> RemoveOrphanFilesJob<'a> {
 
     /// Finds the orphans and deletes them; awaiting the job does the same.
     pub async fn run(&self) -> Result<weir_iceberg::OrphanReport, CatalogError> {
-        let table = self.table.of_format(TableFormat::Iceberg, ORPHANS_ARE_ICEBERGS).await?;
-        let catalog = self.table.catalogs().iceberg_catalog(&table.name.catalog).await?;
-        let mut job = weir_iceberg::RemoveOrphanFiles::new(catalog, &table.name.in_catalog())?
+        let (catalog, name) = self.table.iceberg(ORPHANS_ARE_ICEBERGS).await?;
+        let mut job = weir_iceberg::RemoveOrphanFiles::new(catalog, &name)?
             .with_allow_recent(self.allow_recent)
             .with_dry_run(self.dry_run);
         if let Some(age) = self.older_than {
@@ -232,12 +227,8 @@ impl<'a> RewriteManifestsJob<'a> {
     /// Merges the small manifests in one swap; awaiting the job does the
     /// same.
     pub async fn run(&self) -> Result<weir_iceberg::ManifestReport, CatalogError> {
-        let table = self
-            .table
-            .of_format(TableFormat::Iceberg, MANIFESTS_ARE_ICEBERGS)
-            .await?;
-        let catalog = self.table.catalogs().iceberg_catalog(&table.name.catalog).await?;
-        let job = weir_iceberg::RewriteManifests::new(catalog, &table.name.in_catalog())?.with_dry_run(self.dry_run);
+        let (catalog, name) = self.table.iceberg(MANIFESTS_ARE_ICEBERGS).await?;
+        let job = weir_iceberg::RewriteManifests::new(catalog, &name)?.with_dry_run(self.dry_run);
         Ok(job.await?)
     }
 }

@@ -1,6 +1,11 @@
 //! A table by name: awaited, its catalog entry; its methods, the
 //! maintenance jobs on it, each a builder that is awaited.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use weir_iceberg::Catalog;
+
 use crate::catalogs::{Catalogs, TableEntry};
 use crate::compact::CompactJob;
 use crate::error::CatalogError;
@@ -71,6 +76,22 @@ impl<'a> TableRef<'a> {
             });
         }
         Ok(table)
+    }
+
+    /// A Delta table's entry and its catalog's storage options, for a job
+    /// of Delta's alone (`Unsupported` with `reason` on an Iceberg table).
+    pub(crate) async fn delta(&self, reason: &str) -> Result<(TableEntry, HashMap<String, String>), CatalogError> {
+        let table = self.of_format(TableFormat::Delta, reason).await?;
+        let storage = self.catalogs.delta_storage(&table.name.catalog).await?;
+        Ok((table, storage))
+    }
+
+    /// An Iceberg table's catalog and its name there, for a job of
+    /// Iceberg's alone (`Unsupported` with `reason` on a Delta table).
+    pub(crate) async fn iceberg(&self, reason: &str) -> Result<(Arc<dyn Catalog>, String), CatalogError> {
+        let table = self.of_format(TableFormat::Iceberg, reason).await?;
+        let catalog = self.catalogs.iceberg_catalog(&table.name.catalog).await?;
+        Ok((catalog, table.name.in_catalog()))
     }
 
     /// Compaction of its small files, in either format (see
