@@ -6,6 +6,7 @@ use arrow_schema::ArrowError;
 
 use crate::crash::point::CrashPoint;
 use crate::ids::{BatchId, InvalidQueryName, QueryId, QueryName};
+use crate::operator::ModeRule;
 use crate::protocol::Refusal;
 use crate::sink::mode::{ModeRefusal, OutputMode};
 
@@ -128,6 +129,10 @@ pub enum Error {
         sink: String,
         reason: ModeRefusal,
     },
+
+    /// The query's stateful operators cannot run in this output mode.
+    #[error("output mode {mode} does not fit this query: {rule}")]
+    UnsupportedQuery { mode: OutputMode, rule: ModeRule },
 
     /// An option of the query is missing or invalid.
     #[error("invalid option {option}: {reason}")]

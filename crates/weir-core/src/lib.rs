@@ -61,11 +61,14 @@ mod driver;
 mod error;
 pub mod ids;
 pub mod maintenance;
+pub mod operator;
 pub mod partition;
 pub mod progress;
 pub mod protocol;
 pub mod sink;
 pub mod source;
+pub mod state;
+pub mod watermark;
 
 pub use driver::{read_stream, ReadStream, StreamWriter, StreamingQuery, Trigger};
 pub use error::{permanent_io_kind, BoxError, Error, Result};

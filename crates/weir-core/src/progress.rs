@@ -37,6 +37,27 @@ pub struct QueryProgress {
     pub sources: Vec<SourceProgress>,
     /// What the sink did.
     pub sink: SinkProgress,
+    /// The batch's event-time watermark, if the query has one and it has
+    /// moved from its start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<DateTime<Utc>>,
+    /// Rows dropped because their event time was at or before the
+    /// watermark.
+    pub late_rows: u64,
+    /// The state of each stateful operator after the batch.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub state: Vec<StateProgress>,
+}
+
+/// The state of one stateful operator after a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StateProgress {
+    /// The operator.
+    pub operator: String,
+    /// Keys in its state.
+    pub rows: u64,
+    /// Bytes of its keys and values in memory.
+    pub bytes: u64,
 }
 
 /// Milliseconds spent in each phase of a batch. Reading and writing overlap
@@ -50,6 +71,8 @@ pub struct PhaseDurations {
     pub read: f64,
     /// Transforming and writing rows, until every writer finished.
     pub write: f64,
+    /// Writing the stateful operators' state to the checkpoint.
+    pub state: f64,
     /// The sink's atomic commit.
     pub commit: f64,
     /// Writing `commits/N` and the sources' commit hooks.

@@ -15,6 +15,7 @@ pub(crate) fn streaming_update(ctx: &BatchContext) -> DeltaOperation {
         output_mode: match ctx.output_mode {
             OutputMode::Append => DeltaOutputMode::Append,
             OutputMode::Complete => DeltaOutputMode::Complete,
+            OutputMode::Update => DeltaOutputMode::Update,
         },
         query_id: ctx.query_id.to_string(),
         epoch_id: ctx.batch_id.0 as i64,

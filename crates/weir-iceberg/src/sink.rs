@@ -348,8 +348,11 @@ impl Sink for IcebergSink {
         identity
     }
 
-    fn check_output_mode(&self, _mode: OutputMode) -> Result<(), weir_core::sink::ModeRefusal> {
-        Ok(())
+    fn check_output_mode(&self, mode: OutputMode) -> Result<(), weir_core::sink::ModeRefusal> {
+        match mode {
+            OutputMode::Append | OutputMode::Complete => Ok(()),
+            OutputMode::Update => Err(weir_core::sink::ModeRefusal::NoUpdate("an Iceberg table")),
+        }
     }
 
     async fn prepare(&self, query: &QueryInfo) -> weir_core::Result<()> {
@@ -419,6 +422,14 @@ impl Sink for IcebergSink {
     }
 
     async fn commit(&self, ctx: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<CommitOutcome> {
+        if let Err(reason) = self.check_output_mode(ctx.output_mode) {
+            // The driver refused the mode at start; a caller of its own did not.
+            return Err(weir_core::Error::UnsupportedOutputMode {
+                mode: ctx.output_mode,
+                sink: self.identity().to_string(),
+                reason,
+            });
+        }
         let core = |e: IcebergSinkError| e.into_core(Some(ctx.batch_id));
         let prepared = self.prepared()?;
         let layout = prepared.layout.clone();
@@ -433,7 +444,8 @@ impl Sink for IcebergSink {
             .map_err(core)?;
         let files = writer::decode(&messages, &layout.spec, &partition_type, &layout.schema)?;
         let change = match ctx.output_mode {
-            OutputMode::Append => Change::Append,
+            // Update never gets here: `commit` refused it above.
+            OutputMode::Append | OutputMode::Update => Change::Append,
             OutputMode::Complete => Change::Overwrite,
         };
         let mut commit = SwapCommit {

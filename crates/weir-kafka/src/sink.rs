@@ -331,7 +331,9 @@ impl Sink for KafkaSink {
 
     fn check_output_mode(&self, mode: OutputMode) -> Result<(), weir_core::sink::ModeRefusal> {
         match mode {
-            OutputMode::Append => Ok(()),
+            // Update: each changed group is a record; a reader keeps the
+            // latest record of each key (a compacted topic does too).
+            OutputMode::Append | OutputMode::Update => Ok(()),
             OutputMode::Complete => Err(weir_core::sink::ModeRefusal::AppendOnly("a Kafka topic")),
         }
     }

@@ -18,6 +18,7 @@ use weir_core::source::{MemoryStream, Offset, RateSource, Source};
 use weir_core::{read_stream, BatchId, Error, OutputMode, QueryId, QueryName, RunId, StreamWriter, Trigger};
 
 use crate::data::assert_exactly_once;
+use crate::operators::CountByKey;
 
 /// A sink under test, on one table.
 #[async_trait]
@@ -55,6 +56,43 @@ fn query(checkpoint: &Path) -> StreamWriter {
         .checkpoint_location(checkpoint)
         .trigger(Trigger::processing_time(Duration::ZERO))
         .writer_parallelism(2)
+}
+
+/// The query with each id's count as its result: an aggregation, for the
+/// modes that need one.
+fn counted(checkpoint: &Path) -> StreamWriter {
+    read_stream(RateSource::rows_per_batch(ROWS))
+        .with_operator(CountByKey::new("ids", "event_id"))
+        .write_stream()
+        .query_name(NAME)
+        .checkpoint_location(checkpoint)
+        .trigger(Trigger::processing_time(Duration::ZERO))
+        .writer_parallelism(2)
+}
+
+/// Update mode hands the sink each batch's changed groups (here each id
+/// once, as ids never repeat), or is refused.
+pub async fn update_mode_is_honoured_or_refused(h: &dyn SinkHarness) {
+    let chk = tempfile::tempdir().expect("tempdir");
+    let supported = h.sink().await.check_output_mode(OutputMode::Update).is_ok();
+    let result = run_to(h, counted(chk.path()).output_mode(OutputMode::Update), 2).await;
+    if supported {
+        result.expect("update mode");
+        assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..3));
+    } else {
+        assert!(
+            matches!(
+                result,
+                Err(Error::UnsupportedOutputMode {
+                    mode: OutputMode::Update,
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+        // Refused before the sink was prepared or the checkpoint written.
+        assert!(!chk.path().join("metadata").exists());
+    }
 }
 
 /// Runs the query until batch `last` is committed.
@@ -255,7 +293,7 @@ pub async fn crash_at_every_point_then_restart_is_exactly_once(h: &dyn SinkHarne
             assert_exactly_once(&h.read_event_ids().await, 0..(total * ROWS) as i64);
         }
     }
-    assert_eq!(batch, 16);
+    assert_eq!(batch, 20);
 }
 
 /// The sink committed but `commits/N` was never written: the restart
@@ -450,14 +488,16 @@ pub async fn concurrent_copies_of_a_query_write_each_batch_once(h: &dyn SinkHarn
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..6));
 }
 
-/// Complete mode replaces the table's rows each batch, or is refused.
+/// Complete mode replaces the table's rows with the whole result each
+/// batch, or is refused.
 pub async fn output_modes_are_honoured_or_refused(h: &dyn SinkHarness) {
     let chk = tempfile::tempdir().expect("tempdir");
     let supported = h.sink().await.check_output_mode(OutputMode::Complete).is_ok();
-    let result = run_to(h, query(chk.path()).output_mode(OutputMode::Complete), 2).await;
+    let result = run_to(h, counted(chk.path()).output_mode(OutputMode::Complete), 2).await;
     if supported {
         result.expect("complete mode");
-        assert_exactly_once(&h.read_event_ids().await, ids_of_batches(2..3));
+        // Each id once: the last batch's whole result replaced the others.
+        assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..3));
     } else {
         assert!(
             matches!(

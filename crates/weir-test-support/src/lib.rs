@@ -27,6 +27,7 @@ mod data;
 pub mod kafka;
 pub mod kill;
 pub mod memory;
+pub mod operators;
 pub mod readers;
 
 pub use conformance::{copy_dir, SinkHarness};
@@ -66,7 +67,8 @@ macro_rules! sink_conformance_tests {
             lost_table_is_refused,
             other_sink_is_refused,
             concurrent_copies_of_a_query_write_each_batch_once,
-            output_modes_are_honoured_or_refused
+            output_modes_are_honoured_or_refused,
+            update_mode_is_honoured_or_refused
         );
     };
     (@cases $harness:ident; $($case:ident),+) => {

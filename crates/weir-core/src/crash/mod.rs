@@ -24,7 +24,10 @@ impl FromStr for CrashPoint {
             .find(|p| p.name() == s)
             .ok_or_else(|| Error::InvalidOption {
                 option: "WEIR_CRASH_AT",
-                reason: format!("unknown crash point {s:?}; known: after_offsets_written, after_data_written, after_sink_commit, after_commit_log"),
+                reason: format!(
+                    "unknown crash point {s:?}; known: {}",
+                    CrashPoint::ALL.map(|p| p.name()).join(", ")
+                ),
             })
     }
 }

@@ -9,6 +9,10 @@ pub enum CrashPoint {
     AfterOffsetsWritten,
     /// The writers wrote their data files; the sink has not committed.
     AfterDataWritten,
+    /// The operators' state and `state/_manifest/N` are written (for a
+    /// query without state: the same moment as `AfterDataWritten`); the
+    /// sink has not committed.
+    AfterStateWritten,
     /// The sink committed; `commits/N` is not written.
     AfterSinkCommit,
     /// `commits/N` is written; the source's commit hook has not run.
@@ -17,9 +21,10 @@ pub enum CrashPoint {
 
 impl CrashPoint {
     /// Every crash point, in the order of the commit sequence.
-    pub const ALL: [CrashPoint; 4] = [
+    pub const ALL: [CrashPoint; 5] = [
         CrashPoint::AfterOffsetsWritten,
         CrashPoint::AfterDataWritten,
+        CrashPoint::AfterStateWritten,
         CrashPoint::AfterSinkCommit,
         CrashPoint::AfterCommitLog,
     ];
@@ -29,6 +34,7 @@ impl CrashPoint {
         match self {
             CrashPoint::AfterOffsetsWritten => "after_offsets_written",
             CrashPoint::AfterDataWritten => "after_data_written",
+            CrashPoint::AfterStateWritten => "after_state_written",
             CrashPoint::AfterSinkCommit => "after_sink_commit",
             CrashPoint::AfterCommitLog => "after_commit_log",
         }

@@ -4,12 +4,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
-use arrow_schema::SchemaRef;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::stream::ReadStream;
 use crate::error::{Error, Result};
 use crate::sink::{BatchContext, CommitMessage, Sink};
 use crate::source::BatchStream;
@@ -40,12 +38,11 @@ struct Partition {
     task: JoinHandle<Result<CommitMessage>>,
 }
 
-/// Streams the source's rows through the transformations into one writer
-/// per partition (round-robin), then finishes every writer.
+/// Streams the rows through `transform` into one writer per partition
+/// (round-robin), then finishes every writer.
 pub(crate) async fn write_batch(
     mut rows: BatchStream,
-    stream: &ReadStream,
-    schema: &SchemaRef,
+    transform: &(dyn Fn(RecordBatch) -> Result<RecordBatch> + Sync),
     sink: &Arc<dyn Sink>,
     ctx: &BatchContext,
     parallelism: usize,
@@ -67,7 +64,7 @@ pub(crate) async fn write_batch(
             Some(Ok(batch)) => batch,
         };
         written.input_rows += batch.num_rows() as u64;
-        let batch = match stream.transform(batch, ctx.batch_id, schema) {
+        let batch = match transform(batch) {
             Ok(b) => b,
             Err(e) => {
                 failure = Some(e);

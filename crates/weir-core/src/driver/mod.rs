@@ -5,6 +5,7 @@ mod batch;
 mod handle;
 mod options;
 mod run;
+mod stateful;
 mod stream;
 mod trigger;
 mod writer;

@@ -13,8 +13,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use chrono::Utc;
+use futures::StreamExt;
 use tokio::sync::watch;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -22,7 +24,8 @@ use uuid::Uuid;
 use super::batch::{write_batch, WriteFailure, Written};
 use super::handle::{QueryShared, StreamingQuery};
 use super::options::{ProgressListener, StreamWriter};
-use super::stream::ReadStream;
+use super::stateful::Stateful;
+use super::stream::{check_schema, ReadStream};
 use super::trigger::Trigger;
 use crate::checkpoint::{
     Checkpoint, CheckpointMetadata, CommitEntry, Lease, LeaseOwner, OffsetEntry, SourceOffset, FORMAT_VERSION,
@@ -30,10 +33,14 @@ use crate::checkpoint::{
 use crate::crash::{CrashPoint, CrashPoints};
 use crate::error::{Error, Result};
 use crate::ids::{BatchId, QueryId, QueryName, RunId};
+use crate::operator::check_query_mode;
 use crate::progress::{PhaseDurations, QueryProgress, SinkProgress, SourceProgress};
 use crate::protocol::{decide_start, Refusal, SinkIdentity, SinkMarker, StartFacts, StartPlan};
 use crate::sink::{BatchContext, Close, CommitOutcome, OutputMode, QueryInfo, Sink};
 use crate::source::{Offset, ReadLimit, SourceContext};
+
+/// How often (in batches) old state files are swept.
+const STATE_PURGE_EVERY: u64 = 10;
 
 /// How long an idle query with a zero interval waits before asking again.
 const IDLE_POLL: Duration = Duration::from_millis(100);
@@ -42,6 +49,12 @@ pub(crate) struct Driver {
     checkpoint: Checkpoint,
     stream: ReadStream,
     schema: SchemaRef,
+    /// The schema after the stateless stages before the first operator.
+    prefix_schema: SchemaRef,
+    /// The operators and their state, for a stateful query.
+    stateful: Option<Stateful>,
+    /// The watermark recorded in the newest planned batch.
+    last_watermark: i64,
     sink: Arc<dyn Sink>,
     /// The sink's identity as progress shows it, fixed at start.
     sink_description: String,
@@ -67,7 +80,21 @@ pub(crate) struct Driver {
 
 /// Runs the start-up sequence and spawns the batch loop.
 pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<StreamingQuery> {
-    let schema = options.stream.schema()?;
+    let schemas = options.stream.schemas()?;
+    let schema = schemas.output.clone();
+    if let Err(rule) = check_query_mode(&options.stream.shape(), options.output_mode) {
+        return Err(Error::UnsupportedQuery {
+            mode: options.output_mode,
+            rule,
+        });
+    }
+    if let Some((w, _)) = &options.stream.watermark {
+        if options.stream.is_stateful() {
+            w.check(&schemas.prefix)?;
+        } else {
+            tracing::warn!(column = %w.column, "the query has a watermark but no stateful operator: no row is dropped as late and nothing waits for it");
+        }
+    }
     if let Err(reason) = sink.check_output_mode(options.output_mode) {
         return Err(Error::UnsupportedOutputMode {
             mode: options.output_mode,
@@ -158,6 +185,20 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
         Some(p) => offset_of(&checkpoint, p, source.name()).await?,
         None => None,
     };
+    // The first batch this run executes, and the state it starts from: the
+    // state after the newest batch planned before it.
+    let first = match (plan.replay, plan.record_only) {
+        (Some(b), _) => b,
+        (None, Some(b)) => b.next(),
+        (None, None) => plan.next_batch,
+    };
+    let previous = checkpoint.offsets().latest_before(first).await?;
+    let last_watermark = previous.as_ref().map_or(0, |(_, e)| e.watermark_ms);
+    let stateful = if options.stream.is_stateful() {
+        Some(Stateful::restore(&checkpoint, &options.stream, first, previous.map(|(id, _)| id)).await?)
+    } else {
+        None
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
     let shared = Arc::new(QueryShared::default());
     let task_shared = shared.clone();
@@ -165,6 +206,9 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
         checkpoint,
         stream: options.stream.clone(),
         schema,
+        prefix_schema: schemas.prefix,
+        stateful,
+        last_watermark,
         sink_description: facts.current_sink.to_string(),
         sink,
         query_id,
@@ -189,7 +233,7 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
         let end = offset_of(&driver.checkpoint, batch, source.name()).await?;
         driver.record(batch, None, end.as_ref()).await?;
     }
-    driver.checkpoint.purge(driver.retain).await?;
+    driver.purge().await?;
     let stopping = stop_rx.clone();
     let task = tokio::spawn(
         async move {
@@ -391,6 +435,7 @@ impl Driver {
             None => None,
         };
         tracing::info!(batch_id = %batch, "replaying a batch planned by an earlier run");
+        self.last_watermark = entry.watermark_ms;
         self.run_batch(entry, start, Duration::ZERO, true).await
     }
 
@@ -399,8 +444,15 @@ impl Driver {
         let started = Instant::now();
         let source = self.stream.source.clone();
         let start = self.last_end.clone();
+        let watermark_ms = self
+            .stateful
+            .as_ref()
+            .map_or(0, |s| s.next_watermark(self.last_watermark));
         let end = match source.latest_offset(start.as_ref(), limit).await? {
             Some(end) if Some(&end) != start.as_ref() => end,
+            // No new rows, but the watermark moved: a batch without data
+            // lets the operators close windows and forget state.
+            _ if watermark_ms > self.last_watermark && start.is_some() => start.clone().expect("checked"),
             _ => return Ok(None),
         };
         let batch_id = self.next_batch;
@@ -408,7 +460,7 @@ impl Driver {
             version: FORMAT_VERSION,
             batch_id,
             timestamp_ms: Utc::now().timestamp_millis(),
-            watermark_ms: 0,
+            watermark_ms,
             sources: vec![SourceOffset {
                 source: source.name().to_string(),
                 offset: end,
@@ -421,6 +473,7 @@ impl Driver {
                 detail: format!("another run wrote offsets/{batch_id} of this checkpoint at the same time with other offsets; this run stopped before reading anything"),
             });
         }
+        self.last_watermark = watermark_ms;
         self.crash.hit(CrashPoint::AfterOffsetsWritten, batch_id)?;
         Ok(Some((entry, start, started.elapsed())))
     }
@@ -472,8 +525,38 @@ impl Driver {
         tracing::Span::current().record("attempt", tracing::field::display(ctx.attempt_id));
 
         let write_started = Instant::now();
-        let rows = source.read(start.as_ref(), &end).await?;
-        let written = match write_batch(rows, &self.stream, &self.schema, &self.sink, &ctx, self.parallelism).await {
+        let rows = if start.as_ref() == Some(&end) {
+            // A batch without data, run because the watermark moved.
+            futures::stream::empty().boxed()
+        } else {
+            source.read(start.as_ref(), &end).await?
+        };
+        let mut late_rows = 0;
+        let written = match &mut self.stateful {
+            None => {
+                let (stream, schema) = (&self.stream, &self.prefix_schema);
+                let transform = |b| stream.transform(b, batch_id, schema);
+                write_batch(rows, &transform, &self.sink, &ctx, self.parallelism).await
+            }
+            Some(stateful) => {
+                let (input, read_time) = read_whole(&self.stream, &self.prefix_schema, rows, batch_id).await?;
+                let input_rows = input.iter().map(|b| b.num_rows() as u64).sum();
+                let processed =
+                    stateful.process(&self.stream, batch_id, entry.watermark_ms, self.output_mode, input)?;
+                late_rows = processed.late_rows;
+                let output = futures::stream::iter(processed.output.into_iter().map(Ok)).boxed();
+                let schema = &self.schema;
+                let check = |b: RecordBatch| check_schema(&b, batch_id, schema).map(|()| b);
+                write_batch(output, &check, &self.sink, &ctx, self.parallelism)
+                    .await
+                    .map(|w| Written {
+                        input_rows,
+                        read_time,
+                        ..w
+                    })
+            }
+        };
+        let written = match written {
             Ok(w) => w,
             Err(WriteFailure { error, messages }) => {
                 if let Err(e) = self.sink.abort(&ctx, messages).await {
@@ -484,6 +567,13 @@ impl Driver {
         };
         let write_time = write_started.elapsed();
         self.crash.hit(CrashPoint::AfterDataWritten, batch_id)?;
+
+        let state_started = Instant::now();
+        if let Some(stateful) = &mut self.stateful {
+            stateful.persist(batch_id).await?;
+        }
+        let state_time = state_started.elapsed();
+        self.crash.hit(CrashPoint::AfterStateWritten, batch_id)?;
 
         let commit_started = Instant::now();
         let Written {
@@ -534,6 +624,7 @@ impl Driver {
                 plan: ms(plan_time),
                 read: ms(read_time),
                 write: ms(write_time.saturating_sub(read_time)),
+                state: ms(state_time),
                 commit: ms(commit_time),
                 record: ms(record_time),
                 total: ms(total),
@@ -548,6 +639,11 @@ impl Driver {
                 description: self.sink_description.clone(),
                 version,
             },
+            watermark: (entry.watermark_ms != 0)
+                .then(|| chrono::DateTime::from_timestamp_millis(entry.watermark_ms))
+                .flatten(),
+            late_rows,
+            state: self.stateful.as_ref().map(|s| s.progress()).unwrap_or_default(),
         };
         progress.emit();
         for listener in &self.listeners {
@@ -605,8 +701,53 @@ impl Driver {
             self.checkpoint.offsets().remove(BatchId(old)).await?;
             self.checkpoint.commits().remove(BatchId(old)).await?;
         }
+        // State files outlive a batch's log entries by a few batches: they
+        // are swept together, every few batches.
+        if batch_id.0.is_multiple_of(STATE_PURGE_EVERY) {
+            if let Some(stateful) = &self.stateful {
+                stateful
+                    .purge_before(BatchId((batch_id.0 + 1).saturating_sub(self.retain)))
+                    .await?;
+            }
+        }
         Ok(())
     }
+
+    /// Trims the logs and the state to the retained batches.
+    async fn purge(&self) -> Result<()> {
+        self.checkpoint.purge(self.retain).await?;
+        if let (Some(stateful), Some(last)) = (&self.stateful, self.checkpoint.commits().latest().await?) {
+            stateful
+                .purge_before(BatchId((last.0 + 1).saturating_sub(self.retain)))
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads a whole batch through the stateless stages before the first
+/// operator; returns its record batches and the time spent waiting on
+/// the source.
+async fn read_whole(
+    stream: &ReadStream,
+    schema: &SchemaRef,
+    mut rows: crate::source::BatchStream,
+    batch_id: BatchId,
+) -> Result<(Vec<RecordBatch>, Duration)> {
+    let mut batches = Vec::new();
+    let mut read_time = Duration::ZERO;
+    let mut input_rows = 0u64;
+    loop {
+        let waited = Instant::now();
+        let next = rows.next().await;
+        read_time += waited.elapsed();
+        let Some(batch) = next else { break };
+        let batch = batch?;
+        input_rows += batch.num_rows() as u64;
+        batches.push(stream.transform(batch, batch_id, schema)?);
+    }
+    tracing::debug!(input_rows, "read the whole batch for the stateful operators");
+    Ok((batches, read_time))
 }
 
 fn ms(d: Duration) -> f64 {

@@ -19,6 +19,11 @@ use crate::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
 /// staged rows of every message into the table and sets the marker under one
 /// lock, so readers see all rows of a batch or none. Staged rows of an
 /// attempt that never committed stay staged, like orphan files.
+///
+/// Output modes, as Spark's memory sink: Complete replaces the rows, Append
+/// and Update add them (in Update mode, each batch's changed groups follow
+/// the earlier values of the same groups: the last row of a key is its
+/// value).
 #[derive(Debug, Clone)]
 pub struct MemorySink {
     name: String,

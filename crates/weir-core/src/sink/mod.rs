@@ -167,6 +167,7 @@ pub trait Sink: Send + Sync + fmt::Debug {
         match mode {
             OutputMode::Append => Ok(()),
             OutputMode::Complete => Err(ModeRefusal::AppendOnly("this sink")),
+            OutputMode::Update => Err(ModeRefusal::NoUpdate("this sink")),
         }
     }
 

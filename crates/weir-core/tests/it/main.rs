@@ -6,4 +6,5 @@ mod file_source;
 mod memory_conformance;
 mod progress;
 mod sinks;
+mod stateful;
 mod triggers;

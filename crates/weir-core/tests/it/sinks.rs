@@ -1,4 +1,5 @@
-//! The foreach, foreach_batch and console sinks, and Complete mode.
+//! The foreach, foreach_batch and console sinks, and output modes a sink
+//! refuses.
 
 use std::sync::{Arc, Mutex};
 
@@ -163,24 +164,6 @@ async fn console_sink_prints_batches() {
     assert!(chk.path().join("commits/0").exists());
 }
 
-#[tokio::test]
-async fn complete_mode_replaces_the_memory_table() {
-    let chk = tempfile::tempdir().unwrap();
-    let table = MemorySink::new("t");
-    let source = RateSource::rows_per_batch(10).with_total_rows(30);
-    let q = read_stream(source)
-        .write_stream()
-        .checkpoint_location(chk.path())
-        .output_mode(OutputMode::Complete)
-        .trigger(Trigger::available_now())
-        .start(table.clone())
-        .await
-        .unwrap();
-    q.await_termination().await.unwrap();
-    assert_eq!(table.committed_batches().len(), 3);
-    assert_exactly_once(&event_ids(&table.batches()), 20..30);
-}
-
 #[derive(Debug)]
 struct AppendOnly(MemorySink);
 
@@ -214,15 +197,13 @@ async fn an_unsupported_output_mode_is_refused_with_the_reason() {
     let err = read_stream(input(1))
         .write_stream()
         .checkpoint_location(chk.path())
-        .output_mode(OutputMode::Complete)
+        .output_mode(OutputMode::Update)
         .start(AppendOnly(MemorySink::new("t")))
         .await
         .unwrap_err();
-    assert!(
-        err.to_string().contains("output mode complete is not supported"),
-        "{err}"
-    );
-    assert!(err.to_string().contains("only appends"), "{err}");
+    assert!(err.to_string().contains("output mode update is not supported"), "{err}");
+    assert!(err.to_string().contains("cannot replace rows by key"), "{err}");
+    assert!(!chk.path().join("metadata").exists(), "nothing was written");
 }
 
 /// A sink that keeps markers (the default) but forgot to say how to read

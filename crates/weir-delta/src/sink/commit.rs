@@ -58,7 +58,8 @@ impl TableCommit for DeltaCommit<'_> {
         let mut full = None;
         if !direct {
             match ctx.output_mode {
-                OutputMode::Append => {
+                // Update never gets here: the sink's `commit` refuses it.
+                OutputMode::Append | OutputMode::Update => {
                     sink.latest(&mut self.slot).await.map_err(core)?;
                 }
                 OutputMode::Complete => {

@@ -295,7 +295,7 @@ impl DeltaSink {
         // removes would miss them. Any winner sends it back to the loop,
         // which rebuilds the removes from the new snapshot.
         let retries = match ctx.output_mode {
-            OutputMode::Append => DELTA_RETRIES,
+            OutputMode::Append | OutputMode::Update => DELTA_RETRIES,
             OutputMode::Complete => 0,
         };
         let properties = CommitProperties::default()
@@ -472,8 +472,11 @@ impl Sink for DeltaSink {
         identity
     }
 
-    fn check_output_mode(&self, _mode: OutputMode) -> Result<(), weir_core::sink::ModeRefusal> {
-        Ok(())
+    fn check_output_mode(&self, mode: OutputMode) -> Result<(), weir_core::sink::ModeRefusal> {
+        match mode {
+            OutputMode::Append | OutputMode::Complete => Ok(()),
+            OutputMode::Update => Err(weir_core::sink::ModeRefusal::NoUpdate("a Delta table")),
+        }
     }
 
     async fn prepare(&self, query: &QueryInfo) -> weir_core::Result<()> {
@@ -524,6 +527,14 @@ impl Sink for DeltaSink {
     }
 
     async fn commit(&self, ctx: &BatchContext, messages: Vec<CommitMessage>) -> weir_core::Result<CommitOutcome> {
+        if let Err(reason) = self.check_output_mode(ctx.output_mode) {
+            // The driver refused the mode at start; a caller of its own did not.
+            return Err(weir_core::Error::UnsupportedOutputMode {
+                mode: ctx.output_mode,
+                sink: self.identity().to_string(),
+                reason,
+            });
+        }
         let mut files = Vec::new();
         for m in &messages {
             files.extend(m.decode::<Vec<AddFile>>()?);

@@ -1,0 +1,322 @@
+//! The state of one operator: a map from key to value, both Arrow rows,
+//! that remembers which keys changed since it was last written.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch};
+use arrow_row::{RowConverter, RowParser, Rows, SortField};
+use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
+
+/// The column of a delta file that marks a removed key.
+pub(crate) const DELETED: &str = "__weir_deleted";
+
+/// The key and value columns of an operator's state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StateSchema {
+    /// The key columns.
+    pub key: SchemaRef,
+    /// The value columns (may be empty).
+    pub value: SchemaRef,
+}
+
+impl StateSchema {
+    /// A state of `key` and `value` columns.
+    pub fn new(key: SchemaRef, value: SchemaRef) -> Self {
+        StateSchema { key, value }
+    }
+
+    /// The columns of a snapshot: keys, then values.
+    pub(crate) fn snapshot(&self) -> SchemaRef {
+        let fields: Vec<_> = self.key.fields().iter().chain(self.value.fields()).cloned().collect();
+        Arc::new(Schema::new(fields))
+    }
+
+    /// The columns of a delta: keys, nullable values, and the deleted mark.
+    pub(crate) fn delta(&self) -> SchemaRef {
+        let mut fields: Vec<Field> = self.key.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.extend(
+            self.value
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true)),
+        );
+        fields.push(Field::new(DELETED, DataType::Boolean, false));
+        Arc::new(Schema::new(fields))
+    }
+}
+
+/// One operator's state: values by key, held as Arrow rows.
+///
+/// Operators read and change it during a batch; the engine writes what
+/// changed to the checkpoint before the sink commits, and restores it when
+/// a query restarts. Keys and values are the bytes of
+/// [`KeyedState::encode_keys`] and [`KeyedState::encode_values`].
+pub struct KeyedState {
+    schema: StateSchema,
+    keys: RowConverter,
+    key_parser: RowParser,
+    values: Option<(RowConverter, RowParser)>,
+    map: HashMap<Box<[u8]>, Box<[u8]>>,
+    changed: HashSet<Box<[u8]>>,
+    bytes: usize,
+}
+
+impl fmt::Debug for KeyedState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedState")
+            .field("schema", &self.schema)
+            .field("keys", &self.map.len())
+            .field("changed", &self.changed.len())
+            .finish()
+    }
+}
+
+fn converter(schema: &Schema) -> Result<RowConverter, ArrowError> {
+    RowConverter::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect(),
+    )
+}
+
+impl KeyedState {
+    /// An empty state of `schema`.
+    pub fn new(schema: StateSchema) -> Result<Self, ArrowError> {
+        if schema.key.fields().is_empty() {
+            return Err(ArrowError::InvalidArgumentError(
+                "a keyed state needs at least one key column".into(),
+            ));
+        }
+        let keys = converter(&schema.key)?;
+        let key_parser = keys.parser();
+        let values = if schema.value.fields().is_empty() {
+            None
+        } else {
+            let c = converter(&schema.value)?;
+            let p = c.parser();
+            Some((c, p))
+        };
+        Ok(KeyedState {
+            schema,
+            keys,
+            key_parser,
+            values,
+            map: HashMap::new(),
+            changed: HashSet::new(),
+            bytes: 0,
+        })
+    }
+
+    /// The state's schema.
+    pub fn schema(&self) -> &StateSchema {
+        &self.schema
+    }
+
+    /// The keys of `columns` (the key columns, in order), one row each.
+    pub fn encode_keys(&self, columns: &[ArrayRef]) -> Result<Rows, ArrowError> {
+        self.keys.convert_columns(columns)
+    }
+
+    /// The values of `columns` (the value columns, in order), one row each;
+    /// `None` when the state has no value columns.
+    pub fn encode_values(&self, columns: &[ArrayRef]) -> Result<Option<Rows>, ArrowError> {
+        self.values
+            .as_ref()
+            .map(|(c, _)| c.convert_columns(columns))
+            .transpose()
+    }
+
+    /// Key columns for the given encoded keys.
+    pub fn decode_keys<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<ArrayRef>, ArrowError> {
+        self.keys
+            .convert_rows(keys.into_iter().map(|k| self.key_parser.parse(k)))
+    }
+
+    /// Value columns for the given encoded values (none when the state has
+    /// no value columns).
+    pub fn decode_values<'a>(&self, values: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<ArrayRef>, ArrowError> {
+        match &self.values {
+            Some((c, p)) => c.convert_rows(values.into_iter().map(|v| p.parse(v))),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        self.map.get(key).map(|v| &**v)
+    }
+
+    /// Whether `key` has a value.
+    pub fn contains_key(&self, key: &[u8]) -> bool {
+        self.map.contains_key(key)
+    }
+
+    /// Sets the value of `key` (empty when the state has no value columns).
+    pub fn put(&mut self, key: &[u8], value: &[u8]) {
+        let value: Box<[u8]> = value.into();
+        self.bytes += value.len();
+        match self.map.get_mut(key) {
+            Some(old) => {
+                self.bytes -= old.len();
+                *old = value;
+            }
+            None => {
+                self.bytes += key.len();
+                self.map.insert(key.into(), value);
+            }
+        }
+        self.mark(key);
+    }
+
+    /// Removes `key`; returns whether it had a value.
+    pub fn remove(&mut self, key: &[u8]) -> bool {
+        match self.map.remove(key) {
+            Some(old) => {
+                self.bytes -= key.len() + old.len();
+                self.mark(key);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes every key for which `keep` returns false; returns how many.
+    pub fn retain(&mut self, mut keep: impl FnMut(&[u8], &[u8]) -> bool) -> usize {
+        let gone: Vec<Box<[u8]>> = self
+            .map
+            .iter()
+            .filter(|(k, v)| !keep(k, v))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &gone {
+            self.remove(key);
+        }
+        gone.len()
+    }
+
+    /// Every key and value, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.map.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// The number of keys.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the state holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The bytes of its keys and values.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The number of keys changed since the state was last written.
+    pub fn changed(&self) -> usize {
+        self.changed.len()
+    }
+
+    fn mark(&mut self, key: &[u8]) {
+        if !self.changed.contains(key) {
+            self.changed.insert(key.into());
+        }
+    }
+
+    /// The changes since the state was last written, sorted by key, as a
+    /// batch of [`StateSchema::delta`]; `None` if nothing changed. Clears
+    /// the record of changes.
+    pub(crate) fn take_changes(&mut self) -> Result<Option<RecordBatch>, ArrowError> {
+        if self.changed.is_empty() {
+            return Ok(None);
+        }
+        let mut keys: Vec<Box<[u8]>> = self.changed.drain().collect();
+        keys.sort_unstable();
+        let deleted = BooleanArray::from(keys.iter().map(|k| !self.map.contains_key(k)).collect::<Vec<_>>());
+        let mut columns = self.decode_keys(keys.iter().map(|k| &**k))?;
+        if let Some((conv, parser)) = &self.values {
+            let present: Vec<&[u8]> = keys.iter().filter_map(|k| self.map.get(k).map(|v| &**v)).collect();
+            let values = conv.convert_rows(present.iter().map(|v| parser.parse(v)))?;
+            // Deleted keys get null values: interleave the present values
+            // with one null row.
+            let mut next = 0usize;
+            let indices: Vec<(usize, usize)> = deleted
+                .iter()
+                .map(|d| {
+                    if d == Some(true) {
+                        (1, 0)
+                    } else {
+                        next += 1;
+                        (0, next - 1)
+                    }
+                })
+                .collect();
+            for (array, field) in values.iter().zip(self.schema.value.fields()) {
+                let null = arrow_array::new_null_array(field.data_type(), 1);
+                columns.push(arrow_select::interleave::interleave(
+                    &[array.as_ref(), null.as_ref()],
+                    &indices,
+                )?);
+            }
+        }
+        columns.push(Arc::new(deleted));
+        RecordBatch::try_new(self.schema.delta(), columns).map(Some)
+    }
+
+    /// Every key and value, sorted by key, as a batch of
+    /// [`StateSchema::snapshot`]. Clears the record of changes.
+    pub(crate) fn snapshot(&mut self) -> Result<RecordBatch, ArrowError> {
+        self.changed.clear();
+        let mut entries: Vec<(&[u8], &[u8])> = self.iter().collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut columns = self.decode_keys(entries.iter().map(|e| e.0))?;
+        columns.extend(self.decode_values(entries.iter().map(|e| e.1))?);
+        let schema = self.schema.snapshot();
+        if columns.is_empty() {
+            return Ok(RecordBatch::new_empty(schema));
+        }
+        RecordBatch::try_new(schema, columns)
+    }
+
+    /// Applies a snapshot or delta batch read back from the checkpoint,
+    /// without marking anything changed.
+    pub(crate) fn apply(&mut self, batch: &RecordBatch) -> Result<(), ArrowError> {
+        let nkeys = self.schema.key.fields().len();
+        let nvalues = self.schema.value.fields().len();
+        let keys = self.encode_keys(&batch.columns()[..nkeys])?;
+        let deleted = match batch.schema().column_with_name(DELETED) {
+            Some((i, _)) => Some(
+                batch
+                    .column(i)
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .ok_or_else(|| ArrowError::SchemaError(format!("{DELETED} is not boolean")))?
+                    .clone(),
+            ),
+            None => None,
+        };
+        let values = self.encode_values(&batch.columns()[nkeys..nkeys + nvalues])?;
+        for i in 0..batch.num_rows() {
+            let key = keys.row(i);
+            if deleted.as_ref().is_some_and(|d| d.value(i)) {
+                if let Some(old) = self.map.remove(key.as_ref()) {
+                    self.bytes -= key.as_ref().len() + old.len();
+                }
+            } else {
+                let value: &[u8] = match &values {
+                    Some(v) => v.row(i).data(),
+                    None => &[],
+                };
+                self.put(key.as_ref(), value);
+            }
+        }
+        self.changed.clear();
+        Ok(())
+    }
+}

@@ -1,0 +1,211 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{ArrayRef, Int64Array, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use proptest::prelude::*;
+
+use super::*;
+use crate::checkpoint::LocalStore;
+
+fn schema() -> StateSchema {
+    StateSchema::new(
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("s", DataType::Utf8, true),
+        ])),
+        Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, true)])),
+    )
+}
+
+fn put(state: &mut KeyedState, k: i64, v: i64) {
+    let key: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(vec![k])),
+        Arc::new(StringArray::from(vec![Some(format!("key {k}"))])),
+    ];
+    let keys = state.encode_keys(&key).unwrap();
+    let values = state
+        .encode_values(&[Arc::new(Int64Array::from(vec![v])) as ArrayRef])
+        .unwrap()
+        .unwrap();
+    state.put(keys.row(0).as_ref(), values.row(0).as_ref());
+}
+
+fn remove(state: &mut KeyedState, k: i64) {
+    let key: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(vec![k])),
+        Arc::new(StringArray::from(vec![Some(format!("key {k}"))])),
+    ];
+    let keys = state.encode_keys(&key).unwrap();
+    state.remove(keys.row(0).as_ref());
+}
+
+/// The state as a map from key to value, read through the public API.
+fn contents(state: &KeyedState) -> BTreeMap<i64, i64> {
+    let entries: Vec<(&[u8], &[u8])> = state.iter().collect();
+    let keys = state.decode_keys(entries.iter().map(|e| e.0)).unwrap();
+    let values = state.decode_values(entries.iter().map(|e| e.1)).unwrap();
+    let k = keys[0].as_primitive::<Int64Type>();
+    let v = values[0].as_primitive::<Int64Type>();
+    (0..entries.len()).map(|i| (k.value(i), v.value(i))).collect()
+}
+
+fn store(dir: &std::path::Path, every: usize) -> StateStore {
+    StateStore::new(Arc::new(LocalStore::open(dir).unwrap()), every)
+}
+
+#[tokio::test]
+async fn a_state_comes_back_from_its_deltas_and_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path(), 3);
+    let mut state = KeyedState::new(schema()).unwrap();
+    let mut manifest: Option<StateManifest> = None;
+    for batch in 0..7u64 {
+        put(&mut state, batch as i64, batch as i64 * 10);
+        put(&mut state, 100, batch as i64);
+        if batch % 2 == 1 {
+            remove(&mut state, batch as i64 - 1);
+        }
+        let m = store
+            .write(
+                BatchId(batch),
+                manifest.as_ref(),
+                &mut [("op", &mut state)],
+                Some(batch as i64),
+            )
+            .await
+            .unwrap();
+        manifest = Some(m);
+    }
+    let m = manifest.unwrap();
+    // Three versions chain at most: a snapshot at 2 and at 5, then a delta.
+    assert_eq!(m.operator("op").unwrap().files, vec!["5.snapshot", "6.delta"]);
+    let mut back = KeyedState::new(schema()).unwrap();
+    store.restore(m.operator("op").unwrap(), &mut back).await.unwrap();
+    assert_eq!(contents(&back), contents(&state));
+    assert_eq!(back.bytes(), state.bytes());
+    assert_eq!(back.changed(), 0);
+
+    // Purging keeps what the kept manifests name.
+    store.purge_before(BatchId(6)).await.unwrap();
+    assert_eq!(store.manifest_ids().await.unwrap(), vec![BatchId(6)]);
+    let mut files = std::fs::read_dir(dir.path().join("state/op/0"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect::<Vec<_>>();
+    files.sort();
+    assert_eq!(files, vec!["5.snapshot", "6.delta"]);
+    let mut again = KeyedState::new(schema()).unwrap();
+    store.restore(m.operator("op").unwrap(), &mut again).await.unwrap();
+    assert_eq!(contents(&again), contents(&state));
+}
+
+#[tokio::test]
+async fn a_missing_or_foreign_state_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path(), 10);
+    let mut state = KeyedState::new(schema()).unwrap();
+    put(&mut state, 1, 1);
+    let m = store
+        .write(BatchId(0), None, &mut [("op", &mut state)], None)
+        .await
+        .unwrap();
+    // Another operator's schema cannot read it.
+    let other = StateSchema::new(
+        Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, false)])),
+        Arc::new(Schema::new(Vec::<Field>::new())),
+    );
+    let err = store
+        .restore(m.operator("op").unwrap(), &mut KeyedState::new(other).unwrap())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("use a new checkpoint"), "{err}");
+    std::fs::remove_file(dir.path().join("state/op/0/0.delta")).unwrap();
+    let err = store
+        .restore(m.operator("op").unwrap(), &mut KeyedState::new(schema()).unwrap())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("is missing"), "{err}");
+}
+
+#[test]
+fn a_state_without_value_columns_keeps_keys() {
+    let schema = StateSchema::new(
+        Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, false)])),
+        Arc::new(Schema::new(Vec::<Field>::new())),
+    );
+    let mut state = KeyedState::new(schema).unwrap();
+    let keys = state
+        .encode_keys(&[Arc::new(StringArray::from(vec!["a", "b", "a"])) as ArrayRef])
+        .unwrap();
+    for k in keys.iter() {
+        state.put(k.as_ref(), &[]);
+    }
+    assert_eq!(state.len(), 2);
+    let changes = state.take_changes().unwrap().unwrap();
+    assert_eq!(changes.num_rows(), 2);
+    let mut back = KeyedState::new(state.schema().clone()).unwrap();
+    back.apply(&changes).unwrap();
+    assert_eq!(back.len(), 2);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(i64, i64),
+    Remove(i64),
+}
+
+fn ops() -> impl Strategy<Value = Vec<Vec<Op>>> {
+    let op = prop_oneof![
+        (0i64..20, any::<i64>()).prop_map(|(k, v)| Op::Put(k, v)),
+        (0i64..20).prop_map(Op::Remove),
+    ];
+    prop::collection::vec(prop::collection::vec(op, 0..8), 1..15)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Whatever the changes and however often snapshots are taken, the
+    /// state restored from the manifest of any batch is the state after it.
+    #[test]
+    fn restoring_any_version_gives_that_version(batches in ops(), every in 1usize..5) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let store = store(dir.path(), every);
+            let mut state = KeyedState::new(schema()).unwrap();
+            let mut model: BTreeMap<i64, i64> = BTreeMap::new();
+            let mut versions = Vec::new();
+            let mut manifest: Option<StateManifest> = None;
+            for (n, batch) in batches.iter().enumerate() {
+                for op in batch {
+                    match *op {
+                        Op::Put(k, v) => {
+                            put(&mut state, k, v);
+                            model.insert(k, v);
+                        }
+                        Op::Remove(k) => {
+                            remove(&mut state, k);
+                            model.remove(&k);
+                        }
+                    }
+                }
+                let m = store
+                    .write(BatchId(n as u64), manifest.as_ref(), &mut [("op", &mut state)], None)
+                    .await
+                    .unwrap();
+                versions.push((m.clone(), model.clone()));
+                manifest = Some(m);
+            }
+            for (m, want) in versions {
+                let mut back = KeyedState::new(schema()).unwrap();
+                store.restore(m.operator("op").unwrap(), &mut back).await.unwrap();
+                prop_assert_eq!(contents(&back), want);
+            }
+            Ok(())
+        })?;
+    }
+}
