@@ -6,7 +6,7 @@ use arrow_schema::ArrowError;
 
 use crate::crash::point::CrashPoint;
 use crate::ids::{BatchId, InvalidQueryName, QueryId, QueryName};
-use crate::operator::ModeRule;
+use crate::operator::QueryRule;
 use crate::protocol::Refusal;
 use crate::sink::mode::{ModeRefusal, OutputMode};
 
@@ -130,9 +130,13 @@ pub enum Error {
         reason: ModeRefusal,
     },
 
-    /// The query's stateful operators cannot run in this output mode.
-    #[error("output mode {mode} does not fit this query: {rule}")]
-    UnsupportedQuery { mode: OutputMode, rule: ModeRule },
+    /// The query breaks a rule of stateful queries (in this output mode).
+    #[error("this query cannot run in {mode} mode: {rule}")]
+    UnsupportedQuery { mode: OutputMode, rule: QueryRule },
+
+    /// The checkpoint holds state the query's operators cannot take over.
+    #[error("checkpoint {location}: {reason}. Nothing was written; start the query on a new checkpoint, or restore the query as it was")]
+    StateChanged { location: String, reason: String },
 
     /// An option of the query is missing or invalid.
     #[error("invalid option {option}: {reason}")]

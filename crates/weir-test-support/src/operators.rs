@@ -45,15 +45,14 @@ impl CountByKey {
     }
 }
 
+#[async_trait::async_trait]
 impl StatefulOperator for CountByKey {
     fn name(&self) -> &str {
         &self.name
     }
 
     fn kind(&self) -> OperatorKind {
-        OperatorKind::Aggregation {
-            event_time_window: false,
-        }
+        OperatorKind::Aggregation { event_time: None }
     }
 
     fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef, BoxError> {
@@ -69,7 +68,7 @@ impl StatefulOperator for CountByKey {
         Ok(StateSchema::new(key, value))
     }
 
-    fn process(
+    async fn process(
         &self,
         state: &mut KeyedState,
         input: Vec<RecordBatch>,

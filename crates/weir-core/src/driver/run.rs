@@ -33,7 +33,7 @@ use crate::checkpoint::{
 use crate::crash::{CrashPoint, CrashPoints};
 use crate::error::{Error, Result};
 use crate::ids::{BatchId, QueryId, QueryName, RunId};
-use crate::operator::check_query_mode;
+use crate::operator::{check_query_mode, has_aggregation};
 use crate::progress::{PhaseDurations, QueryProgress, SinkProgress, SourceProgress};
 use crate::protocol::{decide_start, Refusal, SinkIdentity, SinkMarker, StartFacts, StartPlan};
 use crate::sink::{BatchContext, Close, CommitOutcome, OutputMode, QueryInfo, Sink};
@@ -62,7 +62,10 @@ pub(crate) struct Driver {
     query_name: QueryName,
     run_id: RunId,
     trigger: Trigger,
+    /// The query's output mode, as the operators see it.
     output_mode: OutputMode,
+    /// The mode the sink gets (Append for Update without an aggregation).
+    sink_mode: OutputMode,
     parallelism: usize,
     retain: u64,
     crash: CrashPoints,
@@ -80,24 +83,29 @@ pub(crate) struct Driver {
 
 /// Runs the start-up sequence and spawns the batch loop.
 pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<StreamingQuery> {
-    let schemas = options.stream.schemas()?;
-    let schema = schemas.output.clone();
-    if let Err(rule) = check_query_mode(&options.stream.shape(), options.output_mode) {
+    let shape = options.stream.shape();
+    if let Err(rule) = check_query_mode(&shape, options.output_mode) {
         return Err(Error::UnsupportedQuery {
             mode: options.output_mode,
             rule,
         });
     }
+    // Without an aggregation, Update hands the sink new rows only: the
+    // sink appends them, as in Append mode.
+    let sink_mode = match options.output_mode {
+        OutputMode::Update if !has_aggregation(&shape) => OutputMode::Append,
+        mode => mode,
+    };
+    let schemas = options.stream.schemas()?;
+    let schema = schemas.output.clone();
     if let Some((w, _)) = &options.stream.watermark {
-        if options.stream.is_stateful() {
-            w.check(&schemas.prefix)?;
-        } else {
+        if !options.stream.is_stateful() {
             tracing::warn!(column = %w.column, "the query has a watermark but no stateful operator: no row is dropped as late and nothing waits for it");
         }
     }
-    if let Err(reason) = sink.check_output_mode(options.output_mode) {
+    if let Err(reason) = sink.check_output_mode(sink_mode) {
         return Err(Error::UnsupportedOutputMode {
-            mode: options.output_mode,
+            mode: sink_mode,
             sink: sink.identity().to_string(),
             reason,
         });
@@ -136,11 +144,16 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
         }
     }
     let source = options.stream.source.clone();
+    // The checkpoint's state must fit the operators before the sink is
+    // prepared (which may create a table).
+    if options.stream.is_stateful() {
+        Stateful::check_recorded(&checkpoint, &options.stream).await?;
+    }
 
     sink.prepare(&QueryInfo {
         query_id,
         query_name: query_name.clone(),
-        output_mode: options.output_mode,
+        output_mode: sink_mode,
         schema: schema.clone(),
     })
     .await?;
@@ -194,7 +207,7 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
     };
     let previous = checkpoint.offsets().latest_before(first).await?;
     let last_watermark = previous.as_ref().map_or(0, |(_, e)| e.watermark_ms);
-    let stateful = if options.stream.is_stateful() {
+    let stateful = if options.stream.reads_whole_batches() {
         Some(Stateful::restore(&checkpoint, &options.stream, first, previous.map(|(id, _)| id)).await?)
     } else {
         None
@@ -216,6 +229,7 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
         run_id,
         trigger: options.trigger,
         output_mode: options.output_mode,
+        sink_mode,
         parallelism: options.parallelism,
         retain: options.retain_batches,
         crash: options.crash_points.clone().with_env()?,
@@ -518,7 +532,7 @@ impl Driver {
             run_id: self.run_id,
             batch_id,
             attempt_id: Uuid::new_v4(),
-            output_mode: self.output_mode,
+            output_mode: self.sink_mode,
             schema: self.schema.clone(),
             taken_over: self.taken_over,
         };
@@ -539,10 +553,11 @@ impl Driver {
                 write_batch(rows, &transform, &self.sink, &ctx, self.parallelism).await
             }
             Some(stateful) => {
-                let (input, read_time) = read_whole(&self.stream, &self.prefix_schema, rows, batch_id).await?;
-                let input_rows = input.iter().map(|b| b.num_rows() as u64).sum();
-                let processed =
-                    stateful.process(&self.stream, batch_id, entry.watermark_ms, self.output_mode, input)?;
+                let (input, input_rows, read_time) =
+                    read_whole(&self.stream, &self.prefix_schema, stateful, rows, batch_id).await?;
+                let processed = stateful
+                    .process(&self.stream, batch_id, entry.watermark_ms, self.output_mode, input)
+                    .await?;
                 late_rows = processed.late_rows;
                 let output = futures::stream::iter(processed.output.into_iter().map(Ok)).boxed();
                 let schema = &self.schema;
@@ -725,15 +740,17 @@ impl Driver {
     }
 }
 
-/// Reads a whole batch through the stateless stages before the first
-/// operator; returns its record batches and the time spent waiting on
+/// Reads a whole batch through the per-record-batch stages before the
+/// first whole-batch stage (noting event times where the watermark is set);
+/// returns its record batches, the rows read, and the time spent waiting on
 /// the source.
 async fn read_whole(
     stream: &ReadStream,
     schema: &SchemaRef,
+    stateful: &mut Stateful,
     mut rows: crate::source::BatchStream,
     batch_id: BatchId,
-) -> Result<(Vec<RecordBatch>, Duration)> {
+) -> Result<(Vec<RecordBatch>, u64, Duration)> {
     let mut batches = Vec::new();
     let mut read_time = Duration::ZERO;
     let mut input_rows = 0u64;
@@ -744,10 +761,10 @@ async fn read_whole(
         let Some(batch) = next else { break };
         let batch = batch?;
         input_rows += batch.num_rows() as u64;
-        batches.push(stream.transform(batch, batch_id, schema)?);
+        let observe = &mut |b: &RecordBatch| stateful.observe(b);
+        batches.push(stream.transform_observed(batch, batch_id, schema, observe)?);
     }
-    tracing::debug!(input_rows, "read the whole batch for the stateful operators");
-    Ok((batches, read_time))
+    Ok((batches, input_rows, read_time))
 }
 
 fn ms(d: Duration) -> f64 {

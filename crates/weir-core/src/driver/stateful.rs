@@ -1,5 +1,6 @@
-//! The stateful part of a batch: the watermark, late rows, the operators
-//! and their state in the checkpoint.
+//! The part of a batch that sees it whole: the watermark, late rows, the
+//! whole-batch transformations, the operators and their state in the
+//! checkpoint.
 
 use std::sync::Arc;
 
@@ -15,8 +16,8 @@ use crate::sink::OutputMode;
 use crate::state::{KeyedState, StateManifest, StateStore, DEFAULT_SNAPSHOT_EVERY};
 use crate::watermark::{next_watermark, Watermark};
 
-/// The operators of a stateful query with their state, as of the last batch
-/// run (or restored).
+/// The stages of a query from the first that sees whole batches on, with
+/// the operators' state as of the last batch run (or restored).
 pub(crate) struct Stateful {
     store: StateStore,
     watermark: Option<Watermark>,
@@ -56,6 +57,12 @@ impl Stateful {
                         })?
                         .schema();
                 }
+                Stage::Batch(t) => {
+                    input = t.output_schema(&input).map_err(|source| Error::Transform {
+                        batch_id: first,
+                        source,
+                    })?;
+                }
                 Stage::Operator(op) => {
                     let schema = op.state_schema(&input).map_err(|source| Error::Transform {
                         batch_id: first,
@@ -72,6 +79,8 @@ impl Stateful {
             }
         }
         let manifest = match previous {
+            // Without operators there is no state (and no watermark).
+            _ if operators.is_empty() => None,
             None => None,
             Some(prev) => Some(store.manifest(prev).await?.ok_or_else(|| Error::CorruptCheckpoint {
                 location: checkpoint.location().to_string(),
@@ -82,17 +91,8 @@ impl Stateful {
             })?),
         };
         if let Some(m) = &manifest {
-            let recorded: Vec<&str> = m.operators.iter().map(|o| o.name.as_str()).collect();
             let current: Vec<&str> = operators.iter().map(|(op, _)| op.name()).collect();
-            if recorded != current {
-                return Err(Error::CorruptCheckpoint {
-                    location: checkpoint.location().to_string(),
-                    path: format!("state/_manifest/{}", m.batch_id),
-                    reason: format!(
-                        "the checkpoint holds the state of the operators {recorded:?}, the query has {current:?}; a query's stateful operators cannot change under one checkpoint, start it on a new one"
-                    ),
-                });
-            }
+            check_names(checkpoint, m, &current)?;
             for (op, state) in &mut operators {
                 let files = m.operator(op.name()).expect("names compared above");
                 store.restore(files, state).await?;
@@ -100,11 +100,34 @@ impl Stateful {
         }
         Ok(Stateful {
             store,
-            watermark: stream.watermark.as_ref().map(|(w, _)| w.clone()),
+            watermark: stream
+                .watermark
+                .as_ref()
+                .filter(|_| !operators.is_empty())
+                .map(|(w, _)| w.clone()),
             max_event_ms: manifest.as_ref().and_then(|m| m.max_event_time_ms),
             manifest,
             operators,
         })
+    }
+
+    /// Refuses a checkpoint whose last committed batch has no state for
+    /// these operators (before the query changes anything).
+    pub(crate) async fn check_recorded(checkpoint: &Checkpoint, stream: &ReadStream) -> Result<()> {
+        let Some(committed) = checkpoint.commits().latest().await? else {
+            return Ok(());
+        };
+        let store = StateStore::new(checkpoint.store().clone(), DEFAULT_SNAPSHOT_EVERY);
+        let current: Vec<&str> = stream.operators().map(|op| op.name()).collect();
+        match store.manifest(committed).await? {
+            Some(m) => check_names(checkpoint, &m, &current),
+            None => Err(Error::StateChanged {
+                location: checkpoint.location().to_string(),
+                reason: format!(
+                    "batch {committed} was committed without the state of the operators {current:?}: the checkpoint was made by a query without them, or its state was deleted"
+                ),
+            }),
+        }
     }
 
     /// The watermark of the batch after one whose watermark was `current`.
@@ -116,7 +139,7 @@ impl Stateful {
     }
 
     /// Drops late rows, then runs every stage from the first operator on.
-    pub(crate) fn process(
+    pub(crate) async fn process(
         &mut self,
         stream: &ReadStream,
         batch_id: BatchId,
@@ -125,37 +148,39 @@ impl Stateful {
         mut rows: Vec<RecordBatch>,
     ) -> Result<Processed> {
         let mut late_rows = 0;
-        if let Some(w) = &self.watermark {
-            if let Some(max) = w.max_event_time(&rows)? {
-                self.max_event_ms = Some(self.max_event_ms.map_or(max, |m| m.max(max)));
-            }
-            let mut kept = Vec::with_capacity(rows.len());
-            for batch in rows {
-                let (batch, late) = w.drop_late(batch, watermark_ms)?;
-                late_rows += late;
-                if batch.num_rows() > 0 {
-                    kept.push(batch);
-                }
-            }
-            rows = kept;
-        }
         let ctx = OperatorContext {
             batch_id,
             output_mode: mode,
             event_time_column: self.watermark.as_ref().map(|w| w.column.clone()),
             watermark_ms: (self.watermark.is_some() && watermark_ms != 0).then_some(watermark_ms),
+            watermark_delay: self.watermark.as_ref().map(|w| w.delay),
         };
         let mut next = 0;
-        for stage in &stream.stages[stream.prefix_len()..] {
+        let watermark_at = stream.watermark.as_ref().map(|(_, at)| *at);
+        for (i, stage) in stream.stages.iter().enumerate().skip(stream.prefix_len()) {
+            if watermark_at == Some(i) {
+                for batch in &rows {
+                    self.observe(batch)?;
+                }
+            }
             rows = match stage {
                 Stage::Map(f) => rows
                     .into_iter()
                     .map(|b| f(b).map_err(|source| Error::Transform { batch_id, source }))
                     .collect::<Result<_>>()?,
+                Stage::Batch(t) => t
+                    .transform(rows, batch_id)
+                    .await
+                    .map_err(|source| Error::Transform { batch_id, source })?,
                 Stage::Operator(_) => {
+                    if next == 0 {
+                        let (kept, late) = self.drop_late(rows, watermark_ms)?;
+                        rows = kept;
+                        late_rows = late;
+                    }
                     let (op, state) = &mut self.operators[next];
                     next += 1;
-                    op.process(state, rows, &ctx).map_err(|source| Error::Transform {
+                    op.process(state, rows, &ctx).await.map_err(|source| Error::Transform {
                         batch_id,
                         source: format!("operator {:?}: {source}", op.name()).into(),
                     })?
@@ -169,8 +194,39 @@ impl Stateful {
         })
     }
 
+    /// Notes the latest event time of rows where the watermark is set.
+    pub(crate) fn observe(&mut self, rows: &RecordBatch) -> Result<()> {
+        if let Some(w) = &self.watermark {
+            if let Some(max) = w.max_event_time(std::slice::from_ref(rows))? {
+                self.max_event_ms = Some(self.max_event_ms.map_or(max, |m| m.max(max)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the rows at or before `watermark_ms`; returns the rest and how
+    /// many were late.
+    fn drop_late(&self, rows: Vec<RecordBatch>, watermark_ms: i64) -> Result<(Vec<RecordBatch>, u64)> {
+        let Some(w) = &self.watermark else {
+            return Ok((rows, 0));
+        };
+        let mut late_rows = 0;
+        let mut kept = Vec::with_capacity(rows.len());
+        for batch in rows {
+            let (batch, late) = w.drop_late(batch, watermark_ms)?;
+            late_rows += late;
+            if batch.num_rows() > 0 {
+                kept.push(batch);
+            }
+        }
+        Ok((kept, late_rows))
+    }
+
     /// Writes the state after `batch_id` to the checkpoint.
     pub(crate) async fn persist(&mut self, batch_id: BatchId) -> Result<()> {
+        if self.operators.is_empty() {
+            return Ok(());
+        }
         let mut states: Vec<(&str, &mut KeyedState)> =
             self.operators.iter_mut().map(|(op, s)| (op.name(), s)).collect();
         let manifest = self
@@ -197,4 +253,19 @@ impl Stateful {
     pub(crate) async fn purge_before(&self, keep_from: BatchId) -> Result<()> {
         self.store.purge_before(keep_from).await
     }
+}
+
+/// Refuses a manifest of other operators than the query's.
+fn check_names(checkpoint: &Checkpoint, manifest: &StateManifest, current: &[&str]) -> Result<()> {
+    let recorded: Vec<&str> = manifest.operators.iter().map(|o| o.name.as_str()).collect();
+    if recorded != current {
+        return Err(Error::StateChanged {
+            location: checkpoint.location().to_string(),
+            reason: format!(
+                "batch {} holds the state of the operators {recorded:?}, the query has {current:?}; a query's stateful operators cannot change under one checkpoint",
+                manifest.batch_id
+            ),
+        });
+    }
+    Ok(())
 }

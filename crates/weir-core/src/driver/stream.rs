@@ -10,7 +10,7 @@ use arrow_schema::SchemaRef;
 
 use crate::error::{BoxError, Error, Result};
 use crate::ids::BatchId;
-use crate::operator::{OperatorFacts, QueryShape, StatefulOperator};
+use crate::operator::{BatchTransform, OperatorFacts, QueryShape, StatefulOperator};
 use crate::source::Source;
 use crate::state::valid_operator_name;
 use crate::watermark::Watermark;
@@ -22,6 +22,8 @@ pub(crate) type TransformFn = dyn Fn(RecordBatch) -> std::result::Result<RecordB
 pub(crate) enum Stage {
     /// A stateless function of each record batch.
     Map(Arc<TransformFn>),
+    /// A stateless transformation of the whole micro-batch.
+    Batch(Arc<dyn BatchTransform>),
     /// A stateful operator over the whole micro-batch.
     Operator(Arc<dyn StatefulOperator>),
 }
@@ -117,6 +119,13 @@ impl ReadStream {
         self
     }
 
+    /// Adds a transformation of the whole micro-batch (weir's SQL over
+    /// each batch, or the application's own).
+    pub fn with_batch_transform(mut self, transform: impl BatchTransform + 'static) -> Self {
+        self.stages.push(Stage::Batch(Arc::new(transform)));
+        self
+    }
+
     /// The schema of the rows after the transformations.
     pub fn schema(&self) -> Result<SchemaRef> {
         Ok(self.schemas()?.output)
@@ -126,7 +135,7 @@ impl ReadStream {
     pub(crate) fn operators(&self) -> impl Iterator<Item = &Arc<dyn StatefulOperator>> {
         self.stages.iter().filter_map(|s| match s {
             Stage::Operator(op) => Some(op),
-            Stage::Map(_) => None,
+            _ => None,
         })
     }
 
@@ -135,11 +144,17 @@ impl ReadStream {
         self.operators().next().is_some()
     }
 
-    /// The number of stages before the first stateful operator.
+    /// Whether a stage sees the whole micro-batch, so the batch is read
+    /// whole before it.
+    pub(crate) fn reads_whole_batches(&self) -> bool {
+        self.prefix_len() < self.stages.len()
+    }
+
+    /// The number of stages before the first that sees the whole batch.
     pub(crate) fn prefix_len(&self) -> usize {
         self.stages
             .iter()
-            .position(|s| matches!(s, Stage::Operator(_)))
+            .position(|s| !matches!(s, Stage::Map(_)))
             .unwrap_or(self.stages.len())
     }
 
@@ -162,7 +177,7 @@ impl ReadStream {
         QueryShape { operators, watermark }
     }
 
-    /// The schemas after the stateless prefix and at the end; checks the
+    /// The schemas after the per-record-batch prefix and at the end; checks the
     /// watermark's column and the operators' names on the way.
     pub(crate) fn schemas(&self) -> Result<Schemas> {
         let learn = |source: BoxError| Error::Transform {
@@ -184,7 +199,12 @@ impl ReadStream {
             }
             batch = match stage {
                 Stage::Map(f) => f(batch).map_err(learn)?,
+                Stage::Batch(t) => RecordBatch::new_empty(t.output_schema(&batch.schema()).map_err(learn)?),
                 Stage::Operator(op) => {
+                    if let (Some((w, _)), true) = (&self.watermark, names.is_empty()) {
+                        // Late rows are dropped before the first operator.
+                        w.check(&batch.schema())?;
+                    }
                     let name = op.name().to_string();
                     if !valid_operator_name(&name) || names.contains(&name) {
                         return Err(Error::InvalidOption {
@@ -209,15 +229,27 @@ impl ReadStream {
         })
     }
 
-    /// Runs the stateless stages before the first operator on one record
-    /// batch of batch `batch_id`; `schema` is what they must give.
-    pub(crate) fn transform(
+    /// Runs the per-record-batch stages before the first whole-batch stage
+    /// on one record batch of batch `batch_id`; `schema` is what they must
+    /// give.
+    pub(crate) fn transform(&self, batch: RecordBatch, batch_id: BatchId, schema: &SchemaRef) -> Result<RecordBatch> {
+        self.transform_observed(batch, batch_id, schema, &mut |_| Ok(()))
+    }
+
+    /// [`ReadStream::transform`], calling `observe` with the rows where the
+    /// watermark is set, if that is among these stages.
+    pub(crate) fn transform_observed(
         &self,
         mut batch: RecordBatch,
         batch_id: BatchId,
         schema: &SchemaRef,
+        observe: &mut dyn FnMut(&RecordBatch) -> Result<()>,
     ) -> Result<RecordBatch> {
-        for stage in &self.stages[..self.prefix_len()] {
+        let watermark_at = self.watermark.as_ref().map(|(_, at)| *at);
+        for (i, stage) in self.stages[..self.prefix_len()].iter().enumerate() {
+            if watermark_at == Some(i) {
+                observe(&batch)?;
+            }
             if let Stage::Map(f) = stage {
                 batch = f(batch).map_err(|source| Error::Transform { batch_id, source })?;
             }

@@ -2,7 +2,8 @@
 //! state exactly once in the checkpoint, and the operators themselves
 //! (deduplication, aggregations), which live in other crates.
 //!
-//! An operator sees the whole micro-batch at once, and its state as a
+//! A [`BatchTransform`] sees the whole micro-batch and keeps nothing (SQL
+//! over the batch). An operator sees the whole micro-batch at once, and its state as a
 //! [`KeyedState`](crate::state::KeyedState) the engine restored for it: the
 //! state after the batch before. It must be a pure function of that state,
 //! the batch's rows and the [`OperatorContext`], so that a replayed batch
@@ -14,8 +15,9 @@ use std::fmt;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+use async_trait::async_trait;
 
-pub use rules::{check_query_mode, ModeRule, OperatorFacts, QueryShape};
+pub use rules::{check_query_mode, has_aggregation, OperatorFacts, QueryRule, QueryShape};
 
 use crate::error::BoxError;
 use crate::ids::BatchId;
@@ -23,14 +25,15 @@ use crate::sink::OutputMode;
 use crate::state::{KeyedState, StateSchema};
 
 /// What a stateful operator does, for the output-mode rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OperatorKind {
     /// Groups rows and folds each group into a value.
     Aggregation {
-        /// Whether one of the grouping keys is a window of the watermark's
-        /// event-time column, so the watermark closes groups.
-        event_time_window: bool,
+        /// The event-time column it groups by, directly or by a window of
+        /// it: when the watermark is on that column, the watermark closes
+        /// groups, and Append mode can emit them.
+        event_time: Option<String>,
     },
     /// Passes the first row of each key and drops the rest.
     Deduplication {
@@ -41,6 +44,7 @@ pub enum OperatorKind {
 
 /// What an operator knows of the batch it runs in.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct OperatorContext {
     /// The batch.
     pub batch_id: BatchId,
@@ -53,9 +57,13 @@ pub struct OperatorContext {
     /// the query has a watermark. Rows at or before it are late; the engine
     /// dropped them before the first operator.
     pub watermark_ms: Option<i64>,
+    /// How far behind the latest event time the watermark stays, if the
+    /// query has a watermark.
+    pub watermark_delay: Option<std::time::Duration>,
 }
 
 /// A stateful operator of a streaming query.
+#[async_trait]
 pub trait StatefulOperator: Send + Sync + fmt::Debug {
     /// The operator's name: unique within the query and stable across runs,
     /// because it names the operator's state in the checkpoint.
@@ -74,10 +82,22 @@ pub trait StatefulOperator: Send + Sync + fmt::Debug {
     /// Runs one micro-batch: folds `input` into `state` and returns the
     /// rows the output mode emits. `input` may be empty (a batch the
     /// engine runs because the watermark moved).
-    fn process(
+    async fn process(
         &self,
         state: &mut KeyedState,
         input: Vec<RecordBatch>,
         ctx: &OperatorContext,
     ) -> Result<Vec<RecordBatch>, BoxError>;
+}
+
+/// A stateless transformation of the whole micro-batch (a SQL query over
+/// the batch's rows): it must be a pure function of its input, so a
+/// replayed batch gives the same rows.
+#[async_trait]
+pub trait BatchTransform: Send + Sync + fmt::Debug {
+    /// The schema of the rows it returns for input rows of `input`.
+    fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef, BoxError>;
+
+    /// Transforms the rows of batch `batch_id` (all of them at once).
+    async fn transform(&self, input: Vec<RecordBatch>, batch_id: BatchId) -> Result<Vec<RecordBatch>, BoxError>;
 }

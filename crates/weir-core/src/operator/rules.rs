@@ -1,21 +1,22 @@
-//! Which output modes a query may use, by its stateful operators: Spark
-//! Structured Streaming's rules, checked when the query starts.
+//! Which output modes a query may use, by its stateful operators and its
+//! watermark: Spark Structured Streaming's rules, checked when the query
+//! starts, before anything is written.
 
 use super::OperatorKind;
 use crate::sink::OutputMode;
 
-/// A rule of the output modes that a query breaks, with the fix.
+/// A rule of stateful queries that a query breaks, with the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum ModeRule {
+pub enum QueryRule {
     /// Complete mode hands the sink the whole result every trigger; without
     /// an aggregation the whole result is every row ever read.
     #[error("Complete mode needs an aggregation: without one the whole result is every row the query ever read. Use Append to add each trigger's rows, or aggregate first")]
     CompleteWithoutAggregation,
     /// An aggregation's group can change while rows for it may still
     /// arrive; Append emits a group only once it cannot change, which only
-    /// a watermark on a window of event time tells.
-    #[error("Append mode with the aggregation {operator:?} needs a watermark and a window of its event-time column: without them no group is ever final, so nothing would be emitted. Add with_watermark(column, delay) before it and group by window(column, ..), or use Update or Complete")]
+    /// a watermark on the event time it groups by tells.
+    #[error("Append mode with the aggregation {operator:?} needs a watermark on the event-time column it groups by (directly or by a window of it): without one no group is ever final, so nothing would be emitted. Add with_watermark(column, delay) before it, or use Update or Complete")]
     AppendAggregationWithoutWatermark {
         /// The aggregation.
         operator: String,
@@ -26,16 +27,17 @@ pub enum ModeRule {
         /// The deduplication.
         operator: String,
     },
-    /// Update and Complete hand the sink one aggregation's groups; a second
-    /// aggregation would get changed groups it cannot tell from new ones.
-    #[error("more than one aggregation ({first:?}, then {second:?}) works in Append mode only: in {mode} mode the second would aggregate updates of the first as if they were new rows")]
-    ChainedAggregations {
+    /// In Update and Complete modes an aggregation emits groups that may
+    /// change again; an operator after it would take each change for a new
+    /// row.
+    #[error("the stateful operator {after:?} comes after the aggregation {aggregation:?}, which works in Append mode only: in {mode} mode the aggregation emits groups that change again, and {after:?} would take each change for a new row")]
+    OperatorAfterAggregation {
         /// The mode asked for.
         mode: OutputMode,
-        /// The first aggregation.
-        first: String,
-        /// The one after it.
-        second: String,
+        /// The aggregation.
+        aggregation: String,
+        /// The operator after it.
+        after: String,
     },
     /// A watermark after the operator it should bound comes too late.
     #[error("the watermark on {column:?} is set after the stateful operator {operator:?}; set with_watermark before the operators it bounds")]
@@ -68,60 +70,66 @@ pub struct QueryShape {
 
 /// Checks `mode` against the query's operators (a pure function; the
 /// driver calls it before it touches the checkpoint or the sink).
-pub fn check_query_mode(shape: &QueryShape, mode: OutputMode) -> Result<(), ModeRule> {
+pub fn check_query_mode(shape: &QueryShape, mode: OutputMode) -> Result<(), QueryRule> {
     if let Some((column, before)) = &shape.watermark {
         if *before > 0 {
-            return Err(ModeRule::WatermarkAfterOperator {
+            return Err(QueryRule::WatermarkAfterOperator {
                 column: column.clone(),
                 operator: shape.operators[before - 1].name.clone(),
             });
         }
     }
-    let has_watermark = shape.watermark.is_some();
-    let aggregations: Vec<&OperatorFacts> = shape
-        .operators
-        .iter()
-        .filter(|o| matches!(o.kind, OperatorKind::Aggregation { .. }))
-        .collect();
+    let watermark = shape.watermark.as_ref().map(|(c, _)| c.as_str());
+    let mut aggregation: Option<&str> = None;
     for op in &shape.operators {
-        match op.kind {
-            OperatorKind::Deduplication { within_watermark: true } if !has_watermark => {
-                return Err(ModeRule::DedupWithinWatermarkWithoutWatermark {
+        if let (Some(agg), true) = (aggregation, mode != OutputMode::Append) {
+            return Err(QueryRule::OperatorAfterAggregation {
+                mode,
+                aggregation: agg.to_string(),
+                after: op.name.clone(),
+            });
+        }
+        match &op.kind {
+            OperatorKind::Deduplication { within_watermark: true } if watermark.is_none() => {
+                return Err(QueryRule::DedupWithinWatermarkWithoutWatermark {
                     operator: op.name.clone(),
                 })
             }
-            OperatorKind::Aggregation { event_time_window }
-                if mode == OutputMode::Append && !(has_watermark && event_time_window) =>
+            OperatorKind::Aggregation { event_time }
+                if mode == OutputMode::Append && (watermark.is_none() || event_time.as_deref() != watermark) =>
             {
-                return Err(ModeRule::AppendAggregationWithoutWatermark {
+                return Err(QueryRule::AppendAggregationWithoutWatermark {
                     operator: op.name.clone(),
                 })
             }
+            OperatorKind::Aggregation { .. } => aggregation = Some(&op.name),
             _ => {}
         }
     }
-    if mode != OutputMode::Append && aggregations.len() > 1 {
-        return Err(ModeRule::ChainedAggregations {
-            mode,
-            first: aggregations[0].name.clone(),
-            second: aggregations[1].name.clone(),
-        });
-    }
-    if mode == OutputMode::Complete && aggregations.is_empty() {
-        return Err(ModeRule::CompleteWithoutAggregation);
+    if mode == OutputMode::Complete && aggregation.is_none() {
+        return Err(QueryRule::CompleteWithoutAggregation);
     }
     Ok(())
+}
+
+/// Whether the query has an aggregation. Without one, Update mode hands
+/// the sink the same rows as Append (as in Spark), and sinks get Append.
+pub fn has_aggregation(shape: &QueryShape) -> bool {
+    shape
+        .operators
+        .iter()
+        .any(|o| matches!(o.kind, OperatorKind::Aggregation { .. }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn agg(window: bool) -> OperatorFacts {
+    fn agg(event_time: Option<&str>) -> OperatorFacts {
         OperatorFacts {
             name: "totals".into(),
             kind: OperatorKind::Aggregation {
-                event_time_window: window,
+                event_time: event_time.map(Into::into),
             },
         }
     }
@@ -144,24 +152,29 @@ mod tests {
 
     use OutputMode::{Append, Complete, Update};
 
-    /// Spark's table of modes: (operators, watermark) x mode -> allowed.
+    /// Spark's table of modes: (operators, watermark on `ts`) x mode ->
+    /// allowed.
     #[test]
     fn the_modes_follow_sparks_rules() {
+        let ts = Some("ts");
         let cases: Vec<(Vec<OperatorFacts>, bool, [bool; 3])> = vec![
             // stateless: Append and Update, never Complete
             (vec![], false, [true, false, true]),
             (vec![], true, [true, false, true]),
-            // an aggregation: Append only with a watermark on a window
-            (vec![agg(true)], true, [true, true, true]),
-            (vec![agg(true)], false, [false, true, true]),
-            (vec![agg(false)], true, [false, true, true]),
+            // an aggregation: Append only with a watermark on its event time
+            (vec![agg(ts)], true, [true, true, true]),
+            (vec![agg(ts)], false, [false, true, true]),
+            (vec![agg(None)], true, [false, true, true]),
+            (vec![agg(Some("other"))], true, [false, true, true]),
             // a deduplication is not an aggregation: no Complete
             (vec![dedup(false)], false, [true, false, true]),
             (vec![dedup(true)], true, [true, false, true]),
             (vec![dedup(true)], false, [false, false, false]),
-            // two aggregations: Append only
-            (vec![agg(true), agg(true)], true, [true, false, false]),
-            (vec![dedup(false), agg(true)], true, [true, true, true]),
+            // anything stateful after an aggregation: Append only
+            (vec![agg(ts), agg(ts)], true, [true, false, false]),
+            (vec![agg(ts), dedup(true)], true, [true, false, false]),
+            (vec![agg(ts), dedup(false)], true, [true, false, false]),
+            (vec![dedup(false), agg(ts)], true, [true, true, true]),
         ];
         for (ops, wm, allowed) in cases {
             let s = shape(ops.clone(), wm);
@@ -176,19 +189,21 @@ mod tests {
     fn each_refusal_names_the_rule_and_the_fix() {
         let e = check_query_mode(&shape(vec![], false), Complete).unwrap_err();
         assert!(e.to_string().contains("needs an aggregation"), "{e}");
-        let e = check_query_mode(&shape(vec![agg(true)], false), Append).unwrap_err();
+        let e = check_query_mode(&shape(vec![agg(Some("ts"))], false), Append).unwrap_err();
         assert!(e.to_string().contains("with_watermark"), "{e}");
         assert!(e.to_string().contains("use Update or Complete"), "{e}");
         let e = check_query_mode(&shape(vec![dedup(true)], false), Update).unwrap_err();
         assert!(e.to_string().contains("drop_duplicates"), "{e}");
+        let e = check_query_mode(&shape(vec![agg(Some("ts")), dedup(false)], true), Update).unwrap_err();
+        assert!(e.to_string().contains("Append mode only"), "{e}");
         let late = QueryShape {
-            operators: vec![agg(true)],
+            operators: vec![agg(Some("ts"))],
             watermark: Some(("ts".into(), 1)),
         };
         let e = check_query_mode(&late, Update).unwrap_err();
         assert_eq!(
             e,
-            ModeRule::WatermarkAfterOperator {
+            QueryRule::WatermarkAfterOperator {
                 column: "ts".into(),
                 operator: "totals".into()
             }

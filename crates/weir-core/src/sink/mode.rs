@@ -42,6 +42,6 @@ pub enum ModeRefusal {
     AppendOnly(&'static str),
     /// What the sink writes to (named) cannot replace rows by key; the
     /// changed groups would be appended beside their old values.
-    #[error("{0} cannot replace rows by key yet, so the changed groups would sit beside their old values; use Complete mode, or foreach_batch with a writer that merges by key")]
+    #[error("{0} cannot replace rows by key, so an aggregation's changed groups would sit beside their old values; use foreach_batch with a writer that merges by key")]
     NoUpdate(&'static str),
 }

@@ -91,6 +91,21 @@ impl KeyedState {
                 "a keyed state needs at least one key column".into(),
             ));
         }
+        for field in schema.key.fields().iter().chain(schema.value.fields()) {
+            if field.name() == DELETED {
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "{DELETED} is a reserved column name"
+                )));
+            }
+            // Rows give dictionaries back as their values' type, so a state
+            // file would not match its schema.
+            if matches!(field.data_type(), DataType::Dictionary(_, _)) {
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "state column {:?} is dictionary-encoded; cast it to its value type first",
+                    field.name()
+                )));
+            }
+        }
         let keys = converter(&schema.key)?;
         let key_parser = keys.parser();
         let values = if schema.value.fields().is_empty() {
@@ -198,7 +213,8 @@ impl KeyedState {
         gone.len()
     }
 
-    /// Every key and value, in no particular order.
+    /// Every key and value, in an order that differs between runs: sort
+    /// what is emitted from it, so a replay emits the same.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.map.iter().map(|(k, v)| (&**k, &**v))
     }

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use weir_core::crash::{CrashPoint, CrashPoints};
 use weir_core::prelude::*;
+use weir_test_support::operators::CountByKey;
 use weir_test_support::{assert_exactly_once, event_ids};
 
 use crate::common::{rows, schema};
@@ -194,7 +195,9 @@ impl Sink for AppendOnly {
 #[tokio::test]
 async fn an_unsupported_output_mode_is_refused_with_the_reason() {
     let chk = tempfile::tempdir().unwrap();
+    // An aggregation in Update mode: changed groups replace their old rows.
     let err = read_stream(input(1))
+        .with_operator(CountByKey::new("ids", "event_id"))
         .write_stream()
         .checkpoint_location(chk.path())
         .output_mode(OutputMode::Update)
@@ -397,4 +400,20 @@ async fn the_sink_is_closed_once_as_the_query_ended() {
     });
     stopped.await.expect("a stop cancels a finishing close").unwrap();
     assert_eq!(*closes.lock().unwrap(), [Close::Finish, Close::Cancel]);
+}
+
+#[tokio::test]
+async fn update_mode_without_an_aggregation_appends() {
+    let chk = tempfile::tempdir().unwrap();
+    let table = MemorySink::new("t");
+    let q = read_stream(input(2))
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .output_mode(OutputMode::Update)
+        .trigger(Trigger::available_now())
+        .start(AppendOnly(table.clone()))
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    assert_exactly_once(&event_ids(&table.batches()), 0..20);
 }

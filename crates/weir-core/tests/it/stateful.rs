@@ -12,7 +12,7 @@ use arrow_array::{Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use weir_core::checkpoint::Checkpoint;
 use weir_core::crash::{CrashPoint, CrashPoints};
-use weir_core::operator::ModeRule;
+use weir_core::operator::QueryRule;
 use weir_core::prelude::*;
 use weir_core::state::StateStore;
 use weir_test_support::operators::CountByKey;
@@ -120,11 +120,13 @@ async fn update_mode_emits_the_groups_a_batch_changed() {
 #[tokio::test]
 async fn a_crash_at_any_point_gives_the_output_of_a_straight_run() {
     for point in CrashPoint::ALL {
-        for crash_batch in [0u64, 2] {
+        // The first batch, one after it, the tenth state version (a
+        // snapshot) and the batch that sweeps old state files.
+        for crash_batch in [0u64, 2, 9, 10] {
             let chk = tempfile::tempdir().unwrap();
             let table = MemorySink::new("t");
-            // Five batches of ten rows.
-            let source = || read_stream(RateSource::rows_per_batch(10).with_total_rows(50));
+            // Twelve batches of ten rows.
+            let source = || read_stream(RateSource::rows_per_batch(10).with_total_rows(120));
             let armed = counting_stream(source(), chk.path(), OutputMode::Complete)
                 .crash_points(CrashPoints::new().fail_at(point, Some(BatchId(crash_batch))));
             let q = armed.start(table.clone()).await.unwrap();
@@ -141,10 +143,16 @@ async fn a_crash_at_any_point_gives_the_output_of_a_straight_run() {
             q.await_termination().await.unwrap();
             assert_eq!(
                 counts(&table.batches()),
-                expected(50),
+                expected(120),
                 "crash at {point} in batch {crash_batch}"
             );
-            assert_eq!(q.last_progress().unwrap().batch_id, BatchId(4));
+            assert_eq!(q.last_progress().unwrap().batch_id, BatchId(11));
+            let state = StateStore::new(Checkpoint::open_local(chk.path()).unwrap().store().clone(), 10);
+            let last = state.manifest(BatchId(11)).await.unwrap().unwrap();
+            assert_eq!(
+                last.operator("counts").unwrap().files,
+                ["9.snapshot", "10.delta", "11.delta"]
+            );
         }
     }
 }
@@ -163,7 +171,7 @@ async fn modes_that_break_the_rules_are_refused_before_anything_is_written() {
         matches!(
             &err,
             Error::UnsupportedQuery {
-                rule: ModeRule::CompleteWithoutAggregation,
+                rule: QueryRule::CompleteWithoutAggregation,
                 ..
             }
         ),
