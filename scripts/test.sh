@@ -50,7 +50,7 @@ if ! pkg-config --exists openssl 2>/dev/null; then
     step "installing OpenSSL headers for weir-kafka's tls feature"
     scripts/apt-install.sh libssl-dev pkg-config
 fi
-features=(--features weir/kafka-tls)
+features=(--features weir/kafka-tls,weir/sql)
 
 step "independent readers (Python deltalake, pyiceberg, DuckDB) in .venv-readers"
 requirements=integration/readers/requirements.txt

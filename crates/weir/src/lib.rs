@@ -42,6 +42,10 @@ pub use weir_iceberg as iceberg;
 /// from source).
 #[cfg(feature = "kafka")]
 pub use weir_kafka as kafka;
+/// SQL over each micro-batch and the stateful operators (feature `sql`,
+/// on DataFusion).
+#[cfg(feature = "sql")]
+pub use weir_sql as sql;
 
 use weir_catalog::{CatalogError, Catalogs, TableOptions};
 
@@ -157,6 +161,9 @@ mod docs {
     mod iceberg {}
     #[doc = include_str!("../../../docs/kafka.md")]
     mod kafka {}
+    #[cfg(feature = "sql")]
+    #[doc = include_str!("../../../docs/stateful.md")]
+    mod stateful {}
     #[doc = include_str!("../../../docs/layout.md")]
     mod layout {}
     #[doc = include_str!("../../../docs/maintenance.md")]
@@ -171,6 +178,8 @@ mod docs {
 pub mod prelude {
     pub use weir_catalog::{Catalogs, TableFormat, TableOptions};
     pub use weir_core::prelude::*;
+    #[cfg(feature = "sql")]
+    pub use weir_sql::StreamSqlExt;
 
     pub use crate::{Error, Result, ToTable};
 }

@@ -1,0 +1,55 @@
+//! The errors of weir-sql.
+
+use datafusion::error::DataFusionError;
+
+/// What can go wrong in SQL over a micro-batch or in an operator.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SqlError {
+    /// The query does not plan against the stream's columns (a typo, a
+    /// missing column, a function DataFusion does not know). Found when the
+    /// query starts; nothing was read or written.
+    #[error("the SQL query {query:?} does not fit the stream's rows: {source}")]
+    Plan {
+        /// The query.
+        query: String,
+        /// DataFusion's reason.
+        #[source]
+        source: DataFusionError,
+    },
+    /// The query failed on a batch's rows (a cast that fails on a value).
+    /// The batch was not committed; a restart replays it.
+    #[error("the SQL query {query:?} failed on the rows of the batch: {source}")]
+    Execute {
+        /// The query.
+        query: String,
+        /// DataFusion's reason.
+        #[source]
+        source: DataFusionError,
+    },
+    /// A column the operator needs is not in its input.
+    #[error("{operator}: no column {column:?} in its input; the columns are {available:?}")]
+    MissingColumn {
+        /// The operator.
+        operator: String,
+        /// The column asked for.
+        column: String,
+        /// The input's columns.
+        available: Vec<String>,
+    },
+    /// A deduplication or aggregation was given no key column.
+    #[error("{operator}: name at least one key column")]
+    NoKeys {
+        /// The operator.
+        operator: String,
+    },
+    /// An Arrow operation failed.
+    #[error("{context}: {source}")]
+    Arrow {
+        /// What was being done.
+        context: String,
+        /// Arrow's reason.
+        #[source]
+        source: arrow_schema::ArrowError,
+    },
+}

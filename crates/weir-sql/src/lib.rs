@@ -1,0 +1,130 @@
+//! # weir-sql: SQL and stateful operators for weir's streams
+//!
+//! Transformations that see a whole micro-batch, on DataFusion, and the
+//! stateful operators whose state weir-core keeps in the query's
+//! checkpoint. Bring them in with [`StreamSqlExt`]:
+//!
+//! ```
+//! use std::time::Duration;
+//! use weir_core::prelude::*;
+//! use weir_sql::StreamSqlExt;
+//!
+//! let risky = read_stream(RateSource::rows_per_batch(1000))
+//!     .sql("SELECT event_id, ts, amount FROM input WHERE amount > 50")
+//!     .with_watermark("ts", Duration::from_secs(600))
+//!     .drop_duplicates_within_watermark(["event_id"]);
+//! assert_eq!(risky.schema().unwrap().fields().len(), 3);
+//! ```
+//!
+//! ## Guarantees
+//!
+//! - **SQL over a micro-batch** ([`StreamSqlExt::sql`], `filter`, `select`,
+//!   `with_column`) sees all of the batch's rows as the table `input`, is
+//!   planned when the query starts (a query that does not fit the
+//!   stream's columns fails then, before anything is read), and keeps
+//!   nothing between batches.
+//! - **Deduplication** ([`DropDuplicates`]) passes each key's first row
+//!   once, across batches and restarts: its keys are state that weir-core
+//!   writes to the checkpoint before the sink commits and restores to the
+//!   batch before a replayed one, so a replay drops exactly what the first
+//!   attempt dropped.
+//! - Operators follow Spark Structured Streaming's output-mode rules,
+//!   checked at start by weir-core.
+
+mod dedup;
+mod error;
+mod sql;
+
+pub use dedup::DropDuplicates;
+pub use error::SqlError;
+pub use sql::{Sql, INPUT};
+
+use weir_core::ReadStream;
+
+/// SQL and stateful operators on a [`ReadStream`].
+pub trait StreamSqlExt: Sized {
+    /// Runs `query` over the rows of each micro-batch, which it reads as
+    /// the table `input`.
+    fn sql(self, query: impl Into<String>) -> ReadStream;
+
+    /// Keeps the rows for which the SQL expression `predicate` is true.
+    fn filter(self, predicate: &str) -> ReadStream {
+        self.sql(format!("SELECT * FROM {INPUT} WHERE {predicate}"))
+    }
+
+    /// The given SQL expressions as the columns (`"amount * 2 AS double"`).
+    fn select<I, S>(self, columns: I) -> ReadStream
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let list: Vec<String> = columns.into_iter().map(|c| c.as_ref().to_string()).collect();
+        self.sql(format!("SELECT {} FROM {INPUT}", list.join(", ")))
+    }
+
+    /// Adds (or replaces) the column `name` computed by the SQL expression
+    /// `expression`.
+    fn with_column(self, name: &str, expression: &str) -> ReadStream;
+
+    /// Drops rows whose `keys` equal those of an earlier row (see
+    /// [`DropDuplicates`]).
+    fn drop_duplicates<I, S>(self, keys: I) -> ReadStream
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>;
+
+    /// Drops duplicates of `keys` while the watermark lets them arrive (see
+    /// [`DropDuplicates::within_watermark`]); needs `with_watermark` first.
+    fn drop_duplicates_within_watermark<I, S>(self, keys: I) -> ReadStream
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>;
+}
+
+/// `name` as a quoted SQL identifier.
+fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+impl StreamSqlExt for ReadStream {
+    fn sql(self, query: impl Into<String>) -> ReadStream {
+        self.with_batch_transform(Sql::new(query))
+    }
+
+    fn with_column(self, name: &str, expression: &str) -> ReadStream {
+        let schema = self.schema().ok();
+        let replaces = schema.as_ref().is_some_and(|s| s.index_of(name).is_ok());
+        let others = if replaces {
+            let kept: Vec<String> = schema
+                .iter()
+                .flat_map(|s| s.fields().iter())
+                .filter(|f| f.name() != name)
+                .map(|f| quoted(f.name()))
+                .collect();
+            if kept.is_empty() {
+                String::new()
+            } else {
+                format!("{}, ", kept.join(", "))
+            }
+        } else {
+            "*, ".to_string()
+        };
+        self.sql(format!("SELECT {others}{expression} AS {} FROM {INPUT}", quoted(name)))
+    }
+
+    fn drop_duplicates<I, S>(self, keys: I) -> ReadStream
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.with_operator(DropDuplicates::new(keys))
+    }
+
+    fn drop_duplicates_within_watermark<I, S>(self, keys: I) -> ReadStream
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.with_operator(DropDuplicates::within_watermark(keys))
+    }
+}

@@ -1,0 +1,189 @@
+//! SQL over micro-batches and deduplication, end to end through weir-core's
+//! driver into an exactly-once memory table.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Int64Array, RecordBatch, TimestampMillisecondArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use weir_core::crash::{CrashPoint, CrashPoints};
+use weir_core::prelude::*;
+use weir_sql::StreamSqlExt;
+use weir_test_support::{assert_exactly_once, event_ids};
+
+fn column(batches: &[RecordBatch], name: &str) -> Vec<i64> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            b.column_by_name(name)
+                .unwrap()
+                .as_primitive::<Int64Type>()
+                .values()
+                .to_vec()
+        })
+        .collect()
+}
+
+async fn run(writer: StreamWriter, sink: &MemorySink) -> StreamingQuery {
+    let q = writer.start(sink.clone()).await.unwrap();
+    q.await_termination().await.unwrap();
+    q
+}
+
+#[tokio::test]
+async fn sql_sees_each_batch_as_the_table_input() {
+    let chk = tempfile::tempdir().unwrap();
+    let table = MemorySink::new("t");
+    let stream = read_stream(RateSource::rows_per_batch(100).with_total_rows(300))
+        .filter("event_id % 3 = 0")
+        .with_column("double", "event_id * 2")
+        .select(["event_id", "double", "account_id"]);
+    assert_eq!(
+        stream
+            .schema()
+            .unwrap()
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect::<Vec<_>>(),
+        ["event_id", "double", "account_id"]
+    );
+    let q = run(
+        stream
+            .write_stream()
+            .checkpoint_location(chk.path())
+            .trigger(Trigger::available_now()),
+        &table,
+    )
+    .await;
+    assert_eq!(q.recent_progress().len(), 3);
+    let rows = table.batches();
+    let ids = event_ids(&rows);
+    assert_exactly_once(&ids.iter().map(|i| i / 3).collect::<Vec<_>>(), 0..100);
+    assert!(ids.iter().all(|i| i % 3 == 0));
+    let doubles = column(&rows, "double");
+    assert!(ids.iter().zip(&doubles).all(|(i, d)| *d == i * 2));
+}
+
+#[tokio::test]
+async fn a_query_that_does_not_fit_the_stream_fails_at_start() {
+    let chk = tempfile::tempdir().unwrap();
+    let err = read_stream(RateSource::rows_per_batch(10))
+        .sql("SELECT no_such_column FROM input")
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .start(MemorySink::new("t"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("does not fit the stream's rows"), "{err}");
+    assert!(err.to_string().contains("no_such_column"), "{err}");
+    assert!(!chk.path().join("metadata").exists());
+}
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("event_id", DataType::Int64, false),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+    ]))
+}
+
+/// Rows with the given (id, event time in seconds).
+fn rows(rows: &[(i64, i64)]) -> RecordBatch {
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(TimestampMillisecondArray::from_iter_values(
+                rows.iter().map(|r| r.1 * 1000),
+            )),
+        ],
+    )
+    .unwrap()
+}
+
+fn deduplicated(input: &MemoryStream, chk: &std::path::Path) -> StreamWriter {
+    read_stream(input.clone())
+        .drop_duplicates(["event_id"])
+        .write_stream()
+        .query_name("dedup")
+        .checkpoint_location(chk)
+        .trigger(Trigger::available_now())
+}
+
+#[tokio::test]
+async fn drop_duplicates_passes_each_key_once_across_batches_and_crashes() {
+    for point in CrashPoint::ALL {
+        let chk = tempfile::tempdir().unwrap();
+        let table = MemorySink::new("t");
+        let input = MemoryStream::new(schema());
+        input.add_batch(rows(&[(1, 0), (2, 0), (1, 0)])).unwrap();
+        run(deduplicated(&input, chk.path()), &table).await;
+        // Batch 1 repeats 1 and 2 and brings 3 twice; it crashes at `point`.
+        input.add_batch(rows(&[(2, 0), (3, 0), (1, 0), (3, 0)])).unwrap();
+        let q = deduplicated(&input, chk.path())
+            .crash_points(CrashPoints::new().fail_at(point, Some(BatchId(1))))
+            .start(table.clone())
+            .await
+            .unwrap();
+        assert!(matches!(q.await_termination().await, Err(Error::InjectedCrash { .. })));
+        input.add_batch(rows(&[(4, 0), (3, 0)])).unwrap();
+        let q = run(deduplicated(&input, chk.path()), &table).await;
+        assert_exactly_once(&event_ids(&table.batches()), 1..5);
+        let state = &q.last_progress().unwrap().state;
+        assert_eq!(
+            (state[0].operator.as_str(), state[0].rows),
+            ("dedup-event_id", 4),
+            "{point}"
+        );
+    }
+}
+
+fn within(input: &MemoryStream, chk: &std::path::Path) -> StreamWriter {
+    read_stream(input.clone())
+        .with_watermark("ts", Duration::from_secs(10))
+        .drop_duplicates_within_watermark(["event_id"])
+        .write_stream()
+        .query_name("within")
+        .checkpoint_location(chk)
+        .trigger(Trigger::available_now())
+}
+
+#[tokio::test]
+async fn drop_duplicates_within_watermark_forgets_keys_the_watermark_passed() {
+    let chk = tempfile::tempdir().unwrap();
+    let table = MemorySink::new("t");
+    let input = MemoryStream::new(schema());
+    // Id 1 at 100 s: kept until the watermark reaches 110 s.
+    input.add_batch(rows(&[(1, 100), (1, 105)])).unwrap();
+    run(within(&input, chk.path()), &table).await;
+    // The watermark is 95 s; id 1 again (at 108 s) is a duplicate.
+    input.add_batch(rows(&[(1, 108), (2, 121)])).unwrap();
+    let q = run(within(&input, chk.path()), &table).await;
+    // Batch 2 moved the watermark to 111 s (121 - 10), then a batch without
+    // data forgot id 1 (expiring at 110 s); id 2 stays until 131 s.
+    let last = q.last_progress().unwrap();
+    assert_eq!(last.watermark.unwrap().timestamp_millis(), 111_000);
+    assert_eq!(last.state[0].rows, 1);
+    assert_exactly_once(&event_ids(&table.batches()), 1..3);
+    // Id 1 once more, after it was forgotten: a new row (at 115 s, not late).
+    input.add_batch(rows(&[(1, 115), (2, 125)])).unwrap();
+    run(within(&input, chk.path()), &table).await;
+    let mut ids = event_ids(&table.batches());
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 1, 2]);
+}
+
+#[tokio::test]
+async fn within_watermark_without_a_watermark_is_refused() {
+    let chk = tempfile::tempdir().unwrap();
+    let err = read_stream(MemoryStream::new(schema()))
+        .drop_duplicates_within_watermark(["event_id"])
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .start(MemorySink::new("t"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("has no watermark"), "{err}");
+}
