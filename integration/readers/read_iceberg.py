@@ -11,6 +11,8 @@ Usage:
     read_iceberg.py ids-or-none ...   as ids; a missing table reads as no rows
     read_iceberg.py ids-at CATALOG NAMESPACE.TABLE SNAPSHOT_ID
         -> {"ids": [...], "rows": n} as of that snapshot
+    read_iceberg.py window-totals pyiceberg|duckdb CATALOG NAMESPACE.TABLE
+        -> {"groups": [[window start ms, merchant_id, sum_amount in cents, count], ...]}
     read_iceberg.py describe CATALOG NAMESPACE.TABLE
         -> {"metadata_location": ..., "properties": {...}, "schema": [[name, type, required]],
             "partition_spec": [[source, transform, name]],
@@ -98,6 +100,32 @@ def ids(reader, where, name):
         cents = sum(int(r[1] * 100) for r in rows if r[1] is not None)
         return {"ids": [r[0] for r in rows], "rows": len(rows), "amount_cents": cents}
     raise SystemExit(f"unknown reader {reader!r}")
+
+
+def window_totals(reader, where, name):
+    """[[window start ms, merchant, sum_amount in cents, count]] of a table
+    of per-window totals."""
+    table = catalog(where).load_table(name)
+    if reader == "pyiceberg":
+        rows = table.scan().to_arrow().to_pylist()
+        groups = [
+            [int(r["window_start"].timestamp() * 1000), r["merchant_id"], int(r["sum_amount"] * 100), r["count"]]
+            for r in rows
+        ]
+    elif reader == "duckdb":
+        con = duckdb_connection()
+        location = table.metadata_location.removeprefix("file://")
+        groups = [
+            list(r)
+            for r in con.execute(
+                "SELECT epoch_ms(window_start), merchant_id, CAST(sum_amount * 100 AS BIGINT), \"count\" "
+                "FROM iceberg_scan(?)",
+                [location],
+            ).fetchall()
+        ]
+    else:
+        raise SystemExit(f"unknown reader {reader!r}")
+    return {"groups": sorted(groups)}
 
 
 def ids_at(where, name, snapshot_id):
@@ -257,6 +285,8 @@ def main():
             out = {"ids": [], "rows": 0, "amount_cents": 0}
     elif cmd == "ids-at":
         out = ids_at(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif cmd == "window-totals":
+        out = window_totals(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "describe":
         out = describe(sys.argv[2], sys.argv[3])
     elif cmd == "manage":

@@ -9,6 +9,8 @@ Usage:
         -> {"ids": [...], "rows": n}, by DuckDB reading exactly these files
     read_table.py txn <table dir> <app id>...
         -> {"<app id>": version or null, ...}
+    read_table.py window-totals deltalake|duckdb <table dir>
+        -> {"groups": [[window start ms, merchant_id, sum_amount in cents, count], ...]}
     read_table.py describe <table dir>
         -> {"version": v, "schema": [[name, type, nullable]], "partition_columns": [...],
             "files": [{"path": ..., "partition_values": {...}, "num_records": n}],
@@ -65,6 +67,30 @@ def ids(reader, table):
                 f"SELECT CAST(coalesce(sum(amount), 0) * 100 AS BIGINT) FROM delta_scan('{table}')"
             ).fetchone()[0]
         return {"ids": event_ids, "rows": rows, "amount_cents": cents}
+    raise SystemExit(f"unknown reader {reader}")
+
+
+def window_totals_of(rows):
+    """[[window start ms, merchant, cents, count]] of Python rows."""
+    return sorted(
+        [int(r["window_start"].timestamp() * 1000), r["merchant_id"], int(r["sum_amount"] * 100), r["count"]]
+        for r in rows
+    )
+
+
+def window_totals(reader, table):
+    if reader == "deltalake":
+        from deltalake import DeltaTable
+
+        t = DeltaTable(table, storage_options=storage_options(table)).to_pyarrow_table()
+        return {"groups": window_totals_of(t.to_pylist())}
+    if reader == "duckdb":
+        con = duckdb_connection()
+        rows = con.execute(
+            "SELECT epoch_ms(window_start), merchant_id, CAST(sum_amount * 100 AS BIGINT), \"count\" "
+            f"FROM delta_scan('{table}')"
+        ).fetchall()
+        return {"groups": sorted([list(r) for r in rows])}
     raise SystemExit(f"unknown reader {reader}")
 
 
@@ -128,6 +154,8 @@ def main():
         out = ids_files(sys.argv[2:])
     elif cmd == "txn":
         out = txn(sys.argv[2], sys.argv[3:])
+    elif cmd == "window-totals":
+        out = window_totals(sys.argv[2], sys.argv[3])
     elif cmd == "describe":
         out = describe(sys.argv[2])
     else:

@@ -23,6 +23,12 @@
 //!   planned when the query starts (a query that does not fit the
 //!   stream's columns fails then, before anything is read), and keeps
 //!   nothing between batches.
+//! - **Aggregation** ([`StreamSqlExt::group_by`], [`Aggregation`]) keeps a
+//!   partial row per group in the state; Append emits each window once, when
+//!   the watermark has passed its end, with its final values; Update emits
+//!   the groups a batch changed; Complete every group. A replayed batch
+//!   starts from the state of the batch before it, so the output is that of
+//!   a run without the crash.
 //! - **Deduplication** ([`DropDuplicates`]) passes each key's first row
 //!   once, across batches and restarts: its keys are state that weir-core
 //!   writes to the checkpoint before the sink commits and restores to the
@@ -31,13 +37,19 @@
 //! - Operators follow Spark Structured Streaming's output-mode rules,
 //!   checked at start by weir-core.
 
+mod aggregate;
 mod dedup;
 mod error;
 mod sql;
+mod window;
 
+pub use aggregate::{
+    avg, col, count, count_of, max, min, sliding_window, sum, window, Aggregate, Aggregation, GroupKey,
+};
 pub use dedup::DropDuplicates;
 pub use error::SqlError;
 pub use sql::{Sql, INPUT};
+pub use window::Window;
 
 use weir_core::ReadStream;
 
@@ -79,6 +91,32 @@ pub trait StreamSqlExt: Sized {
     where
         I: IntoIterator<Item = S>,
         S: Into<String>;
+
+    /// Groups the rows by `keys` (columns, and at most one [`window`]);
+    /// [`Grouped::agg`] says what to compute per group.
+    fn group_by<I, K>(self, keys: I) -> Grouped
+    where
+        I: IntoIterator<Item = K>,
+        K: Into<GroupKey>;
+}
+
+/// A stream grouped by keys, waiting for its aggregates.
+#[derive(Debug)]
+#[must_use = "a grouping does nothing until agg says what to compute"]
+pub struct Grouped {
+    stream: ReadStream,
+    keys: Vec<GroupKey>,
+}
+
+impl Grouped {
+    /// The stream of each group's `aggregates` (a stateful
+    /// [`Aggregation`]): in Update mode the groups each batch changed, in
+    /// Complete mode every group, in Append mode each window once the
+    /// watermark closed it.
+    pub fn agg(self, aggregates: impl IntoIterator<Item = Aggregate>) -> ReadStream {
+        self.stream
+            .with_operator(Aggregation::new(self.keys, aggregates.into_iter().collect()))
+    }
 }
 
 /// `name` as a quoted SQL identifier.
@@ -126,5 +164,16 @@ impl StreamSqlExt for ReadStream {
         S: Into<String>,
     {
         self.with_operator(DropDuplicates::within_watermark(keys))
+    }
+
+    fn group_by<I, K>(self, keys: I) -> Grouped
+    where
+        I: IntoIterator<Item = K>,
+        K: Into<GroupKey>,
+    {
+        Grouped {
+            stream: self,
+            keys: keys.into_iter().map(Into::into).collect(),
+        }
     }
 }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
 
 use super::stream::{ReadStream, Stage};
 use crate::checkpoint::Checkpoint;
@@ -21,7 +22,8 @@ use crate::watermark::{next_watermark, Watermark};
 pub(crate) struct Stateful {
     store: StateStore,
     watermark: Option<Watermark>,
-    operators: Vec<(Arc<dyn StatefulOperator>, KeyedState)>,
+    /// Each operator, its input's schema and its state.
+    operators: Vec<(Arc<dyn StatefulOperator>, SchemaRef, KeyedState)>,
     /// The manifest of the state the operators hold.
     manifest: Option<StateManifest>,
     /// The latest event time seen up to the state's batch.
@@ -70,11 +72,12 @@ impl Stateful {
                     })?;
                     let state = KeyedState::new(schema)
                         .map_err(|e| Error::arrow(format!("the state of operator {:?}", op.name()), e))?;
-                    input = op.output_schema(&input).map_err(|source| Error::Transform {
+                    let output = op.output_schema(&input).map_err(|source| Error::Transform {
                         batch_id: first,
                         source,
                     })?;
-                    operators.push((op.clone(), state));
+                    operators.push((op.clone(), input, state));
+                    input = output;
                 }
             }
         }
@@ -91,9 +94,9 @@ impl Stateful {
             })?),
         };
         if let Some(m) = &manifest {
-            let current: Vec<&str> = operators.iter().map(|(op, _)| op.name()).collect();
+            let current: Vec<&str> = operators.iter().map(|(op, _, _)| op.name()).collect();
             check_names(checkpoint, m, &current)?;
-            for (op, state) in &mut operators {
+            for (op, _, state) in &mut operators {
                 let files = m.operator(op.name()).expect("names compared above");
                 store.restore(files, state).await?;
             }
@@ -148,8 +151,9 @@ impl Stateful {
         mut rows: Vec<RecordBatch>,
     ) -> Result<Processed> {
         let mut late_rows = 0;
-        let ctx = OperatorContext {
+        let mut ctx = OperatorContext {
             batch_id,
+            input_schema: Arc::new(arrow_schema::Schema::empty()),
             output_mode: mode,
             event_time_column: self.watermark.as_ref().map(|w| w.column.clone()),
             watermark_ms: (self.watermark.is_some() && watermark_ms != 0).then_some(watermark_ms),
@@ -178,8 +182,9 @@ impl Stateful {
                         rows = kept;
                         late_rows = late;
                     }
-                    let (op, state) = &mut self.operators[next];
+                    let (op, input, state) = &mut self.operators[next];
                     next += 1;
+                    ctx.input_schema = input.clone();
                     op.process(state, rows, &ctx).await.map_err(|source| Error::Transform {
                         batch_id,
                         source: format!("operator {:?}: {source}", op.name()).into(),
@@ -228,7 +233,7 @@ impl Stateful {
             return Ok(());
         }
         let mut states: Vec<(&str, &mut KeyedState)> =
-            self.operators.iter_mut().map(|(op, s)| (op.name(), s)).collect();
+            self.operators.iter_mut().map(|(op, _, s)| (op.name(), s)).collect();
         let manifest = self
             .store
             .write(batch_id, self.manifest.as_ref(), &mut states, self.max_event_ms)
@@ -241,7 +246,7 @@ impl Stateful {
     pub(crate) fn progress(&self) -> Vec<StateProgress> {
         self.operators
             .iter()
-            .map(|(op, s)| StateProgress {
+            .map(|(op, _, s)| StateProgress {
                 operator: op.name().to_string(),
                 rows: s.len() as u64,
                 bytes: s.bytes() as u64,

@@ -48,6 +48,9 @@ pub enum OperatorKind {
 pub struct OperatorContext {
     /// The batch.
     pub batch_id: BatchId,
+    /// The schema of the operator's input rows (also when a batch brings
+    /// none).
+    pub input_schema: SchemaRef,
     /// The output mode of the query.
     pub output_mode: OutputMode,
     /// The watermark's event-time column, if the query has one.

@@ -1,0 +1,584 @@
+//! Streaming aggregation: `group_by(keys).agg(aggregates)`, by plain
+//! columns and by event-time windows, in Append, Update and Complete modes.
+//!
+//! Each batch, DataFusion folds the batch's rows into one partial row per
+//! group (a sum, a count, ...); those are merged with the groups' partial
+//! rows in the state (a second, small aggregation), and the merged rows go
+//! back into the state. What the mode emits is made from partial rows: an
+//! average is its sum over its count.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{
+    Array, ArrayRef, Float64Array, RecordBatch, TimestampMicrosecondArray, TimestampMillisecondArray,
+    TimestampNanosecondArray, TimestampSecondArray,
+};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use async_trait::async_trait;
+use datafusion::arrow::compute::cast;
+use datafusion::datasource::MemTable;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use weir_core::operator::{OperatorContext, OperatorKind, StatefulOperator};
+use weir_core::state::{KeyedState, StateSchema};
+use weir_core::{BoxError, OutputMode};
+
+use crate::error::SqlError;
+use crate::window::{Window, WINDOW_END, WINDOW_START};
+use crate::{quoted, INPUT};
+
+/// A key of a `group_by`: a column, or the window an event time falls in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupKey {
+    /// The values of a column.
+    Column(String),
+    /// Event-time windows of a timestamp column.
+    Window(Window),
+}
+
+impl From<&str> for GroupKey {
+    fn from(name: &str) -> Self {
+        GroupKey::Column(name.to_string())
+    }
+}
+
+impl From<String> for GroupKey {
+    fn from(name: String) -> Self {
+        GroupKey::Column(name)
+    }
+}
+
+/// Groups by the column `name`.
+pub fn col(name: impl Into<String>) -> GroupKey {
+    GroupKey::Column(name.into())
+}
+
+/// Groups by tumbling windows of `size` over the timestamp `column`: the
+/// output gets `window_start` and `window_end` columns.
+pub fn window(column: impl Into<String>, size: Duration) -> GroupKey {
+    GroupKey::Window(Window {
+        column: column.into(),
+        size,
+        slide: size,
+    })
+}
+
+/// Groups by windows of `size` starting every `slide` (a row falls in
+/// each window that holds its event time).
+pub fn sliding_window(column: impl Into<String>, size: Duration, slide: Duration) -> GroupKey {
+    GroupKey::Window(Window {
+        column: column.into(),
+        size,
+        slide,
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Func {
+    Sum,
+    Count,
+    Min,
+    Max,
+    Avg,
+}
+
+/// One aggregate of a `group_by`: `sum("amount")`, `count()`, ...
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Aggregate {
+    func: Func,
+    column: Option<String>,
+    alias: Option<String>,
+}
+
+/// The sum of `column` (null when every value is null).
+pub fn sum(column: impl Into<String>) -> Aggregate {
+    Aggregate::new(Func::Sum, Some(column.into()))
+}
+
+/// The number of rows.
+pub fn count() -> Aggregate {
+    Aggregate::new(Func::Count, None)
+}
+
+/// The number of non-null values of `column`.
+pub fn count_of(column: impl Into<String>) -> Aggregate {
+    Aggregate::new(Func::Count, Some(column.into()))
+}
+
+/// The least value of `column`.
+pub fn min(column: impl Into<String>) -> Aggregate {
+    Aggregate::new(Func::Min, Some(column.into()))
+}
+
+/// The greatest value of `column`.
+pub fn max(column: impl Into<String>) -> Aggregate {
+    Aggregate::new(Func::Max, Some(column.into()))
+}
+
+/// The mean of `column`, as a double.
+pub fn avg(column: impl Into<String>) -> Aggregate {
+    Aggregate::new(Func::Avg, Some(column.into()))
+}
+
+impl Aggregate {
+    fn new(func: Func, column: Option<String>) -> Self {
+        Aggregate {
+            func,
+            column,
+            alias: None,
+        }
+    }
+
+    /// Names the output column (default: `sum_amount`, `count`, ...).
+    pub fn alias(mut self, name: impl Into<String>) -> Self {
+        self.alias = Some(name.into());
+        self
+    }
+
+    fn output_name(&self) -> String {
+        if let Some(a) = &self.alias {
+            return a.clone();
+        }
+        let f = match self.func {
+            Func::Sum => "sum",
+            Func::Count => "count",
+            Func::Min => "min",
+            Func::Max => "max",
+            Func::Avg => "avg",
+        };
+        match &self.column {
+            Some(c) => format!("{f}_{c}"),
+            None => f.to_string(),
+        }
+    }
+
+    /// What the aggregate `i` reads, as a column `__a{i}` of the rows
+    /// (each aggregate its own, so no two partial expressions are alike).
+    fn argument(&self, i: usize) -> Option<String> {
+        let c = quoted(self.column.as_deref()?);
+        Some(match self.func {
+            Func::Avg => format!("CAST({c} AS DOUBLE) AS \"__a{i}\""),
+            _ => format!("{c} AS \"__a{i}\""),
+        })
+    }
+
+    /// The partial aggregates of aggregate `i` (SQL over its argument) and
+    /// how partials merge.
+    fn partials(&self, i: usize) -> Vec<(String, &'static str)> {
+        let a = format!("\"__a{i}\"");
+        match (self.func, &self.column) {
+            (Func::Count, None) => vec![("count(*)".into(), "sum")],
+            (Func::Count, Some(_)) => vec![(format!("count({a})"), "sum")],
+            (Func::Sum, Some(_)) => vec![(format!("sum({a})"), "sum")],
+            (Func::Min, Some(_)) => vec![(format!("min({a})"), "min")],
+            (Func::Max, Some(_)) => vec![(format!("max({a})"), "max")],
+            (Func::Avg, Some(_)) => vec![(format!("sum({a})"), "sum"), (format!("count({a})"), "sum")],
+            (_, None) => unreachable!("only count has no column"),
+        }
+    }
+}
+
+/// A streaming `group_by(keys).agg(aggregates)`; see the module docs.
+#[derive(Debug, Clone)]
+pub struct Aggregation {
+    name: String,
+    window: Option<Window>,
+    keys: Vec<String>,
+    aggregates: Vec<Aggregate>,
+}
+
+fn session() -> SessionContext {
+    SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1))
+}
+
+async fn run_sql(schema: SchemaRef, batches: Vec<RecordBatch>, sql: &str) -> Result<Vec<RecordBatch>, SqlError> {
+    let plan = |source| SqlError::Plan {
+        query: sql.to_string(),
+        source,
+    };
+    let ctx = session();
+    ctx.register_table(INPUT, Arc::new(MemTable::try_new(schema, vec![batches]).map_err(plan)?))
+        .map_err(plan)?;
+    let frame = ctx.sql(sql).await.map_err(plan)?;
+    frame.collect().await.map_err(|source| SqlError::Execute {
+        query: sql.to_string(),
+        source,
+    })
+}
+
+fn plan_schema(schema: SchemaRef, sql: &str) -> Result<SchemaRef, SqlError> {
+    let plan = |source| SqlError::Plan {
+        query: sql.to_string(),
+        source,
+    };
+    let ctx = session();
+    ctx.register_table(INPUT, Arc::new(MemTable::try_new(schema, vec![vec![]]).map_err(plan)?))
+        .map_err(plan)?;
+    // Planning over an in-memory table waits on nothing.
+    let frame = futures::executor::block_on(ctx.sql(sql)).map_err(plan)?;
+    Ok(Arc::new(frame.schema().as_arrow().clone()))
+}
+
+/// Window starts (milliseconds) as timestamps of `data_type`.
+fn timestamps(millis: &[i64], data_type: &DataType) -> Result<ArrayRef, SqlError> {
+    let (unit, tz) = match data_type {
+        DataType::Timestamp(unit, tz) => (*unit, tz.clone()),
+        other => {
+            return Err(SqlError::Arrow {
+                context: "window columns".into(),
+                source: arrow_schema::ArrowError::SchemaError(format!("{other} is not a timestamp")),
+            })
+        }
+    };
+    let values = millis.iter().copied();
+    Ok(match unit {
+        TimeUnit::Second => {
+            Arc::new(TimestampSecondArray::from_iter_values(values.map(|m| m / 1000)).with_timezone_opt(tz))
+        }
+        TimeUnit::Millisecond => Arc::new(TimestampMillisecondArray::from_iter_values(values).with_timezone_opt(tz)),
+        TimeUnit::Microsecond => {
+            Arc::new(TimestampMicrosecondArray::from_iter_values(values.map(|m| m * 1000)).with_timezone_opt(tz))
+        }
+        TimeUnit::Nanosecond => {
+            Arc::new(TimestampNanosecondArray::from_iter_values(values.map(|m| m * 1_000_000)).with_timezone_opt(tz))
+        }
+    })
+}
+
+impl Aggregation {
+    /// Groups by `keys` (at most one window) and computes `aggregates`.
+    pub fn new(keys: Vec<GroupKey>, aggregates: Vec<Aggregate>) -> Self {
+        let mut window = None;
+        let mut columns = Vec::new();
+        for key in keys {
+            match key {
+                GroupKey::Column(c) => columns.push(c),
+                GroupKey::Window(w) => window = Some(w),
+            }
+        }
+        let mut name = String::from("aggregate");
+        if let Some(w) = &window {
+            name.push_str(&format!("-window-{}-{}ms", w.column, w.size.as_millis()));
+        }
+        for c in &columns {
+            name.push('-');
+            name.push_str(c);
+        }
+        let name: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '-' | '_') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(200)
+            .collect();
+        Aggregation {
+            name,
+            window,
+            keys: columns,
+            aggregates,
+        }
+    }
+
+    /// Names the operator (its state's directory in the checkpoint).
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The key columns of the partial rows.
+    fn key_names(&self) -> Vec<String> {
+        self.window
+            .iter()
+            .map(|_| WINDOW_START.to_string())
+            .chain(self.keys.iter().cloned())
+            .collect()
+    }
+
+    fn partial_sql(&self) -> String {
+        let keys: Vec<String> = self.key_names().iter().map(|k| quoted(k)).collect();
+        let mut arguments = keys.clone();
+        let mut select = keys.clone();
+        for (i, agg) in self.aggregates.iter().enumerate() {
+            arguments.extend(agg.argument(i));
+            for (j, (expr, _)) in agg.partials(i).into_iter().enumerate() {
+                select.push(format!("{expr} AS \"__p{i}_{j}\""));
+            }
+        }
+        format!(
+            "SELECT {} FROM (SELECT {} FROM {INPUT}) GROUP BY {}",
+            select.join(", "),
+            arguments.join(", "),
+            keys.join(", ")
+        )
+    }
+
+    fn merge_sql(&self) -> String {
+        let keys: Vec<String> = self.key_names().iter().map(|k| quoted(k)).collect();
+        let mut select = keys.clone();
+        for (i, agg) in self.aggregates.iter().enumerate() {
+            for (j, (_, merge)) in agg.partials(i).into_iter().enumerate() {
+                select.push(format!("{merge}(\"__p{i}_{j}\") AS \"__p{i}_{j}\""));
+            }
+        }
+        format!("SELECT {} FROM {INPUT} GROUP BY {}", select.join(", "), keys.join(", "))
+    }
+
+    /// The schema the partial rows are computed over (window start first).
+    fn assigned_schema(&self, input: &Schema) -> SchemaRef {
+        let mut fields = Vec::new();
+        if self.window.is_some() {
+            fields.push(Arc::new(Field::new(WINDOW_START, DataType::Int64, false)));
+        }
+        fields.extend(input.fields().iter().cloned());
+        Arc::new(Schema::new(fields))
+    }
+
+    fn partial_schema(&self, input: &Schema) -> Result<SchemaRef, SqlError> {
+        if self.aggregates.is_empty() || self.key_names().is_empty() {
+            return Err(SqlError::NoKeys {
+                operator: self.name.clone(),
+            });
+        }
+        if let Some(w) = &self.window {
+            if !matches!(
+                input.field_with_name(&w.column).map(|f| f.data_type()),
+                Ok(DataType::Timestamp(..))
+            ) {
+                return Err(SqlError::MissingColumn {
+                    operator: format!("{} (a window needs a timestamp column)", self.name),
+                    column: w.column.clone(),
+                    available: input.fields().iter().map(|f| f.name().clone()).collect(),
+                });
+            }
+        }
+        plan_schema(self.assigned_schema(input), &self.partial_sql())
+    }
+
+    /// The output rows of `partial` rows (keys, then partials).
+    fn finish(&self, partial: &RecordBatch, input: &Schema) -> Result<RecordBatch, BoxError> {
+        let output = self.output_schema_of(input)?;
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        let mut at = 0;
+        if let Some(w) = &self.window {
+            let starts = partial.column(0).as_primitive::<Int64Type>().values().to_vec();
+            let ends: Vec<i64> = starts.iter().map(|s| s + w.size_ms()).collect();
+            let ty = input.field_with_name(&w.column)?.data_type().clone();
+            columns.push(timestamps(&starts, &ty)?);
+            columns.push(timestamps(&ends, &ty)?);
+            at = 1;
+        }
+        for i in 0..self.keys.len() {
+            columns.push(partial.column(at + i).clone());
+        }
+        let mut p = at + self.keys.len();
+        for agg in &self.aggregates {
+            match agg.func {
+                Func::Avg => {
+                    let sums = cast(partial.column(p), &DataType::Float64)?;
+                    let counts = partial.column(p + 1).as_primitive::<Int64Type>();
+                    let sums = sums.as_primitive::<arrow_array::types::Float64Type>();
+                    let avgs: Float64Array = (0..partial.num_rows())
+                        .map(|r| {
+                            (counts.value(r) > 0 && sums.is_valid(r)).then(|| sums.value(r) / counts.value(r) as f64)
+                        })
+                        .collect();
+                    columns.push(Arc::new(avgs));
+                    p += 2;
+                }
+                _ => {
+                    columns.push(partial.column(p).clone());
+                    p += 1;
+                }
+            }
+        }
+        Ok(RecordBatch::try_new(output, columns)?)
+    }
+
+    fn output_schema_of(&self, input: &Schema) -> Result<SchemaRef, BoxError> {
+        let partial = self.partial_schema(input)?;
+        let mut fields: Vec<Field> = Vec::new();
+        let mut at = 0;
+        if let Some(w) = &self.window {
+            let ty = input.field_with_name(&w.column)?.data_type().clone();
+            fields.push(Field::new(WINDOW_START, ty.clone(), false));
+            fields.push(Field::new(WINDOW_END, ty, false));
+            at = 1;
+        }
+        for i in 0..self.keys.len() {
+            fields.push(partial.field(at + i).clone());
+        }
+        let mut p = at + self.keys.len();
+        for agg in &self.aggregates {
+            let name = agg.output_name();
+            match agg.func {
+                Func::Avg => {
+                    fields.push(Field::new(name, DataType::Float64, true));
+                    p += 2;
+                }
+                _ => {
+                    fields.push(partial.field(p).as_ref().clone().with_name(name));
+                    p += 1;
+                }
+            }
+        }
+        Ok(Arc::new(Schema::new(fields)))
+    }
+
+    /// Partial rows of the given state entries.
+    fn rows_of(&self, state: &KeyedState, keys: &[&[u8]], schema: &SchemaRef) -> Result<RecordBatch, BoxError> {
+        let mut columns = state.decode_keys(keys.iter().copied())?;
+        let values: Vec<&[u8]> = keys.iter().map(|k| state.get(k).expect("a key of the state")).collect();
+        columns.extend(state.decode_values(values)?);
+        if keys.is_empty() {
+            return Ok(RecordBatch::new_empty(schema.clone()));
+        }
+        Ok(RecordBatch::try_new(schema.clone(), columns)?)
+    }
+
+    /// The window end of each state key, when grouped by window.
+    fn closed_keys(&self, state: &KeyedState, watermark: i64) -> Result<Vec<Box<[u8]>>, BoxError> {
+        let Some(w) = &self.window else {
+            return Ok(Vec::new());
+        };
+        let keys: Vec<&[u8]> = state.iter().map(|(k, _)| k).collect();
+        let columns = state.decode_keys(keys.iter().copied())?;
+        let Some(starts) = columns.first() else {
+            return Ok(Vec::new());
+        };
+        let starts = starts.as_primitive::<Int64Type>();
+        let mut closed: Vec<Box<[u8]>> = keys
+            .iter()
+            .zip(starts.values())
+            .filter(|(_, s)| *s + w.size_ms() <= watermark)
+            .map(|(k, _)| Box::<[u8]>::from(*k))
+            .collect();
+        closed.sort_unstable();
+        Ok(closed)
+    }
+}
+
+#[async_trait]
+impl StatefulOperator for Aggregation {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> OperatorKind {
+        OperatorKind::Aggregation {
+            event_time: self.window.as_ref().map(|w| w.column.clone()),
+        }
+    }
+
+    fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef, BoxError> {
+        self.output_schema_of(input)
+    }
+
+    fn state_schema(&self, input: &SchemaRef) -> Result<StateSchema, BoxError> {
+        let partial = self.partial_schema(input)?;
+        let n = self.key_names().len();
+        let key: Vec<_> = partial.fields()[..n].to_vec();
+        let value: Vec<_> = partial.fields()[n..].to_vec();
+        Ok(StateSchema::new(
+            Arc::new(Schema::new(key)),
+            Arc::new(Schema::new(value)),
+        ))
+    }
+
+    async fn process(
+        &self,
+        state: &mut KeyedState,
+        input: Vec<RecordBatch>,
+        ctx: &OperatorContext,
+    ) -> Result<Vec<RecordBatch>, BoxError> {
+        let partial_schema = self.partial_schema(&ctx.input_schema)?;
+        let nkeys = self.key_names().len();
+        let mut merged: Option<RecordBatch> = None;
+        if input.iter().any(|b| b.num_rows() > 0) {
+            let assigned: Vec<RecordBatch> = match &self.window {
+                Some(w) => input.iter().map(|b| w.assign(b)).collect::<Result<_, _>>()?,
+                None => input,
+            };
+            let schema = self.assigned_schema(&ctx.input_schema);
+            let partials = run_sql(schema, assigned, &self.partial_sql()).await?;
+            // The groups the batch touched, as the state holds them.
+            let mut old = Vec::new();
+            for p in &partials {
+                let keys = state.encode_keys(&p.columns()[..nkeys])?;
+                let present: Vec<&[u8]> = keys
+                    .iter()
+                    .map(|k| k.data())
+                    .filter(|k| state.contains_key(k))
+                    .collect();
+                old.push(self.rows_of(state, &present, &partial_schema)?);
+            }
+            let mut all = old;
+            for p in partials {
+                // Partial types are the state's: cast where DataFusion widened.
+                let columns = p
+                    .columns()
+                    .iter()
+                    .zip(partial_schema.fields())
+                    .map(|(c, f)| cast(c, f.data_type()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                all.push(RecordBatch::try_new(partial_schema.clone(), columns)?);
+            }
+            let rows = run_sql(partial_schema.clone(), all, &self.merge_sql()).await?;
+            let rows: Vec<RecordBatch> = rows
+                .into_iter()
+                .map(|b| {
+                    let columns = b
+                        .columns()
+                        .iter()
+                        .zip(partial_schema.fields())
+                        .map(|(c, f)| cast(c, f.data_type()))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    RecordBatch::try_new(partial_schema.clone(), columns)
+                })
+                .collect::<Result<_, _>>()?;
+            let rows = arrow_select::concat::concat_batches(&partial_schema, &rows)?;
+            let keys = state.encode_keys(&rows.columns()[..nkeys])?;
+            if let Some(values) = state.encode_values(&rows.columns()[nkeys..])? {
+                for (k, v) in keys.iter().zip(values.iter()) {
+                    state.put(k.data(), v.data());
+                }
+            }
+            merged = Some(rows);
+        }
+        let closed = match ctx.watermark_ms {
+            Some(wm) => self.closed_keys(state, wm)?,
+            None => Vec::new(),
+        };
+        let mut output = Vec::new();
+        match ctx.output_mode {
+            OutputMode::Update => {
+                if let Some(rows) = &merged {
+                    output.push(self.finish(rows, &ctx.input_schema)?);
+                }
+            }
+            OutputMode::Complete => {
+                let mut keys: Vec<&[u8]> = state.iter().map(|(k, _)| k).collect();
+                keys.sort_unstable();
+                output.push(self.finish(&self.rows_of(state, &keys, &partial_schema)?, &ctx.input_schema)?);
+            }
+            OutputMode::Append => {
+                let keys: Vec<&[u8]> = closed.iter().map(|k| &**k).collect();
+                output.push(self.finish(&self.rows_of(state, &keys, &partial_schema)?, &ctx.input_schema)?);
+            }
+        }
+        // A closed window is final: Append emitted it, Update emitted its
+        // last change. Complete keeps every group.
+        if ctx.output_mode != OutputMode::Complete {
+            for key in &closed {
+                state.remove(key);
+            }
+        }
+        output.retain(|b| b.num_rows() > 0);
+        Ok(output)
+    }
+}

@@ -1,0 +1,245 @@
+//! Streaming aggregation: each mode's output equals the aggregation of all
+//! the input computed at once, through crashes at every point.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Decimal128Type, Float64Type, Int64Type, TimestampMicrosecondType, TimestampMillisecondType};
+use arrow_array::{Int64Array, RecordBatch, TimestampMillisecondArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use weir_core::crash::{CrashPoint, CrashPoints};
+use weir_core::prelude::*;
+use weir_sql::{avg, col, count, max, min, sum, window, StreamSqlExt};
+
+/// (window start ms, key) -> (sum, count, min, max).
+type Totals = BTreeMap<(i64, i64), (i128, i64, i128, i128)>;
+
+fn add(t: &mut Totals, start: i64, key: i64, amount: i128) {
+    let e = t.entry((start, key)).or_insert((0, 0, i128::MAX, i128::MIN));
+    e.0 += amount;
+    e.1 += 1;
+    e.2 = e.2.min(amount);
+    e.3 = e.3.max(amount);
+}
+
+/// The totals in output rows (window_start, window_end, key, sum, count,
+/// min, max, avg); each group at most once unless `latest` (Update mode:
+/// the last row of a group is its value).
+fn totals(batches: &[RecordBatch], latest: bool) -> Totals {
+    let mut t = Totals::new();
+    for b in batches {
+        let starts: Vec<i64> = match b.column(0).data_type() {
+            DataType::Timestamp(TimeUnit::Millisecond, _) => {
+                b.column(0).as_primitive::<TimestampMillisecondType>().values().to_vec()
+            }
+            _ => b
+                .column(0)
+                .as_primitive::<TimestampMicrosecondType>()
+                .values()
+                .iter()
+                .map(|v| v / 1000)
+                .collect(),
+        };
+        let keys = b.column(2).as_primitive::<Int64Type>();
+        let amount = |c: usize, r: usize| -> i128 {
+            match b.column(c).data_type() {
+                DataType::Decimal128(..) => b.column(c).as_primitive::<Decimal128Type>().value(r),
+                _ => b.column(c).as_primitive::<Int64Type>().value(r) as i128,
+            }
+        };
+        let counts = b.column(4).as_primitive::<Int64Type>();
+        let avgs = b.column(7).as_primitive::<Float64Type>();
+        for (r, start) in starts.iter().copied().enumerate() {
+            let value = (amount(3, r), counts.value(r), amount(5, r), amount(6, r));
+            let scale = match b.column(3).data_type() {
+                DataType::Decimal128(_, s) => 10f64.powi(*s as i32),
+                _ => 1.0,
+            };
+            let expected_avg = value.0 as f64 / scale / value.1 as f64;
+            assert!((avgs.value(r) - expected_avg).abs() < 1e-6 * expected_avg.abs().max(1.0));
+            let old = t.insert((start, keys.value(r)), value);
+            assert!(
+                latest || old.is_none(),
+                "group {:?} emitted twice",
+                (start, keys.value(r))
+            );
+        }
+    }
+    t
+}
+
+fn event_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("merchant_id", DataType::Int64, false),
+        Field::new("amount", DataType::Int64, false),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+    ]))
+}
+
+/// (merchant, amount, event time ms)
+type Event = (i64, i64, i64);
+
+fn events(rows: &[Event]) -> RecordBatch {
+    RecordBatch::try_new(
+        event_schema(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+            Arc::new(TimestampMillisecondArray::from_iter_values(rows.iter().map(|r| r.2))),
+        ],
+    )
+    .unwrap()
+}
+
+/// Ten minutes of payments of five merchants, each chunk's event times out
+/// of order by up to 20 seconds, in chunks of 60 events.
+fn payments() -> Vec<Vec<Event>> {
+    let mut chunks = Vec::new();
+    let mut seed = 7u64;
+    let mut next = || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed >> 33
+    };
+    for c in 0..10i64 {
+        let chunk = (0..60)
+            .map(|i| {
+                let t = c * 60_000 + i * 1000 - (next() % 20_000) as i64;
+                ((next() % 5) as i64, (next() % 1000) as i64, t.max(0))
+            })
+            .collect();
+        chunks.push(chunk);
+    }
+    chunks
+}
+
+fn golden(chunks: &[Vec<Event>]) -> Totals {
+    let mut t = Totals::new();
+    for e in chunks.iter().flatten() {
+        add(&mut t, e.2 - e.2.rem_euclid(60_000), e.0, e.1 as i128);
+    }
+    t
+}
+
+fn minute_totals(input: &MemoryStream, chk: &std::path::Path, mode: OutputMode) -> StreamWriter {
+    read_stream(input.clone())
+        .with_watermark("ts", Duration::from_secs(30))
+        .group_by([window("ts", Duration::from_secs(60)), col("merchant_id")])
+        .agg([sum("amount"), count(), min("amount"), max("amount"), avg("amount")])
+        .write_stream()
+        .query_name("merchant-minute-totals")
+        .checkpoint_location(chk)
+        .output_mode(mode)
+        .trigger(Trigger::available_now())
+}
+
+#[tokio::test]
+async fn append_emits_each_closed_window_once_with_its_totals_through_crashes() {
+    let chunks = payments();
+    for point in CrashPoint::ALL {
+        let chk = tempfile::tempdir().unwrap();
+        let table = MemorySink::new("t");
+        let input = MemoryStream::new(event_schema());
+        for (i, chunk) in chunks.iter().enumerate() {
+            input.add_batch(events(chunk)).unwrap();
+            let mut writer = minute_totals(&input, chk.path(), OutputMode::Append);
+            if i == 4 {
+                writer = writer.crash_points(CrashPoints::new().fail_at(point, None));
+                let q = writer.start(table.clone()).await.unwrap();
+                assert!(matches!(q.await_termination().await, Err(Error::InjectedCrash { .. })));
+                continue;
+            }
+            let q = writer.start(table.clone()).await.unwrap();
+            q.await_termination().await.unwrap();
+            assert_eq!(q.recent_progress().iter().map(|p| p.late_rows).sum::<u64>(), 0);
+        }
+        // An event an hour later closes every window of the ten minutes.
+        input.add_batch(events(&[(9, 1, 3_600_000)])).unwrap();
+        let q = minute_totals(&input, chk.path(), OutputMode::Append)
+            .start(table.clone())
+            .await
+            .unwrap();
+        q.await_termination().await.unwrap();
+        assert_eq!(totals(&table.batches(), false), golden(&chunks), "crash at {point}");
+        let state = &q.last_progress().unwrap().state[0];
+        assert_eq!(state.rows, 1, "only the open window is kept: {state:?}");
+    }
+}
+
+#[tokio::test]
+async fn update_and_complete_end_with_the_totals_of_all_the_input() {
+    let chunks = payments();
+    for mode in [OutputMode::Update, OutputMode::Complete] {
+        let chk = tempfile::tempdir().unwrap();
+        let table = MemorySink::new("t");
+        let input = MemoryStream::new(event_schema());
+        for chunk in &chunks {
+            input.add_batch(events(chunk)).unwrap();
+            let q = minute_totals(&input, chk.path(), mode)
+                .start(table.clone())
+                .await
+                .unwrap();
+            q.await_termination().await.unwrap();
+        }
+        let latest = mode == OutputMode::Update;
+        assert_eq!(totals(&table.batches(), latest), golden(&chunks), "{mode}");
+    }
+}
+
+#[tokio::test]
+async fn late_rows_are_dropped_and_counted_never_half_applied() {
+    let chk = tempfile::tempdir().unwrap();
+    let table = MemorySink::new("t");
+    let input = MemoryStream::new(event_schema());
+    input.add_batch(events(&[(1, 10, 100_000), (1, 5, 130_000)])).unwrap();
+    let q = minute_totals(&input, chk.path(), OutputMode::Update)
+        .start(table.clone())
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    // The watermark is 100 s: 90 s is late (its window 60-120 s closed),
+    // 110 s is not.
+    input.add_batch(events(&[(1, 1000, 90_000), (1, 7, 110_000)])).unwrap();
+    let q = minute_totals(&input, chk.path(), OutputMode::Update)
+        .start(table.clone())
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    assert_eq!(q.recent_progress()[0].late_rows, 1);
+    let t = totals(&table.batches(), true);
+    assert_eq!(t[&(60_000, 1)], (17, 2, 7, 10));
+    assert_eq!(t[&(120_000, 1)], (5, 1, 5, 5));
+}
+
+#[tokio::test]
+async fn the_rate_sources_totals_per_second_and_account_match_a_batch_aggregation() {
+    let chk = tempfile::tempdir().unwrap();
+    let table = MemorySink::new("t");
+    let q = read_stream(RateSource::rows_per_batch(700).with_total_rows(7000))
+        .group_by([window("ts", Duration::from_secs(1)), col("account_id")])
+        .agg([sum("amount"), count(), min("amount"), max("amount"), avg("amount")])
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .output_mode(OutputMode::Complete)
+        .trigger(Trigger::available_now())
+        .start(table.clone())
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    let rows = RateSource::generate(0, 7000);
+    let mut expected = Totals::new();
+    let ts = rows.column(1).as_primitive::<TimestampMicrosecondType>();
+    let accounts = rows.column(2).as_primitive::<Int64Type>();
+    let amounts = rows.column(3).as_primitive::<Decimal128Type>();
+    for r in 0..rows.num_rows() {
+        let ms = ts.value(r) / 1000;
+        add(
+            &mut expected,
+            ms - ms.rem_euclid(1000),
+            accounts.value(r),
+            amounts.value(r),
+        );
+    }
+    assert_eq!(totals(&table.batches(), false), expected);
+}

@@ -1,0 +1,5 @@
+//! weir-sql end to end through weir-core's driver into exactly-once memory
+//! tables.
+
+mod aggregate;
+mod sql;
