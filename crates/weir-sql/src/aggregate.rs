@@ -18,7 +18,7 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
-use datafusion::arrow::compute::cast;
+use datafusion::arrow::compute::{cast, cast_with_options, CastOptions};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use weir_core::operator::{OperatorContext, OperatorKind, StatefulOperator};
@@ -137,6 +137,19 @@ impl Aggregate {
         self
     }
 
+    /// The name of partial `j` in the state: the function and column are
+    /// in it, so a changed aggregate does not take over another's state.
+    fn partial_name(&self, i: usize, j: usize) -> String {
+        let column: String = self
+            .column
+            .as_deref()
+            .unwrap_or("rows")
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+            .collect();
+        format!("__p{i}_{j}_{:?}_{column}", self.func).to_lowercase()
+    }
+
     fn output_name(&self) -> String {
         if let Some(a) = &self.alias {
             return a.clone();
@@ -187,6 +200,8 @@ pub struct Aggregation {
     window: Option<Window>,
     keys: Vec<String>,
     aggregates: Vec<Aggregate>,
+    /// Why the grouping cannot run, reported when the query starts.
+    invalid: Option<String>,
 }
 
 fn session() -> SessionContext {
@@ -221,6 +236,22 @@ fn plan_schema(schema: SchemaRef, sql: &str) -> Result<SchemaRef, SqlError> {
     Ok(Arc::new(frame.schema().as_arrow().clone()))
 }
 
+/// `array` as `data_type`, failing (never nulling) on a value that does not
+/// fit: a sum past its decimal precision is an error, not a silent restart.
+fn exact_cast(array: &ArrayRef, data_type: &DataType) -> Result<ArrayRef, arrow_schema::ArrowError> {
+    if array.data_type() == data_type {
+        return Ok(array.clone());
+    }
+    cast_with_options(
+        array,
+        data_type,
+        &CastOptions {
+            safe: false,
+            ..Default::default()
+        },
+    )
+}
+
 /// Window starts (milliseconds) as timestamps of `data_type`.
 fn timestamps(millis: &[i64], data_type: &DataType) -> Result<ArrayRef, SqlError> {
     let (unit, tz) = match data_type {
@@ -250,17 +281,42 @@ fn timestamps(millis: &[i64], data_type: &DataType) -> Result<ArrayRef, SqlError
 impl Aggregation {
     /// Groups by `keys` (at most one window) and computes `aggregates`.
     pub fn new(keys: Vec<GroupKey>, aggregates: Vec<Aggregate>) -> Self {
-        let mut window = None;
+        let mut window: Option<Window> = None;
         let mut columns = Vec::new();
+        let mut invalid = None;
         for key in keys {
             match key {
                 GroupKey::Column(c) => columns.push(c),
-                GroupKey::Window(w) => window = Some(w),
+                GroupKey::Window(w) => {
+                    if window.is_some() {
+                        invalid = Some("group by at most one window".to_string());
+                    }
+                    invalid = invalid.or_else(|| w.invalid());
+                    window = Some(w);
+                }
             }
+        }
+        if aggregates.is_empty() {
+            invalid = invalid.or(Some("name at least one aggregate in agg([...])".to_string()));
+        }
+        let mut outputs: Vec<String> = aggregates.iter().map(Aggregate::output_name).collect();
+        outputs.extend(columns.iter().cloned());
+        if window.is_some() {
+            outputs.extend([WINDOW_START.to_string(), WINDOW_END.to_string()]);
+        }
+        outputs.sort();
+        if let Some(twice) = outputs.windows(2).find(|w| w[0] == w[1]) {
+            invalid = invalid.or(Some(format!(
+                "two output columns are named {:?}; give one an .alias(..)",
+                twice[0]
+            )));
         }
         let mut name = String::from("aggregate");
         if let Some(w) = &window {
             name.push_str(&format!("-window-{}-{}ms", w.column, w.size.as_millis()));
+            if w.slide != w.size {
+                name.push_str(&format!("-every-{}ms", w.slide.as_millis()));
+            }
         }
         for c in &columns {
             name.push('-');
@@ -282,6 +338,7 @@ impl Aggregation {
             window,
             keys: columns,
             aggregates,
+            invalid,
         }
     }
 
@@ -307,7 +364,7 @@ impl Aggregation {
         for (i, agg) in self.aggregates.iter().enumerate() {
             arguments.extend(agg.argument(i));
             for (j, (expr, _)) in agg.partials(i).into_iter().enumerate() {
-                select.push(format!("{expr} AS \"__p{i}_{j}\""));
+                select.push(format!("{expr} AS {}", quoted(&agg.partial_name(i, j))));
             }
         }
         format!(
@@ -323,7 +380,8 @@ impl Aggregation {
         let mut select = keys.clone();
         for (i, agg) in self.aggregates.iter().enumerate() {
             for (j, (_, merge)) in agg.partials(i).into_iter().enumerate() {
-                select.push(format!("{merge}(\"__p{i}_{j}\") AS \"__p{i}_{j}\""));
+                let p = quoted(&agg.partial_name(i, j));
+                select.push(format!("{merge}({p}) AS {p}"));
             }
         }
         format!("SELECT {} FROM {INPUT} GROUP BY {}", select.join(", "), keys.join(", "))
@@ -340,21 +398,33 @@ impl Aggregation {
     }
 
     fn partial_schema(&self, input: &Schema) -> Result<SchemaRef, SqlError> {
-        if self.aggregates.is_empty() || self.key_names().is_empty() {
+        if let Some(reason) = &self.invalid {
+            return Err(SqlError::InvalidAggregation {
+                operator: self.name.clone(),
+                reason: reason.clone(),
+            });
+        }
+        if self.key_names().is_empty() {
             return Err(SqlError::NoKeys {
                 operator: self.name.clone(),
             });
         }
         if let Some(w) = &self.window {
-            if !matches!(
-                input.field_with_name(&w.column).map(|f| f.data_type()),
-                Ok(DataType::Timestamp(..))
-            ) {
-                return Err(SqlError::MissingColumn {
-                    operator: format!("{} (a window needs a timestamp column)", self.name),
-                    column: w.column.clone(),
-                    available: input.fields().iter().map(|f| f.name().clone()).collect(),
-                });
+            match input.field_with_name(&w.column).map(|f| f.data_type()) {
+                Ok(DataType::Timestamp(..)) => {}
+                Ok(other) => {
+                    return Err(SqlError::InvalidAggregation {
+                        operator: self.name.clone(),
+                        reason: format!("the window's column {:?} is {other}, not a timestamp", w.column),
+                    })
+                }
+                Err(_) => {
+                    return Err(SqlError::MissingColumn {
+                        operator: self.name.clone(),
+                        column: w.column.clone(),
+                        available: input.fields().iter().map(|f| f.name().clone()).collect(),
+                    })
+                }
             }
         }
         plan_schema(self.assigned_schema(input), &self.partial_sql())
@@ -524,7 +594,7 @@ impl StatefulOperator for Aggregation {
                     .columns()
                     .iter()
                     .zip(partial_schema.fields())
-                    .map(|(c, f)| cast(c, f.data_type()))
+                    .map(|(c, f)| exact_cast(c, f.data_type()))
                     .collect::<Result<Vec<_>, _>>()?;
                 all.push(RecordBatch::try_new(partial_schema.clone(), columns)?);
             }
@@ -536,7 +606,7 @@ impl StatefulOperator for Aggregation {
                         .columns()
                         .iter()
                         .zip(partial_schema.fields())
-                        .map(|(c, f)| cast(c, f.data_type()))
+                        .map(|(c, f)| exact_cast(c, f.data_type()))
                         .collect::<Result<Vec<_>, _>>()?;
                     RecordBatch::try_new(partial_schema.clone(), columns)
                 })
@@ -550,9 +620,15 @@ impl StatefulOperator for Aggregation {
             }
             merged = Some(rows);
         }
+        // Windows close by a watermark on their own column; Complete mode
+        // keeps and emits every group.
+        let closes = self
+            .window
+            .as_ref()
+            .is_some_and(|w| ctx.event_time_column.as_deref() == Some(&w.column));
         let closed = match ctx.watermark_ms {
-            Some(wm) => self.closed_keys(state, wm)?,
-            None => Vec::new(),
+            Some(wm) if closes && ctx.output_mode != OutputMode::Complete => self.closed_keys(state, wm)?,
+            _ => Vec::new(),
         };
         let mut output = Vec::new();
         match ctx.output_mode {

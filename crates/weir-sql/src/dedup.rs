@@ -200,7 +200,13 @@ impl StatefulOperator for DropDuplicates {
                 output.push(filtered);
             }
         }
-        if let Some(watermark) = ctx.watermark_ms {
+        // Keys expire only within the watermark, or by an event time among
+        // them; otherwise every expiry is null and there is nothing to scan.
+        let expires = ctx
+            .event_time_column
+            .as_ref()
+            .is_some_and(|c| self.within_watermark || self.keys.contains(c));
+        if let (Some(watermark), true) = (ctx.watermark_ms, expires) {
             evict(state, watermark)?;
         }
         Ok(output)

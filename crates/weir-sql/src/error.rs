@@ -8,7 +8,7 @@ use datafusion::error::DataFusionError;
 pub enum SqlError {
     /// The query does not plan against the stream's columns (a typo, a
     /// missing column, a function DataFusion does not know). Found when the
-    /// query starts; nothing was read or written.
+    /// query starts, before anything is read or written.
     #[error("the SQL query {query:?} does not fit the stream's rows: {source}")]
     Plan {
         /// The query.
@@ -18,8 +18,9 @@ pub enum SqlError {
         source: DataFusionError,
     },
     /// The query failed on a batch's rows (a cast that fails on a value).
-    /// The batch was not committed; a restart replays it.
-    #[error("the SQL query {query:?} failed on the rows of the batch: {source}")]
+    /// The batch was not committed; a replay reads the same rows and fails
+    /// the same way until the query is changed.
+    #[error("the SQL query {query:?} failed on the rows of the batch: {source}. Nothing of the batch was committed; a restart reads the same rows, so change the query (a TRY_CAST, a filter) before restarting")]
     Execute {
         /// The query.
         query: String,
@@ -36,6 +37,15 @@ pub enum SqlError {
         column: String,
         /// The input's columns.
         available: Vec<String>,
+    },
+    /// An aggregation that cannot run as written (its windows, its
+    /// aggregates); found when the query starts.
+    #[error("{operator}: {reason}")]
+    InvalidAggregation {
+        /// The operator.
+        operator: String,
+        /// What is wrong.
+        reason: String,
     },
     /// A deduplication or aggregation was given no key column.
     #[error("{operator}: name at least one key column")]

@@ -31,6 +31,23 @@ fn millis(d: Duration) -> i64 {
 }
 
 impl Window {
+    /// Why the window cannot be used, if it cannot.
+    pub(crate) fn invalid(&self) -> Option<String> {
+        if self.size.as_millis() == 0 || self.slide.as_millis() == 0 {
+            return Some("a window's size and slide are at least one millisecond".into());
+        }
+        if !self.size.subsec_nanos().is_multiple_of(1_000_000) || !self.slide.subsec_nanos().is_multiple_of(1_000_000) {
+            return Some("a window's size and slide are whole milliseconds".into());
+        }
+        if self.slide > self.size {
+            return Some(format!(
+                "a window slides by {:?}, more than its size {:?}: rows between windows would be lost",
+                self.slide, self.size
+            ));
+        }
+        None
+    }
+
     pub(crate) fn size_ms(&self) -> i64 {
         millis(self.size)
     }
@@ -54,11 +71,10 @@ impl Window {
         let times = batch
             .column_by_name(&self.column)
             .ok_or_else(|| arrow_schema::ArrowError::SchemaError(format!("no column {:?}", self.column)))?;
-        let times = cast(times, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
-        let times = times.as_primitive::<TimestampMillisecondType>();
+        let times = event_millis(times)?;
         let mut rows = Vec::with_capacity(batch.num_rows());
         let mut starts = Vec::with_capacity(batch.num_rows());
-        for (i, t) in times.iter().enumerate() {
+        for (i, t) in times.into_iter().enumerate() {
             if let Some(t) = t {
                 for s in self.starts(t) {
                     rows.push(i as u32);
@@ -75,6 +91,31 @@ impl Window {
         fields.extend(batch.schema().fields().iter().cloned());
         RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
     }
+}
+
+/// Event times in milliseconds, rounded down (so -1 µs is in the window
+/// before 0, not the one after).
+fn event_millis(times: &ArrayRef) -> Result<Vec<Option<i64>>, arrow_schema::ArrowError> {
+    let per_ms: i64 = match times.data_type() {
+        DataType::Timestamp(TimeUnit::Second, _) => {
+            let ms = cast(times, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
+            return Ok(ms.as_primitive::<TimestampMillisecondType>().iter().collect());
+        }
+        DataType::Timestamp(TimeUnit::Millisecond, _) => 1,
+        DataType::Timestamp(TimeUnit::Microsecond, _) => 1000,
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => 1_000_000,
+        other => {
+            return Err(arrow_schema::ArrowError::SchemaError(format!(
+                "a window needs a timestamp column, not {other}"
+            )))
+        }
+    };
+    let raw = cast(times, &DataType::Int64)?;
+    Ok(raw
+        .as_primitive::<arrow_array::types::Int64Type>()
+        .iter()
+        .map(|t| t.map(|t| t.div_euclid(per_ms)))
+        .collect())
 }
 
 #[cfg(test)]

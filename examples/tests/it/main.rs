@@ -7,5 +7,6 @@ mod delta;
 mod iceberg;
 mod kafka_payments;
 mod kill;
+mod merchant_totals;
 mod payments;
 mod quickstart;

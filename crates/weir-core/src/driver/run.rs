@@ -90,6 +90,11 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
             rule,
         });
     }
+    if options.output_mode == OutputMode::Complete {
+        tracing::warn!(
+            "Complete mode writes the whole result every batch: each batch costs as much as the result is large, and the result grows with every new group. Prefer Append with a watermark, or Update, for results that keep growing"
+        );
+    }
     // Without an aggregation, Update hands the sink new rows only: the
     // sink appends them, as in Append mode.
     let sink_mode = match options.output_mode {

@@ -177,7 +177,9 @@ impl Stateful {
                     .await
                     .map_err(|source| Error::Transform { batch_id, source })?,
                 Stage::Operator(_) => {
-                    if next == 0 {
+                    // Complete mode takes late rows too, as Spark does: its
+                    // groups are emitted whole every batch, never final.
+                    if next == 0 && mode != OutputMode::Complete {
                         let (kept, late) = self.drop_late(rows, watermark_ms)?;
                         rows = kept;
                         late_rows = late;

@@ -10,7 +10,7 @@ use arrow_schema::SchemaRef;
 
 use crate::error::{BoxError, Error, Result};
 use crate::ids::BatchId;
-use crate::operator::{BatchTransform, OperatorFacts, QueryShape, StatefulOperator};
+use crate::operator::{BatchTransform, OperatorFacts, OperatorKind, QueryShape, StatefulOperator};
 use crate::source::Source;
 use crate::state::valid_operator_name;
 use crate::watermark::Watermark;
@@ -201,8 +201,12 @@ impl ReadStream {
                 Stage::Map(f) => f(batch).map_err(learn)?,
                 Stage::Batch(t) => RecordBatch::new_empty(t.output_schema(&batch.schema()).map_err(learn)?),
                 Stage::Operator(op) => {
-                    if let (Some((w, _)), true) = (&self.watermark, names.is_empty()) {
-                        // Late rows are dropped before the first operator.
+                    let needs_watermark =
+                        names.is_empty() || matches!(op.kind(), OperatorKind::Deduplication { within_watermark: true });
+                    if let (Some((w, _)), true) = (&self.watermark, needs_watermark) {
+                        // Late rows are dropped before the first operator,
+                        // and a deduplication within the watermark reads
+                        // the event time of its rows.
                         w.check(&batch.schema())?;
                     }
                     let name = op.name().to_string();

@@ -30,9 +30,9 @@ use crate::state::{KeyedState, StateSchema};
 pub enum OperatorKind {
     /// Groups rows and folds each group into a value.
     Aggregation {
-        /// The event-time column it groups by, directly or by a window of
-        /// it: when the watermark is on that column, the watermark closes
-        /// groups, and Append mode can emit them.
+        /// The event-time column whose windows it groups by: when the
+        /// watermark is on that column, the watermark closes windows, and
+        /// Append mode can emit them.
         event_time: Option<String>,
     },
     /// Passes the first row of each key and drops the rest.

@@ -16,7 +16,7 @@ pub enum QueryRule {
     /// An aggregation's group can change while rows for it may still
     /// arrive; Append emits a group only once it cannot change, which only
     /// a watermark on the event time it groups by tells.
-    #[error("Append mode with the aggregation {operator:?} needs a watermark on the event-time column it groups by (directly or by a window of it): without one no group is ever final, so nothing would be emitted. Add with_watermark(column, delay) before it, or use Update or Complete")]
+    #[error("Append mode with the aggregation {operator:?} needs a watermark on the event-time column of its window: without one no group is ever final, so nothing would be emitted. Group by a window of a timestamp column and add with_watermark(column, delay) before it, or use Update or Complete")]
     AppendAggregationWithoutWatermark {
         /// The aggregation.
         operator: String,

@@ -243,3 +243,83 @@ async fn the_rate_sources_totals_per_second_and_account_match_a_batch_aggregatio
     }
     assert_eq!(totals(&table.batches(), false), expected);
 }
+
+#[tokio::test]
+async fn update_emits_only_the_groups_a_batch_changed_and_forgets_closed_windows() {
+    let chk = tempfile::tempdir().unwrap();
+    let table = MemorySink::new("t");
+    let input = MemoryStream::new(event_schema());
+    // Merchants 1 and 2 in the minute from 0 s, merchant 3 in the next.
+    input
+        .add_batch(events(&[(1, 10, 5_000), (2, 20, 6_000), (3, 30, 65_000)]))
+        .unwrap();
+    let q = minute_totals(&input, chk.path(), OutputMode::Update)
+        .start(table.clone())
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    let first = table.batches().len();
+    assert_eq!(totals(&table.batches(), false).len(), 3);
+    // Only merchant 2's first minute changes.
+    input.add_batch(events(&[(2, 5, 40_000)])).unwrap();
+    let q = minute_totals(&input, chk.path(), OutputMode::Update)
+        .start(table.clone())
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    let batches = table.batches();
+    assert_eq!(
+        totals(&batches[first..], false),
+        Totals::from([((0, 2), (25, 2, 5, 20))]),
+        "only the changed group, with its new totals"
+    );
+    // 200 s moves the watermark to 170 s: both minutes close, and are
+    // forgotten (Update emitted their last change already).
+    input.add_batch(events(&[(4, 1, 200_000)])).unwrap();
+    let q = minute_totals(&input, chk.path(), OutputMode::Update)
+        .start(table.clone())
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    assert_eq!(q.last_progress().unwrap().state[0].rows, 1, "the open minute of 200 s");
+}
+
+#[tokio::test]
+async fn a_grouping_that_cannot_run_is_refused_at_start() {
+    let cases = [
+        (
+            read_stream(MemoryStream::new(event_schema()))
+                .group_by([weir_sql::sliding_window(
+                    "ts",
+                    Duration::from_secs(10),
+                    Duration::from_secs(20),
+                )])
+                .agg([count()]),
+            "rows between windows would be lost",
+        ),
+        (
+            read_stream(MemoryStream::new(event_schema()))
+                .group_by([col("merchant_id")])
+                .agg([sum("amount"), sum("amount")]),
+            "give one an .alias",
+        ),
+        (
+            read_stream(MemoryStream::new(event_schema()))
+                .group_by([window("merchant_id", Duration::from_secs(1))])
+                .agg([count()]),
+            "not a timestamp",
+        ),
+    ];
+    for (stream, expected) in cases {
+        let chk = tempfile::tempdir().unwrap();
+        let err = stream
+            .write_stream()
+            .checkpoint_location(chk.path())
+            .output_mode(OutputMode::Update)
+            .start(MemorySink::new("t"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(expected), "{err}");
+        assert!(!chk.path().join("metadata").exists());
+    }
+}

@@ -151,28 +151,40 @@ fn within(input: &MemoryStream, chk: &std::path::Path) -> StreamWriter {
 }
 
 #[tokio::test]
-async fn drop_duplicates_within_watermark_forgets_keys_the_watermark_passed() {
+async fn drop_duplicates_within_watermark_keeps_a_key_for_the_delay_then_forgets_it() {
     let chk = tempfile::tempdir().unwrap();
     let table = MemorySink::new("t");
     let input = MemoryStream::new(schema());
-    // Id 1 at 100 s: kept until the watermark reaches 110 s.
-    input.add_batch(rows(&[(1, 100), (1, 105)])).unwrap();
-    run(within(&input, chk.path()), &table).await;
-    // The watermark is 95 s; id 1 again (at 108 s) is a duplicate.
-    input.add_batch(rows(&[(1, 108), (2, 121)])).unwrap();
-    let q = run(within(&input, chk.path()), &table).await;
-    // Batch 2 moved the watermark to 111 s (121 - 10), then a batch without
-    // data forgot id 1 (expiring at 110 s); id 2 stays until 131 s.
-    let last = q.last_progress().unwrap();
-    assert_eq!(last.watermark.unwrap().timestamp_millis(), 111_000);
-    assert_eq!(last.state[0].rows, 1);
-    assert_exactly_once(&event_ids(&table.batches()), 1..3);
-    // Id 1 once more, after it was forgotten: a new row (at 115 s, not late).
-    input.add_batch(rows(&[(1, 115), (2, 125)])).unwrap();
-    run(within(&input, chk.path()), &table).await;
+    let step = |rows_: &[(i64, i64)]| {
+        input.add_batch(rows(rows_)).unwrap();
+        within(&input, chk.path())
+    };
+    // Id 1 first at 100 s: kept until the watermark reaches 110 s (the
+    // event time plus the ten-second delay). The watermark becomes 95 s.
+    run(step(&[(1, 100), (1, 105)]), &table).await;
+    // Id 3 moves the watermark to 105 s: past id 1's event time, not past
+    // its expiry.
+    run(step(&[(3, 115)]), &table).await;
+    // So id 1 (at 109 s, not late) is still a duplicate.
+    let q = run(step(&[(1, 109)]), &table).await;
+    assert_eq!(
+        q.last_progress().unwrap().watermark.unwrap().timestamp_millis(),
+        105_000
+    );
     let mut ids = event_ids(&table.batches());
     ids.sort_unstable();
-    assert_eq!(ids, [1, 1, 2]);
+    assert_eq!(ids, [1, 3]);
+    // Id 2 at 125 s moves the watermark to 115 s: id 1 is forgotten, id 3
+    // (expiring at 125 s) and id 2 stay.
+    let q = run(step(&[(2, 125)]), &table).await;
+    let last = q.last_progress().unwrap();
+    assert_eq!(last.watermark.unwrap().timestamp_millis(), 115_000);
+    assert_eq!(last.state[0].rows, 2);
+    // Id 1 once more, after it was forgotten: a new row (at 120 s, not late).
+    run(step(&[(1, 120), (3, 121)]), &table).await;
+    let mut ids = event_ids(&table.batches());
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 1, 2, 3]);
 }
 
 #[tokio::test]
