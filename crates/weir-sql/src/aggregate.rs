@@ -431,8 +431,7 @@ impl Aggregation {
     }
 
     /// The output rows of `partial` rows (keys, then partials).
-    fn finish(&self, partial: &RecordBatch, input: &Schema) -> Result<RecordBatch, BoxError> {
-        let output = self.output_schema_of(input)?;
+    fn finish(&self, partial: &RecordBatch, input: &Schema, output: &SchemaRef) -> Result<RecordBatch, BoxError> {
         let mut columns: Vec<ArrayRef> = Vec::new();
         let mut at = 0;
         if let Some(w) = &self.window {
@@ -467,11 +466,11 @@ impl Aggregation {
                 }
             }
         }
-        Ok(RecordBatch::try_new(output, columns)?)
+        Ok(RecordBatch::try_new(output.clone(), columns)?)
     }
 
-    fn output_schema_of(&self, input: &Schema) -> Result<SchemaRef, BoxError> {
-        let partial = self.partial_schema(input)?;
+    /// The output's schema, from the input's and the partial rows'.
+    fn output_schema_of(&self, input: &Schema, partial: &Schema) -> Result<SchemaRef, BoxError> {
         let mut fields: Vec<Field> = Vec::new();
         let mut at = 0;
         if let Some(w) = &self.window {
@@ -498,17 +497,6 @@ impl Aggregation {
             }
         }
         Ok(Arc::new(Schema::new(fields)))
-    }
-
-    /// Partial rows of the given state entries.
-    fn rows_of(&self, state: &KeyedState, keys: &[&[u8]], schema: &SchemaRef) -> Result<RecordBatch, BoxError> {
-        let mut columns = state.decode_keys(keys.iter().copied())?;
-        let values: Vec<&[u8]> = keys.iter().map(|k| state.get(k).expect("a key of the state")).collect();
-        columns.extend(state.decode_values(values)?);
-        if keys.is_empty() {
-            return Ok(RecordBatch::new_empty(schema.clone()));
-        }
-        Ok(RecordBatch::try_new(schema.clone(), columns)?)
     }
 
     /// The window end of each state key, when grouped by window.
@@ -546,7 +534,8 @@ impl StatefulOperator for Aggregation {
     }
 
     fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef, BoxError> {
-        self.output_schema_of(input)
+        let partial = self.partial_schema(input)?;
+        self.output_schema_of(input, &partial)
     }
 
     fn state_schema(&self, input: &SchemaRef) -> Result<StateSchema, BoxError> {
@@ -566,7 +555,9 @@ impl StatefulOperator for Aggregation {
         input: Vec<RecordBatch>,
         ctx: &OperatorContext,
     ) -> Result<Vec<RecordBatch>, BoxError> {
+        // Planned once a batch: the partial rows' and the output's schemas.
         let partial_schema = self.partial_schema(&ctx.input_schema)?;
+        let output_schema = self.output_schema_of(&ctx.input_schema, &partial_schema)?;
         let nkeys = self.key_names().len();
         let mut merged: Option<RecordBatch> = None;
         if input.iter().any(|b| b.num_rows() > 0) {
@@ -585,7 +576,7 @@ impl StatefulOperator for Aggregation {
                     .map(|k| k.data())
                     .filter(|k| state.contains_key(k))
                     .collect();
-                old.push(self.rows_of(state, &present, &partial_schema)?);
+                old.push(state.batch_of(&present)?.with_schema(partial_schema.clone())?);
             }
             let mut all = old;
             for p in partials {
@@ -634,17 +625,25 @@ impl StatefulOperator for Aggregation {
         match ctx.output_mode {
             OutputMode::Update => {
                 if let Some(rows) = &merged {
-                    output.push(self.finish(rows, &ctx.input_schema)?);
+                    output.push(self.finish(rows, &ctx.input_schema, &output_schema)?);
                 }
             }
             OutputMode::Complete => {
                 let mut keys: Vec<&[u8]> = state.iter().map(|(k, _)| k).collect();
                 keys.sort_unstable();
-                output.push(self.finish(&self.rows_of(state, &keys, &partial_schema)?, &ctx.input_schema)?);
+                output.push(self.finish(
+                    &state.batch_of(&keys)?.with_schema(partial_schema.clone())?,
+                    &ctx.input_schema,
+                    &output_schema,
+                )?);
             }
             OutputMode::Append => {
                 let keys: Vec<&[u8]> = closed.iter().map(|k| &**k).collect();
-                output.push(self.finish(&self.rows_of(state, &keys, &partial_schema)?, &ctx.input_schema)?);
+                output.push(self.finish(
+                    &state.batch_of(&keys)?.with_schema(partial_schema.clone())?,
+                    &ctx.input_schema,
+                    &output_schema,
+                )?);
             }
         }
         // A closed window is final: Append emitted it, Update emitted its

@@ -15,7 +15,9 @@ use weir_core::crash::{CrashPoint, CrashPoints};
 use weir_core::protocol::{Refusal, SinkMarker};
 use weir_core::sink::{BatchContext, CommitMessage, CommitOutcome, QueryInfo, Sink};
 use weir_core::source::{MemoryStream, Offset, RateSource, Source};
-use weir_core::{read_stream, BatchId, Error, OutputMode, QueryId, QueryName, RunId, StreamWriter, Trigger};
+use weir_core::{
+    read_stream, BatchId, Error, OutputMode, QueryId, QueryName, ReadStream, RunId, StreamWriter, Trigger,
+};
 
 use crate::data::assert_exactly_once;
 use crate::operators::CountByKey;
@@ -50,7 +52,12 @@ const ROWS: u64 = 100;
 const NAME: &str = "conformance";
 
 fn query(checkpoint: &Path) -> StreamWriter {
-    read_stream(RateSource::rows_per_batch(ROWS))
+    query_of(read_stream(RateSource::rows_per_batch(ROWS)), checkpoint)
+}
+
+/// The conformance query's settings on `stream`.
+fn query_of(stream: ReadStream, checkpoint: &Path) -> StreamWriter {
+    stream
         .write_stream()
         .query_name(NAME)
         .checkpoint_location(checkpoint)
@@ -61,13 +68,8 @@ fn query(checkpoint: &Path) -> StreamWriter {
 /// The query with each id's count as its result: an aggregation, for the
 /// modes that need one.
 fn counted(checkpoint: &Path) -> StreamWriter {
-    read_stream(RateSource::rows_per_batch(ROWS))
-        .with_operator(CountByKey::new("ids", "event_id"))
-        .write_stream()
-        .query_name(NAME)
-        .checkpoint_location(checkpoint)
-        .trigger(Trigger::processing_time(Duration::ZERO))
-        .writer_parallelism(2)
+    let stream = read_stream(RateSource::rows_per_batch(ROWS)).with_operator(CountByKey::new("ids", "event_id"));
+    query_of(stream, checkpoint)
 }
 
 /// Update mode hands the sink each batch's changed groups (here each id

@@ -38,10 +38,8 @@ impl CountByKey {
     }
 
     fn output(&self, state: &KeyedState, keys: &[&[u8]]) -> Result<RecordBatch, BoxError> {
-        let mut columns: Vec<ArrayRef> = state.decode_keys(keys.iter().copied())?;
-        let values: Vec<&[u8]> = keys.iter().map(|k| state.get(k).expect("a counted key")).collect();
-        columns.extend(state.decode_values(values)?);
-        Ok(RecordBatch::try_new(self.schema(), columns)?)
+        // The state's columns are the output's: the key, then its count.
+        Ok(state.batch_of(keys)?.with_schema(self.schema())?)
     }
 }
 

@@ -285,19 +285,32 @@ impl KeyedState {
         RecordBatch::try_new(self.schema.delta(), columns).map(Some)
     }
 
+    /// The given keys (each held by the state) with their values, in that
+    /// order: a batch of the key columns, then the value columns.
+    pub fn batch_of(&self, keys: &[&[u8]]) -> Result<RecordBatch, ArrowError> {
+        let schema = self.schema.snapshot();
+        if keys.is_empty() {
+            return Ok(RecordBatch::new_empty(schema));
+        }
+        let values = keys
+            .iter()
+            .map(|k| {
+                self.get(k)
+                    .ok_or_else(|| ArrowError::InvalidArgumentError("a key the state does not hold".into()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut columns = self.decode_keys(keys.iter().copied())?;
+        columns.extend(self.decode_values(values)?);
+        RecordBatch::try_new(schema, columns)
+    }
+
     /// Every key and value, sorted by key, as a batch of
     /// [`StateSchema::snapshot`]. Clears the record of changes.
     pub(crate) fn snapshot(&mut self) -> Result<RecordBatch, ArrowError> {
         self.changed.clear();
-        let mut entries: Vec<(&[u8], &[u8])> = self.iter().collect();
-        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let mut columns = self.decode_keys(entries.iter().map(|e| e.0))?;
-        columns.extend(self.decode_values(entries.iter().map(|e| e.1))?);
-        let schema = self.schema.snapshot();
-        if columns.is_empty() {
-            return Ok(RecordBatch::new_empty(schema));
-        }
-        RecordBatch::try_new(schema, columns)
+        let mut keys: Vec<&[u8]> = self.map.keys().map(|k| &**k).collect();
+        keys.sort_unstable();
+        self.batch_of(&keys)
     }
 
     /// Applies a snapshot or delta batch read back from the checkpoint,
