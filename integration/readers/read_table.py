@@ -9,6 +9,8 @@ Usage:
         -> {"ids": [...], "rows": n}, by DuckDB reading exactly these files
     read_table.py txn <table dir> <app id>...
         -> {"<app id>": version or null, ...}
+    read_table.py counts deltalake|duckdb <table dir>
+        -> {"counts": [[event_id, count], ...]}, sorted (an Update-mode count by key)
     read_table.py window-totals deltalake|duckdb <table dir>
         -> {"groups": [[window start ms, merchant_id, sum_amount in cents, count], ...]}
     read_table.py describe <table dir>
@@ -67,6 +69,20 @@ def ids(reader, table):
                 f"SELECT CAST(coalesce(sum(amount), 0) * 100 AS BIGINT) FROM delta_scan('{table}')"
             ).fetchone()[0]
         return {"ids": event_ids, "rows": rows, "amount_cents": cents}
+    raise SystemExit(f"unknown reader {reader}")
+
+
+def counts(reader, table):
+    if reader == "deltalake":
+        from deltalake import DeltaTable
+
+        t = DeltaTable(table, storage_options=storage_options(table)).to_pyarrow_table()
+        rows = zip(t.column("event_id").to_pylist(), t.column("count").to_pylist())
+        return {"counts": sorted([list(r) for r in rows])}
+    if reader == "duckdb":
+        con = duckdb_connection()
+        rows = con.execute(f"SELECT event_id, \"count\" FROM delta_scan('{table}')").fetchall()
+        return {"counts": sorted([list(r) for r in rows])}
     raise SystemExit(f"unknown reader {reader}")
 
 
@@ -154,6 +170,8 @@ def main():
         out = ids_files(sys.argv[2:])
     elif cmd == "txn":
         out = txn(sys.argv[2], sys.argv[3:])
+    elif cmd == "counts":
+        out = counts(sys.argv[2], sys.argv[3])
     elif cmd == "window-totals":
         out = window_totals(sys.argv[2], sys.argv[3])
     elif cmd == "describe":

@@ -120,6 +120,10 @@ pub enum DeltaSinkError {
     #[error("Delta table {table}: other writers changed its metadata {reloads} times in a row while weir reloaded it; nothing of the batch was committed and a restart retries it")]
     Unsettled { table: String, reloads: usize },
 
+    /// Update mode on rows that do not say which group they replace.
+    #[error("Delta table {table}: Update mode replaces each group's row by the group's key (an aggregation's window start and grouping columns), and the rows reaching the sink have none: the query does not aggregate, or a step after the aggregation dropped or renamed a key column. Keep those columns, or use Append or Complete. Nothing was written")]
+    NoUpdateKey { table: String },
+
     /// The sink was used before the driver prepared it.
     #[error("Delta table {table}: the sink was used before prepare; start it through a streaming query")]
     NotPrepared { table: String },

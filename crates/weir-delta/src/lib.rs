@@ -79,6 +79,7 @@
 //! of the first batch that has them. Column mapping is not supported.
 
 mod compact;
+mod data_file;
 mod describe;
 mod engine;
 mod entry;

@@ -538,6 +538,11 @@ impl StatefulOperator for Aggregation {
         self.output_schema_of(input, &partial)
     }
 
+    fn key_columns(&self, _input: &SchemaRef) -> Option<Vec<String>> {
+        // A window's start names it (its end follows from the start).
+        Some(self.key_names())
+    }
+
     fn state_schema(&self, input: &SchemaRef) -> Result<StateSchema, BoxError> {
         let partial = self.partial_schema(input)?;
         let n = self.key_names().len();

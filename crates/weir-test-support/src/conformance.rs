@@ -8,7 +8,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_array::RecordBatch;
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Int64Array, RecordBatch};
 use async_trait::async_trait;
 use futures::TryStreamExt;
 use weir_core::crash::{CrashPoint, CrashPoints};
@@ -39,6 +41,13 @@ pub trait SinkHarness: Send + Sync {
     /// The `event_id` of every row in the table, read back (by an
     /// independent reader where the sink is a table format).
     async fn read_event_ids(&self) -> Vec<i64>;
+
+    /// Whether, in Update mode, a row replaces the sink's row of the same
+    /// group (a table sink's upsert), rather than following it (a log of
+    /// changes, as Kafka keeps).
+    fn replaces_groups(&self) -> bool {
+        false
+    }
 
     /// Why the suite cannot run here (a service that is not running), if so.
     /// The cases then print the reason and do nothing; a harness must not
@@ -97,6 +106,42 @@ pub async fn update_mode_is_honoured_or_refused(h: &dyn SinkHarness) {
     }
 }
 
+/// Update mode with groups that change in every batch (seven groups of the
+/// ids modulo 7, counted): a sink that replaces groups holds each once with
+/// its latest count, one that logs changes holds each batch's change; or
+/// the mode is refused.
+pub async fn update_mode_replaces_or_logs_changed_groups(h: &dyn SinkHarness) {
+    let chk = tempfile::tempdir().expect("tempdir");
+    let stream = read_stream(RateSource::rows_per_batch(ROWS))
+        .map_batches(|batch| {
+            let ids = batch.column(0).as_primitive::<Int64Type>();
+            let buckets: Int64Array = ids.unary(|id| id % 7);
+            let mut columns = batch.columns().to_vec();
+            columns[0] = Arc::new(buckets);
+            Ok(RecordBatch::try_new(batch.schema(), columns)?)
+        })
+        .with_operator(CountByKey::new("ids", "event_id"));
+    let writer = query_of(stream, chk.path()).output_mode(OutputMode::Update);
+    if h.sink().await.check_output_mode(OutputMode::Update).is_err() {
+        let result = run_to(h, writer, 2).await;
+        assert!(matches!(result, Err(Error::UnsupportedOutputMode { .. })), "{result:?}");
+        return;
+    }
+    run_to(h, writer, 2).await.expect("update mode");
+    let ids = h.read_event_ids().await;
+    if h.replaces_groups() {
+        assert_exactly_once(&ids, 0..7);
+    } else {
+        // Every batch of 100 ids changes all seven groups.
+        let expected: Vec<i64> = (0..3).flat_map(|_| 0..7).collect();
+        let mut got = ids.clone();
+        got.sort_unstable();
+        let mut expected = expected;
+        expected.sort_unstable();
+        assert_eq!(got, expected);
+    }
+}
+
 /// Runs the query until batch `last` is committed.
 async fn run_to(h: &dyn SinkHarness, writer: StreamWriter, last: u64) -> Result<(), Error> {
     let q = writer.stop_after_batch(BatchId(last)).start_arc(h.sink().await).await?;
@@ -152,6 +197,7 @@ async fn prepare(sink: &dyn Sink, query_id: QueryId) {
         query_name: name(),
         output_mode: OutputMode::Append,
         schema: RateSource::output_schema(),
+        key_columns: Vec::new(),
     })
     .await
     .expect("prepare the sink");

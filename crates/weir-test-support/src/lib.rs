@@ -68,7 +68,8 @@ macro_rules! sink_conformance_tests {
             other_sink_is_refused,
             concurrent_copies_of_a_query_write_each_batch_once,
             output_modes_are_honoured_or_refused,
-            update_mode_is_honoured_or_refused
+            update_mode_is_honoured_or_refused,
+            update_mode_replaces_or_logs_changed_groups
         );
     };
     (@cases $harness:ident; $($case:ident),+) => {

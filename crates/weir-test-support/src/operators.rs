@@ -60,6 +60,10 @@ impl StatefulOperator for CountByKey {
         }
     }
 
+    fn key_columns(&self, _input: &SchemaRef) -> Option<Vec<String>> {
+        Some(vec![self.column.clone()])
+    }
+
     fn state_schema(&self, _input: &SchemaRef) -> Result<StateSchema, BoxError> {
         let key = Arc::new(Schema::new(vec![Field::new(&self.column, DataType::Int64, false)]));
         let value = Arc::new(Schema::new(vec![Field::new("count", DataType::Int64, false)]));

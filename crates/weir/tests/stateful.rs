@@ -1,7 +1,8 @@
 //! Stateful queries into tables by name, read back by other engines:
 //! deduplication (each id once) and per-merchant window totals in Append
-//! mode (each closed window once, with its totals), through a crash at
-//! every point.
+//! mode (each closed window once, with its totals) and in Update mode
+//! (each window once, with its latest totals), through a crash at every
+//! point.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -31,9 +32,11 @@ async fn run(
     format: TableFormat,
     chk: &std::path::Path,
     crash: Option<CrashPoint>,
+    mode: OutputMode,
 ) -> Result<(), weir::Error> {
     let mut writer = stream
         .write_stream()
+        .output_mode(mode)
         .query_name("stateful")
         .checkpoint_location(chk)
         .trigger(Trigger::available_now());
@@ -48,15 +51,24 @@ async fn run(
 }
 
 async fn crash_then_finish(stream: fn() -> ReadStream, format: TableFormat, check: impl Fn(&std::path::Path, &str)) {
+    crash_then_finish_in(OutputMode::Append, stream, format, check).await
+}
+
+async fn crash_then_finish_in(
+    mode: OutputMode,
+    stream: fn() -> ReadStream,
+    format: TableFormat,
+    check: impl Fn(&std::path::Path, &str),
+) {
     for point in CrashPoint::ALL {
         let lake = tempfile::tempdir().unwrap();
         let chk = lake.path().join("chk");
         let catalogs = Catalogs::new(weir::catalog::Config::embedded(lake.path()));
-        match run(stream(), &catalogs, format, &chk, Some(point)).await {
+        match run(stream(), &catalogs, format, &chk, Some(point), mode).await {
             Err(weir::Error::Query(weir_core::Error::InjectedCrash { .. })) => {}
             other => panic!("expected a crash at {point}: {other:?}"),
         }
-        run(stream(), &catalogs, format, &chk, None).await.unwrap();
+        run(stream(), &catalogs, format, &chk, None, mode).await.unwrap();
         check(lake.path(), point.name());
     }
 }
@@ -105,9 +117,11 @@ fn merchant_totals() -> ReadStream {
         .agg([sum("amount"), count()])
 }
 
-/// The windows the final watermark closed, with their totals, from all the
-/// input at once: [window start ms, merchant, cents, count].
-fn expected_totals() -> Vec<Vec<i64>> {
+/// The windows the final watermark closed (all windows when `closed_only`
+/// is false), with their totals, from all the input at once: [window start
+/// ms, merchant, cents, count]. The rate source's event times only grow, so
+/// no row is late.
+fn expected_totals(closed_only: bool) -> Vec<Vec<i64>> {
     let rows = RateSource::generate(0, 700 * BATCHES);
     let ts = rows.column(1).as_primitive::<TimestampMicrosecondType>();
     let accounts = rows.column(2).as_primitive::<Int64Type>();
@@ -126,11 +140,22 @@ fn expected_totals() -> Vec<Vec<i64>> {
     let watermark = latest - 2000;
     let closed: Vec<Vec<i64>> = groups
         .into_iter()
-        .filter(|((start, _), _)| start + 1000 <= watermark)
+        .filter(|((start, _), _)| !closed_only || start + 1000 <= watermark)
         .map(|((start, merchant), (cents, n))| vec![start, merchant, cents, n])
         .collect();
     assert!(closed.len() >= 20, "the test closes several windows: {}", closed.len());
     closed
+}
+
+/// How many actions of `kind` a Delta table's log holds.
+fn log_actions(table: &std::path::Path, kind: &str) -> usize {
+    let prefix = format!("{{\"{kind}\"");
+    let log = std::fs::read_dir(table.join("_delta_log")).expect("a Delta log");
+    log.map(|e| e.expect("log entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| std::fs::read_to_string(p).expect("read a log entry"))
+        .map(|text| text.lines().filter(|l| l.starts_with(&prefix)).count())
+        .sum()
 }
 
 fn groups(out: &serde_json::Value) -> Vec<Vec<i64>> {
@@ -142,7 +167,7 @@ async fn window_totals_into_delta_hold_each_closed_window_once_through_a_crash_a
     if python().is_none() {
         return;
     }
-    let expected = expected_totals();
+    let expected = expected_totals(true);
     crash_then_finish(merchant_totals, TableFormat::Delta, |lake, point| {
         let table = lake.join("warehouse/silver/out");
         let table = table.to_str().unwrap();
@@ -159,7 +184,7 @@ async fn window_totals_into_iceberg_hold_each_closed_window_once_through_a_crash
     if python().is_none() {
         return;
     }
-    let expected = expected_totals();
+    let expected = expected_totals(true);
     crash_then_finish(merchant_totals, TableFormat::Iceberg, |lake, point| {
         let db = lake.join("catalog.db");
         let db = db.to_str().unwrap();
@@ -168,5 +193,31 @@ async fn window_totals_into_iceberg_hold_each_closed_window_once_through_a_crash
             assert_eq!(got, expected, "{reader} after a crash at {point}");
         }
     })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_totals_in_update_mode_into_delta_hold_each_window_once_with_its_latest_totals() {
+    if python().is_none() {
+        return;
+    }
+    let expected = expected_totals(false);
+    crash_then_finish_in(
+        OutputMode::Update,
+        merchant_totals,
+        TableFormat::Delta,
+        |lake, point| {
+            let table = lake.join("warehouse/silver/out");
+            let table = table.to_str().unwrap();
+            for reader in ["deltalake", "duckdb"] {
+                let got = groups(&read(&["window-totals", reader, table]).expect("readers present"));
+                assert_eq!(got, expected, "{reader} after a crash at {point}");
+            }
+            // Windows span batches (700 rows are 0.7 s of event time), so later
+            // batches replaced rows of earlier ones: the log removes files.
+            let removes = log_actions(&lake.join("warehouse/silver/out"), "remove");
+            assert!(removes >= BATCHES as usize / 2, "{removes} files replaced");
+        },
+    )
     .await;
 }

@@ -160,6 +160,7 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
         query_name: query_name.clone(),
         output_mode: sink_mode,
         schema: schema.clone(),
+        key_columns: schemas.key_columns.clone(),
     })
     .await?;
     let last_planned = checkpoint.offsets().latest().await?;

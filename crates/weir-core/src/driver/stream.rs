@@ -69,6 +69,9 @@ pub fn read_stream(source: impl Source + 'static) -> ReadStream {
 pub(crate) struct Schemas {
     pub prefix: SchemaRef,
     pub output: SchemaRef,
+    /// The last keyed operator's key columns, if all of them reach the
+    /// output under their names (see [`StatefulOperator::key_columns`]).
+    pub key_columns: Vec<String>,
 }
 
 impl ReadStream {
@@ -188,6 +191,7 @@ impl ReadStream {
         let prefix_len = self.prefix_len();
         let mut prefix = None;
         let mut names = Vec::new();
+        let mut key_columns: Vec<String> = Vec::new();
         for (i, stage) in self.stages.iter().enumerate() {
             if i == prefix_len {
                 prefix = Some(batch.schema());
@@ -217,6 +221,9 @@ impl ReadStream {
                         });
                     }
                     names.push(name);
+                    if let Some(key) = op.key_columns(&batch.schema()) {
+                        key_columns = key;
+                    }
                     let schema = op.output_schema(&batch.schema()).map_err(learn)?;
                     RecordBatch::new_empty(schema)
                 }
@@ -227,9 +234,15 @@ impl ReadStream {
                 w.check(&batch.schema())?;
             }
         }
+        // A later stage that drops or renames a key column leaves the rows
+        // without a key.
+        if key_columns.iter().any(|c| batch.schema().field_with_name(c).is_err()) {
+            key_columns.clear();
+        }
         Ok(Schemas {
             prefix: prefix.unwrap_or_else(|| batch.schema()),
             output: batch.schema(),
+            key_columns,
         })
     }
 

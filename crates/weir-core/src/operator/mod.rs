@@ -82,6 +82,14 @@ pub trait StatefulOperator: Send + Sync + fmt::Debug {
     /// `input`.
     fn state_schema(&self, input: &SchemaRef) -> Result<StateSchema, BoxError>;
 
+    /// The output columns that name a group (an aggregation's window start
+    /// and grouping columns), for input rows of `input`: in Update mode a
+    /// table sink replaces the row with the same values in them. `None` for
+    /// an operator whose rows are not keyed.
+    fn key_columns(&self, _input: &SchemaRef) -> Option<Vec<String>> {
+        None
+    }
+
     /// Runs one micro-batch: folds `input` into `state` and returns the
     /// rows the output mode emits. `input` may be empty (a batch the
     /// engine runs because the watermark moved).

@@ -50,6 +50,10 @@ pub struct QueryInfo {
     pub output_mode: OutputMode,
     /// The schema of the rows the sink will receive.
     pub schema: SchemaRef,
+    /// The columns that name a row's group, when the query aggregates and
+    /// every such column reaches the sink (else empty). In Update mode each
+    /// row replaces the row with the same values in them.
+    pub key_columns: Vec<String>,
 }
 
 /// The batch being written, given to every writer and to the commit.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow_array::cast::AsArray;
-use arrow_array::{new_null_array, RecordBatch};
+use arrow_array::RecordBatch;
 use arrow_schema::{Field, Schema, SchemaRef};
 use bytes::Bytes;
 use deltalake::kernel::engine::arrow_conversion::TryIntoArrow;
@@ -19,16 +19,15 @@ use deltalake::logstore::{CommitOrBytes, LogStore};
 use deltalake::table::config::TablePropertiesExt as _;
 use deltalake::{DeltaTable, DeltaTableError, ObjectStore};
 use object_store::path::Path;
-use object_store::ObjectStoreExt;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::{json, Value};
 use url::Url;
 
 use weir_core::maintenance::{
     on_threads, plan_groups, AbortOnDrop, CompactGroup, CompactOptions, CompactProgress, CompactReport, PlanFile,
-    STRICT_CAST,
 };
 
+use crate::data_file::{conform, fetch};
 use crate::entry;
 use crate::error::DeltaSinkError;
 use crate::log_cursor::LogCursor;

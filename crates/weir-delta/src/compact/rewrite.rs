@@ -207,33 +207,9 @@ impl Job {
         fetch(&self.store, path).await
     }
 
-    /// An input file's rows in the table's current columns: a column the
-    /// file lacks (added later) is null, a type that differs is cast.
+    /// An input file's rows in the table's current columns (see [`conform`]).
     pub(super) fn conform(&self, batch: &RecordBatch, path: &str) -> Result<RecordBatch, DeltaSinkError> {
-        let mismatch = |differences: String| DeltaSinkError::SchemaMismatch {
-            table: self.table.clone(),
-            differences: format!("data file {path}: {differences}"),
-        };
-        let columns = self
-            .schema
-            .fields()
-            .iter()
-            .map(|field| match batch.column_by_name(field.name()) {
-                Some(c) if c.data_type() == field.data_type() => Ok(c.clone()),
-                Some(c) if c.data_type().is_nested() || field.data_type().is_nested() => Err(mismatch(format!(
-                    "nested column {:?} is {} in the file and {} in the table; compaction does not convert nested columns",
-                    field.name(),
-                    c.data_type(),
-                    field.data_type()
-                ))),
-                Some(c) => arrow_cast::cast_with_options(c, field.data_type(), &STRICT_CAST).map_err(|e| {
-                    mismatch(format!("column {:?} cannot be read as {}: {e}", field.name(), field.data_type()))
-                }),
-                None if field.is_nullable() => Ok(new_null_array(field.data_type(), batch.num_rows())),
-                None => Err(mismatch(format!("required column {:?} is missing", field.name()))),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| mismatch(e.to_string()))
+        conform(&self.table, &self.schema, batch, path)
     }
 }
 
@@ -245,10 +221,4 @@ pub(super) fn local_disk(url: &Url) -> Option<object_store::local::LocalFileSyst
     }
     let root = url.to_file_path().ok()?;
     object_store::local::LocalFileSystem::new_with_prefix(root).ok()
-}
-
-/// An input file's bytes.
-pub(super) async fn fetch(store: &Arc<dyn ObjectStore>, path: &str) -> object_store::Result<Bytes> {
-    let location = Path::parse(path).map_err(object_store::Error::from)?;
-    store.get(&location).await?.bytes().await
 }

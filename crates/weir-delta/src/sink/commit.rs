@@ -20,14 +20,18 @@ pub(super) struct DeltaCommit<'a> {
     pub(super) first_try: Option<u64>,
     /// Whether the last try wrote its entry itself.
     pub(super) direct_tried: bool,
+    /// Update mode: the keys of the batch's groups, read once.
+    pub(super) keys: Option<upsert::Keys>,
+    /// Tries made, to name each try's rewritten files apart.
+    pub(super) tries: usize,
 }
 
 /// What one try builds on, besides the sink's table.
 pub(super) struct DeltaBase {
     /// The entry is written directly (see [`DeltaCommit`]).
     direct: bool,
-    /// Complete mode through deltalake: the table with every live file, at
-    /// the latest version, whose files the batch removes.
+    /// Complete and Update modes: the table with every live file, at the
+    /// latest version, whose files the batch removes or rewrites.
     full: Option<DeltaTable>,
     layout: Arc<Layout>,
 }
@@ -51,21 +55,25 @@ impl TableCommit for DeltaCommit<'_> {
             .direct(self.slot.as_ref().expect("refreshed"), ctx, &layout)
             .map_err(core)?;
         // deltalake's commit checks for conflicts from its table's version
-        // on, and Complete mode's removes need every live file: either
+        // on, and Complete and Update modes' removes need every live file: either
         // table is loaded at the latest version, and the marker cache
         // brought past it, so that the marker check and the conflict check
         // cover every version between them.
         let mut full = None;
         if !direct {
             match ctx.output_mode {
-                // Update never gets here: the sink's `commit` refuses it.
-                OutputMode::Append | OutputMode::Update => {
+                OutputMode::Append => {
                     sink.latest(&mut self.slot).await.map_err(core)?;
                 }
-                OutputMode::Complete => {
-                    full = table::load(&sink.url, &sink.options, Files::Tracked)
-                        .await
-                        .map_err(core)?;
+                OutputMode::Complete | OutputMode::Update => {
+                    let loaded = table::load(&sink.url, &sink.options, Files::Tracked).await;
+                    let gone = || {
+                        sink.err(DeltaTableError::NotATable(format!(
+                            "{} has no Delta table (was it deleted?)",
+                            sink.url
+                        )))
+                    };
+                    full = Some(loaded.map_err(core)?.ok_or_else(|| core(gone()))?);
                 }
             }
             sink.refresh(&mut self.slot, &mut self.txns).await.map_err(core)?;
@@ -113,6 +121,10 @@ impl TableCommit for DeltaCommit<'_> {
         let latest = self.txns.version().unwrap_or(0);
         self.first_try.get_or_insert(latest);
         self.direct_tried = base.direct;
+        let rewrite = match (ctx.output_mode, base.full.as_ref()) {
+            (OutputMode::Update, Some(full)) => self.rewrite(full, &base.layout).await?,
+            _ => upsert::Rewrite::default(),
+        };
         let table = self.slot.as_ref().expect("refreshed");
         if base.direct {
             let version = latest + 1;
@@ -127,16 +139,29 @@ impl TableCommit for DeltaCommit<'_> {
             });
         }
         let on = base.full.as_ref().unwrap_or(table);
-        let actions = sink
+        let mut actions = sink
             .actions(on, ctx, &self.files, &base.layout)
             .map_err(|e| self.core(e))?;
+        actions.extend(rewrite.removes.iter().cloned().map(Action::Remove));
+        actions.extend(rewrite.adds.iter().map(|f| entry::add(f, true)));
         match sink.try_commit(on, ctx, actions).await {
             Ok(version) => {
-                tracing::debug!(version, attempt, files = self.files.len(), "committed to Delta");
+                tracing::debug!(
+                    version,
+                    attempt,
+                    files = self.files.len(),
+                    rewritten = rewrite.removes.len(),
+                    "committed to Delta"
+                );
                 Ok(Tried::Landed { version: Some(version) })
             }
             Err(e) if lost_race(&e) => {
                 tracing::info!(attempt, error = %e, "lost a commit race; re-reading the table");
+                // The lost try's rewrites are in no commit.
+                let store = sink.prepared().map(|p| p.store);
+                if let Ok(store) = store {
+                    delete_files(&store, &rewrite.adds).await;
+                }
                 Ok(Tried::Lost)
             }
             Err(e) => Err(self.core(sink.err(e))),
@@ -155,6 +180,34 @@ impl TableCommit for DeltaCommit<'_> {
             batch_id: self.ctx.batch_id,
             attempts,
         })
+    }
+}
+
+impl DeltaCommit<'_> {
+    /// Update mode: the live files of `table` that hold rows of the batch's
+    /// groups, written again without them.
+    async fn rewrite(&mut self, table: &DeltaTable, layout: &Layout) -> weir_core::Result<upsert::Rewrite> {
+        let (sink, ctx) = (self.sink, self.ctx);
+        let core = |e: DeltaSinkError| e.into_core(Some(ctx.batch_id));
+        let Prepared { store, key, .. } = sink.prepared().map_err(core)?;
+        if self.keys.is_none() {
+            let name = sink.url.to_string();
+            let keys = upsert::Keys::read(&name, &store, layout, &key, &self.files).await;
+            self.keys = Some(keys.map_err(core)?);
+        }
+        self.tries += 1;
+        let keys = self.keys.as_ref().expect("read above");
+        let started = Instant::now();
+        let rewrite = upsert::rewrite(sink, table, ctx, keys, self.tries)
+            .await
+            .map_err(core)?;
+        tracing::debug!(
+            read = rewrite.read,
+            rewritten = rewrite.removes.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "rewrote the files holding the batch's groups"
+        );
+        Ok(rewrite)
     }
 }
 

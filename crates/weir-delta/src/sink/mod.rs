@@ -99,11 +99,14 @@ struct Prepared {
     /// another writer changes its metadata.
     schema: SchemaRef,
     mode: OutputMode,
+    /// Update mode: the columns naming a row's group.
+    key: Vec<String>,
 }
 
 static REGISTER_STORES: Once = Once::new();
 
 mod commit;
+mod upsert;
 
 use commit::DeltaCommit;
 
@@ -294,9 +297,11 @@ impl DeltaSink {
         // Complete mode must not be rebased over another writer's adds: its
         // removes would miss them. Any winner sends it back to the loop,
         // which rebuilds the removes from the new snapshot.
+        // Update mode likewise: a winner may have rewritten a file that
+        // holds one of its groups.
         let retries = match ctx.output_mode {
-            OutputMode::Append | OutputMode::Update => DELTA_RETRIES,
-            OutputMode::Complete => 0,
+            OutputMode::Append => DELTA_RETRIES,
+            OutputMode::Complete | OutputMode::Update => 0,
         };
         let properties = CommitProperties::default()
             .with_application_transactions(marker::transactions(&ctx.query_name, ctx.query_id, ctx.batch_id))
@@ -474,12 +479,17 @@ impl Sink for DeltaSink {
 
     fn check_output_mode(&self, mode: OutputMode) -> Result<(), weir_core::sink::ModeRefusal> {
         match mode {
-            OutputMode::Append | OutputMode::Complete => Ok(()),
-            OutputMode::Update => Err(weir_core::sink::ModeRefusal::NoUpdate("a Delta table")),
+            OutputMode::Append | OutputMode::Complete | OutputMode::Update => Ok(()),
         }
     }
 
     async fn prepare(&self, query: &QueryInfo) -> weir_core::Result<()> {
+        if query.output_mode == OutputMode::Update && query.key_columns.is_empty() {
+            return Err(DeltaSinkError::NoUpdateKey {
+                table: self.url.to_string(),
+            }
+            .into());
+        }
         let mut slot = self.state.table.lock().await;
         // A sink started again knows nothing of what happened meanwhile.
         *self.state.txns.lock().await = marker::TxnCache::default();
@@ -494,6 +504,7 @@ impl Sink for DeltaSink {
             store: table.log_store().object_store(None),
             schema: query.schema.clone(),
             mode: query.output_mode,
+            key: query.key_columns.clone(),
         };
         *self.state.prepared.write().unwrap_or_else(|e| e.into_inner()) = Some(prepared);
         *slot = Some(table);
@@ -547,6 +558,8 @@ impl Sink for DeltaSink {
             files,
             first_try: None,
             direct_tried: false,
+            keys: None,
+            tries: 0,
         };
         commit_batch(&mut commit, ctx, MAX_COMMIT_ATTEMPTS).await
     }

@@ -37,6 +37,10 @@ impl SinkHarness for DeltaHarness {
         std::fs::remove_dir_all(&self.table).unwrap();
     }
 
+    fn replaces_groups(&self) -> bool {
+        true
+    }
+
     async fn read_event_ids(&self) -> Vec<i64> {
         crate::readers::event_ids(&self.table).await
     }

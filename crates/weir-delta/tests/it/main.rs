@@ -7,4 +7,5 @@ mod readers;
 mod s3;
 mod table;
 mod unknown_outcome;
+mod update;
 mod writers;

@@ -97,6 +97,10 @@ impl SinkHarness for S3Harness {
         }
     }
 
+    fn replaces_groups(&self) -> bool {
+        true
+    }
+
     async fn read_event_ids(&self) -> Vec<i64> {
         deltalake_ids(&format!("{}/table", self.prefix))
     }
