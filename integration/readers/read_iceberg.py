@@ -11,6 +11,8 @@ Usage:
     read_iceberg.py ids-or-none ...   as ids; a missing table reads as no rows
     read_iceberg.py ids-at CATALOG NAMESPACE.TABLE SNAPSHOT_ID
         -> {"ids": [...], "rows": n} as of that snapshot
+    read_iceberg.py counts pyiceberg|duckdb CATALOG NAMESPACE.TABLE
+        -> {"counts": [[event_id, count], ...]}, sorted (an Update-mode count by key)
     read_iceberg.py window-totals pyiceberg|duckdb CATALOG NAMESPACE.TABLE
         -> {"groups": [[window start ms, merchant_id, sum_amount in cents, count], ...]}
     read_iceberg.py describe CATALOG NAMESPACE.TABLE
@@ -126,6 +128,22 @@ def window_totals(reader, where, name):
     else:
         raise SystemExit(f"unknown reader {reader!r}")
     return {"groups": sorted(groups)}
+
+
+def counts(reader, where, name):
+    """[[event_id, count]] of a table of counts by key."""
+    table = catalog(where).load_table(name)
+    if reader == "pyiceberg":
+        t = table.scan().to_arrow()
+        rows = zip(t.column("event_id").to_pylist(), t.column("count").to_pylist())
+        got = [list(r) for r in rows]
+    elif reader == "duckdb":
+        con = duckdb_connection()
+        location = table.metadata_location.removeprefix("file://")
+        got = [list(r) for r in con.execute('SELECT event_id, "count" FROM iceberg_scan(?)', [location]).fetchall()]
+    else:
+        raise SystemExit(f"unknown reader {reader!r}")
+    return {"counts": sorted(got)}
 
 
 def ids_at(where, name, snapshot_id):
@@ -285,6 +303,8 @@ def main():
             out = {"ids": [], "rows": 0, "amount_cents": 0}
     elif cmd == "ids-at":
         out = ids_at(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif cmd == "counts":
+        out = counts(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "window-totals":
         out = window_totals(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "describe":

@@ -47,6 +47,10 @@ pub(crate) enum Change {
     /// Replaces some live data files with files of the same rows (one
     /// `replace`, as compaction makes): [`Request::replaced`] names them.
     Replace,
+    /// Update mode: removes the live data files [`Request::replaced`]
+    /// names (they hold rows of the batch's groups) and adds the batch's
+    /// files with their other rows rewritten (one `overwrite`).
+    Upsert,
     /// Merges every spec's small data manifests (two or more) into
     /// manifests of the target size; no file is added or removed (one
     /// `replace`).
@@ -90,7 +94,8 @@ pub(crate) struct Request<'a> {
     /// Make a snapshot even of nothing (a REST catalog's swap asserts the
     /// snapshot id, so the marker needs one).
     pub always_snapshot: bool,
-    /// For [`Change::Replace`]: the files it removes (all live in the base).
+    /// For [`Change::Replace`] and [`Change::Upsert`]: the files it removes
+    /// (all live in the base).
     pub replaced: Option<&'a Replaced>,
 }
 
@@ -216,7 +221,7 @@ impl Producer {
                         manifests.push(deleted);
                     }
                 }
-                Change::Replace => {
+                Change::Replace | Change::Upsert => {
                     let empty = Replaced::new();
                     let replaced = replaced.unwrap_or(&empty);
                     for manifest in existing {
@@ -245,7 +250,7 @@ impl Producer {
                 .with_summary(Summary {
                     operation: match change {
                         Change::Append => Operation::Append,
-                        Change::Overwrite => Operation::Overwrite,
+                        Change::Overwrite | Change::Upsert => Operation::Overwrite,
                         Change::Replace | Change::RewriteManifests => Operation::Replace,
                     },
                     additional_properties: properties_of_summary,
@@ -611,23 +616,23 @@ fn add_totals(summary: &mut HashMap<String, String>, parent: Option<&Summary>, c
     let number = |map: &HashMap<String, String>, key: &str| map.get(key).and_then(|v| v.parse::<u64>().ok());
     for (total, added, removed) in TOTALS {
         let before = match change {
-            Change::Append | Change::Replace | Change::RewriteManifests => parent
+            Change::Append | Change::Replace | Change::Upsert | Change::RewriteManifests => parent
                 .and_then(|p| number(&p.additional_properties, total))
                 .unwrap_or(0),
             Change::Overwrite => 0,
         };
         let added = number(summary, added).unwrap_or(0);
         let removed = match change {
-            Change::Replace => number(summary, removed).unwrap_or(0),
+            Change::Replace | Change::Upsert => number(summary, removed).unwrap_or(0),
             _ => 0,
         };
         summary.insert(total.to_string(), (before + added).saturating_sub(removed).to_string());
     }
-    // An append or a replace keeps other engines' delete files; an
-    // overwrite's snapshot lists none.
+    // An append, a replace or an upsert keeps other engines' delete files;
+    // an overwrite's snapshot lists none.
     for total in ["total-delete-files", "total-position-deletes", "total-equality-deletes"] {
         let before = match change {
-            Change::Append | Change::Replace | Change::RewriteManifests => {
+            Change::Append | Change::Replace | Change::Upsert | Change::RewriteManifests => {
                 parent.and_then(|p| p.additional_properties.get(total)).cloned()
             }
             Change::Overwrite => None,

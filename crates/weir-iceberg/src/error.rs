@@ -50,6 +50,19 @@ pub enum IcebergSinkError {
     #[error("Iceberg table {table} uses {feature}, which weir's Iceberg sink does not write; nothing was written")]
     Unsupported { table: String, feature: String },
 
+    /// Update mode on rows that do not say which group they replace.
+    #[error("Iceberg table {table}: Update mode replaces each group's row by the group's key (an aggregation's window start and grouping columns), and the rows reaching the sink have none: the query does not aggregate, or a step after the aggregation dropped or renamed a key column. Keep those columns, or use Append or Complete. Nothing was written")]
+    NoUpdateKey { table: String },
+
+    /// A data file that Update mode rewrites cannot be read as the table's
+    /// rows.
+    #[error("Iceberg table {table}: data file {file} cannot be read as the table's rows ({reason}); Update mode must rewrite it, so nothing of the batch was committed")]
+    UnreadableFile {
+        table: String,
+        file: String,
+        reason: String,
+    },
+
     /// Other writers kept winning the metadata swap.
     #[error("Iceberg table {table}: batch {batch_id} lost {attempts} metadata swaps in a row to other writers; nothing of it was committed and a restart retries it")]
     TooManyConflicts {

@@ -81,6 +81,7 @@
 mod catalog;
 mod commit;
 mod compact;
+mod data_files;
 mod error;
 mod expire;
 mod manifests;
@@ -91,6 +92,7 @@ mod reachable;
 mod sink;
 mod storage;
 mod table;
+mod upsert;
 mod writer;
 
 pub use catalog::{check_ident, parse_ident, shown, Catalog, LoadedTable, Swap};

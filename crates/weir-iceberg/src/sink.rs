@@ -5,7 +5,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use iceberg::spec::ManifestFile;
+use iceberg::spec::{DataFile, ManifestFile};
 use iceberg::writer::file_writer::location_generator::DefaultLocationGenerator;
 use iceberg::TableIdent;
 use weir_core::protocol::{SinkIdentity, SinkMarker};
@@ -20,6 +20,7 @@ use crate::commit::{Change, Producer, Request};
 use crate::error::IcebergSinkError;
 use crate::marker;
 use crate::table::{self, Layout};
+use crate::upsert;
 use crate::writer::{self, IcebergWriter, WriterContext};
 
 /// How often the sink reloads the table and re-checks its marker after
@@ -122,6 +123,8 @@ struct State {
 struct Prepared {
     layout: Arc<Layout>,
     locations: DefaultLocationGenerator,
+    /// Update mode: the columns naming a row's group.
+    key: Vec<String>,
 }
 
 impl IcebergSink {
@@ -350,12 +353,14 @@ impl Sink for IcebergSink {
 
     fn check_output_mode(&self, mode: OutputMode) -> Result<(), weir_core::sink::ModeRefusal> {
         match mode {
-            OutputMode::Append | OutputMode::Complete => Ok(()),
-            OutputMode::Update => Err(weir_core::sink::ModeRefusal::NoUpdate("an Iceberg table")),
+            OutputMode::Append | OutputMode::Complete | OutputMode::Update => Ok(()),
         }
     }
 
     async fn prepare(&self, query: &QueryInfo) -> weir_core::Result<()> {
+        if query.output_mode == OutputMode::Update && query.key_columns.is_empty() {
+            return Err(IcebergSinkError::NoUpdateKey { table: self.shown() }.into());
+        }
         let mut slot = self.state.table.lock().await;
         let table = match self.catalog.load(&self.ident).await? {
             Some(table) => table,
@@ -393,6 +398,7 @@ impl Sink for IcebergSink {
         *self.state.prepared.write().unwrap_or_else(|e| e.into_inner()) = Some(Prepared {
             layout: Arc::new(layout),
             locations,
+            key: query.key_columns.clone(),
         });
         *self.state.manifests.lock().unwrap_or_else(|e| e.into_inner()) = None;
         *slot = Some(table);
@@ -444,9 +450,13 @@ impl Sink for IcebergSink {
             .map_err(core)?;
         let files = writer::decode(&messages, &layout.spec, &partition_type, &layout.schema)?;
         let change = match ctx.output_mode {
-            // Update never gets here: `commit` refused it above.
-            OutputMode::Append | OutputMode::Update => Change::Append,
+            OutputMode::Append => Change::Append,
             OutputMode::Complete => Change::Overwrite,
+            OutputMode::Update => Change::Upsert,
+        };
+        let batch_files = match change {
+            Change::Upsert => files.clone(),
+            _ => Vec::new(),
         };
         let mut commit = SwapCommit {
             sink: self,
@@ -458,6 +468,10 @@ impl Sink for IcebergSink {
             change,
             lost: Vec::new(),
             unknown_base: None,
+            key: prepared.key.clone(),
+            batch_files,
+            keys: None,
+            tries: 0,
         };
         commit_batch(&mut commit, ctx, MAX_COMMIT_ATTEMPTS).await
     }
@@ -499,11 +513,51 @@ struct SwapCommit<'a> {
     lost: Vec<String>,
     /// The metadata a swap of unknown outcome was built on.
     unknown_base: Option<String>,
+    /// Update mode: the key columns, the batch's own files, and the keys
+    /// of its groups (read once).
+    key: Vec<String>,
+    batch_files: Vec<DataFile>,
+    keys: Option<upsert::Keys>,
+    /// Tries made, to name each try's rewritten files apart.
+    tries: usize,
 }
 
 impl SwapCommit<'_> {
     fn core(&self, e: IcebergSinkError) -> weir_core::Error {
         e.into_core(Some(self.ctx.batch_id))
+    }
+
+    /// Update mode: the live files of `base` holding rows of the batch's
+    /// groups, written again without them, and a producer of the batch's
+    /// files and those rewrites.
+    async fn rewrite(&mut self, base: &LoadedTable) -> Result<upsert::Rewrite, IcebergSinkError> {
+        let sink = self.sink;
+        let table = upsert::Table {
+            shown: sink.shown(),
+            io: sink.catalog.file_io(),
+            base,
+        };
+        if self.keys.is_none() {
+            self.keys = Some(upsert::Keys::read(&table, &self.key, &self.batch_files).await?);
+        }
+        self.tries += 1;
+        let ctx = self.ctx;
+        let prefix = format!(
+            "part-{:05}-{}-{}-u{:03}",
+            ctx.batch_id.0, ctx.query_id, ctx.attempt_id, self.tries
+        );
+        let keys = self.keys.as_ref().expect("read above");
+        let started = std::time::Instant::now();
+        let rewrite = upsert::rewrite(&table, keys, prefix).await?;
+        tracing::debug!(
+            read = rewrite.read,
+            rewritten = rewrite.replaced.values().map(|p| p.len()).sum::<usize>(),
+            ms = started.elapsed().as_millis() as u64,
+            "rewrote the files holding the batch's groups"
+        );
+        let files = self.batch_files.iter().chain(&rewrite.adds).cloned().collect();
+        self.producer = Producer::new(sink.catalog.file_io().clone(), sink.shown(), files);
+        Ok(rewrite)
     }
 
     /// After a commit of this attempt: background expiry and compaction.
@@ -550,6 +604,11 @@ impl TableCommit for SwapCommit<'_> {
 
     async fn try_commit(&mut self, base: LoadedTable, attempt: usize) -> weir_core::Result<Tried> {
         self.sink.delete(std::mem::take(&mut self.lost)).await;
+        let rewrite = match self.change {
+            Change::Upsert => self.rewrite(&base).await.map_err(|e| self.core(e))?,
+            _ => upsert::Rewrite::default(),
+        };
+        let rewritten: Vec<String> = rewrite.adds.iter().map(|f| f.file_path().to_string()).collect();
         let cached = self
             .sink
             .state
@@ -568,11 +627,17 @@ impl TableCommit for SwapCommit<'_> {
                     cached: cached.as_ref(),
                     added_columns: self.layout.evolution.as_ref().map_or(&[], |e| &e.fields),
                     always_snapshot: !self.sink.catalog.writes_metadata(),
-                    replaced: None,
+                    replaced: Some(&rewrite.replaced),
                 },
             )
             .await;
-        let produced = produced.map_err(|e| self.core(e))?;
+        let produced = match produced {
+            Ok(p) => p,
+            Err(e) => {
+                self.sink.delete(rewritten).await;
+                return Err(self.core(e));
+            }
+        };
         let sink = self.sink;
         match sink
             .catalog
@@ -597,11 +662,13 @@ impl TableCommit for SwapCommit<'_> {
             }
             Ok(Swap::Conflict) => {
                 self.lost = produced.attempt_files;
+                self.lost.extend(rewritten);
                 Ok(Tried::Lost)
             }
             // A refusal is definite: nothing was committed.
             Err(e @ IcebergSinkError::CommitRefused { .. }) => {
                 sink.delete(produced.attempt_files).await;
+                sink.delete(rewritten).await;
                 Err(self.core(e))
             }
             // The swap may have happened: nothing is deleted, and the table

@@ -221,3 +221,41 @@ async fn window_totals_in_update_mode_into_delta_hold_each_window_once_with_its_
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_totals_in_update_mode_into_iceberg_hold_each_window_once_with_its_latest_totals() {
+    if python().is_none() {
+        return;
+    }
+    let expected = expected_totals(false);
+    crash_then_finish_in(
+        OutputMode::Update,
+        merchant_totals,
+        TableFormat::Iceberg,
+        |lake, point| {
+            let db = lake.join("catalog.db");
+            let db = db.to_str().unwrap();
+            for reader in ["pyiceberg", "duckdb"] {
+                let got = groups(&iceberg(&["window-totals", reader, db, TABLE]).expect("readers present"));
+                assert_eq!(got, expected, "{reader} after a crash at {point}");
+            }
+            // Windows span batches, so later batches replaced rows of earlier
+            // ones: overwrite snapshots deleted files.
+            let described = iceberg(&["describe", db, TABLE]).expect("readers present");
+            let overwrites = described["snapshots"]
+                .as_array()
+                .expect("snapshots")
+                .iter()
+                .filter(|s| {
+                    s["operation"] == "overwrite"
+                        && s["summary"]["deleted-data-files"].as_str().is_some_and(|n| n != "0")
+                })
+                .count();
+            assert!(
+                overwrites >= BATCHES as usize / 2,
+                "{overwrites} snapshots replaced files: {described}"
+            );
+        },
+    )
+    .await;
+}

@@ -7,24 +7,24 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow_array::{new_null_array, RecordBatch};
+use arrow_array::RecordBatch;
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::io::FileIO;
-use iceberg::spec::{DataFile, ManifestContentType, ManifestStatus, TableMetadata};
+use iceberg::spec::{DataFile, TableMetadata};
 use iceberg::writer::file_writer::location_generator::DefaultLocationGenerator;
 use iceberg::TableIdent;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 use weir_core::sink::DataWriter;
 
 use weir_core::maintenance::{
-    on_threads, plan_groups, CompactGroup, CompactOptions, CompactProgress, CompactReport, PlanFile, STRICT_CAST,
+    on_threads, plan_groups, CompactGroup, CompactOptions, CompactProgress, CompactReport, PlanFile,
 };
 
 use crate::catalog::{after_swap, parse_ident, shown, Catalog, LoadedTable, Swap};
 use crate::commit::{Change, Producer, Replaced, Request};
+use crate::data_files::{conform, identity_sources, Live};
 use crate::error::IcebergSinkError;
-use crate::reachable::{delete_quietly, load_existing, manifests_of};
+use crate::reachable::{delete_quietly, load_existing};
 use crate::table::{self, Layout};
 use crate::writer::{self, IcebergWriter, WriterContext};
 
@@ -196,12 +196,7 @@ impl Compact {
             DefaultLocationGenerator::new(metadata).map_err(self.iceberg_err("derive the data location"))?;
         // Of every spec: a file of an older spec may lack a column whose
         // values live only in its partition tuple.
-        let identity_sources = metadata
-            .partition_specs_iter()
-            .flat_map(|s| s.fields().iter())
-            .filter(|f| f.transform == iceberg::spec::Transform::Identity)
-            .map(|f| f.source_id)
-            .collect();
+        let identity_sources = identity_sources(metadata);
         let job = Arc::new(Job {
             table: self.shown(),
             file_io: self.catalog.file_io().clone(),
@@ -263,45 +258,8 @@ impl Compact {
         table::layout(&self.shown(), metadata, &arrow, false)
     }
 
-    /// The live data files of the current snapshot, with the manifest that
-    /// lists each. Delete files are refused.
     async fn live_files(&self, table: &LoadedTable) -> Result<Live, IcebergSinkError> {
-        let mut live = Live::default();
-        let Some(snapshot) = table.metadata.current_snapshot_id() else {
-            return Ok(live);
-        };
-        let io = self.catalog.file_io();
-        let (_, manifests) = manifests_of(io, &table.metadata, snapshot)
-            .await
-            .map_err(self.iceberg_err("read the current snapshot's manifest list"))?;
-        for manifest in manifests {
-            if manifest.content != ManifestContentType::Data {
-                if manifest.has_added_files() || manifest.has_existing_files() {
-                    return Err(IcebergSinkError::Unsupported {
-                        table: self.shown(),
-                        feature: "row-level delete files (compaction would have to apply them); nothing was changed"
-                            .into(),
-                    });
-                }
-                continue;
-            }
-            let loaded = manifest
-                .load_manifest(io)
-                .await
-                .map_err(self.iceberg_err("read a manifest"))?;
-            for entry in loaded
-                .entries()
-                .iter()
-                .filter(|e| e.status() != ManifestStatus::Deleted)
-            {
-                live.manifest_of.insert(
-                    entry.data_file().file_path().to_string(),
-                    manifest.manifest_path.clone(),
-                );
-                live.files.push((entry.data_file().clone(), manifest.partition_spec_id));
-            }
-        }
-        Ok(live)
+        Live::of(self.catalog.file_io(), &self.shown(), table).await
     }
 
     /// Groups of small files per partition of their spec, in the order
@@ -378,15 +336,6 @@ impl Compact {
     }
 }
 
-/// The current snapshot's live data files.
-#[derive(Default)]
-struct Live {
-    /// With the partition spec of the manifest that lists each.
-    files: Vec<(DataFile, i32)>,
-    /// Each live file's path → the manifest that lists it.
-    manifest_of: HashMap<String, String>,
-}
-
 /// A file's partition values by partition field name, as Iceberg shows them.
 fn partition_values(metadata: &TableMetadata, spec_id: i32, file: &DataFile) -> BTreeMap<String, Option<String>> {
     let Some(spec) = metadata.partition_spec_by_id(spec_id) else {
@@ -414,6 +363,7 @@ mod tests {
     use arrow_schema::{DataType, Field, Schema};
 
     use super::*;
+    use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 
     fn job(partition_by: &[String]) -> Job {
         let schema = Schema::new(vec![

@@ -119,49 +119,8 @@ impl Job {
         }))
     }
 
-    /// A data file's rows as the table's current columns, matched by field
-    /// id (so a renamed column is still found): a column the file lacks is
-    /// null, a primitive whose representation differs is cast (failing
-    /// rather than losing a value). Refused: a file without field ids
-    /// (imported files need a name mapping weir does not apply), a missing
-    /// column an identity partition is made of (its values live in the
-    /// partition tuple), and a nested column whose type differs.
+    /// A data file's rows as the table's current columns (see [`conform`]).
     pub(super) fn conform(&self, batch: &RecordBatch) -> Result<RecordBatch, String> {
-        let schema = batch.schema();
-        let by_id: HashMap<i32, usize> = schema
-            .fields()
-            .iter()
-            .enumerate()
-            .filter_map(|(i, f)| Some((f.metadata().get(PARQUET_FIELD_ID_META_KEY)?.parse().ok()?, i)))
-            .collect();
-        if by_id.is_empty() && !schema.fields().is_empty() {
-            return Err("it has no Parquet field ids (an imported file); weir does not compact such files".into());
-        }
-        let target = &self.layout.arrow_schema;
-        let columns = target
-            .fields()
-            .iter()
-            .map(|field| {
-                let id: Option<i32> = field.metadata().get(PARQUET_FIELD_ID_META_KEY).and_then(|v| v.parse().ok());
-                match id.and_then(|id| by_id.get(&id)) {
-                    Some(&i) if batch.column(i).data_type() == field.data_type() => Ok(batch.column(i).clone()),
-                    Some(&i) if batch.column(i).data_type().is_nested() || field.data_type().is_nested() => Err(format!(
-                        "nested column {:?} is {} in the file and {} in the table; compaction does not convert nested columns",
-                        field.name(),
-                        batch.column(i).data_type(),
-                        field.data_type()
-                    )),
-                    Some(&i) => arrow_cast::cast_with_options(batch.column(i), field.data_type(), &STRICT_CAST)
-                        .map_err(|e| format!("column {:?} cannot be read as {}: {e}", field.name(), field.data_type())),
-                    None if id.is_some_and(|id| self.identity_sources.contains(&id)) => Err(format!(
-                        "column {:?} is missing from the file and an identity partition is made of it",
-                        field.name()
-                    )),
-                    None if field.is_nullable() => Ok(new_null_array(field.data_type(), batch.num_rows())),
-                    None => Err(format!("required column {:?} is missing", field.name())),
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        RecordBatch::try_new(target.clone(), columns).map_err(|e| e.to_string())
+        conform(&self.layout.arrow_schema, &self.identity_sources, batch)
     }
 }

@@ -126,6 +126,10 @@ impl SinkHarness for SqlHarness {
         iceberg(&["drop", &self.reader, "bronze.payments"]).expect("readers present");
     }
 
+    fn replaces_groups(&self) -> bool {
+        true
+    }
+
     async fn read_event_ids(&self) -> Vec<i64> {
         let catalog = self.catalog().await;
         let ident = weir_iceberg::parse_ident("bronze.payments").unwrap();

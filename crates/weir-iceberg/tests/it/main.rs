@@ -7,3 +7,4 @@ mod orphans;
 mod rest;
 mod table;
 mod unknown_outcome;
+mod update;

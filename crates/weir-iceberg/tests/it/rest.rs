@@ -74,6 +74,10 @@ impl SinkHarness for RestHarness {
         iceberg(&["drop", &self.reader(), &format!("{}.payments", self.namespace)]).expect("readers present");
     }
 
+    fn replaces_groups(&self) -> bool {
+        true
+    }
+
     async fn read_event_ids(&self) -> Vec<i64> {
         let name = format!("{}.payments", self.namespace);
         let Some(out) = iceberg(&["ids-or-none", "pyiceberg", &self.reader(), &name]) else {

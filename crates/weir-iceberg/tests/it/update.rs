@@ -1,0 +1,150 @@
+//! Update mode into an Iceberg table: each group once with its latest
+//! value, read back by pyiceberg and DuckDB, beside a compaction that runs
+//! again and again, and on a table partitioned by the key.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Int64Array, RecordBatch};
+use weir_core::prelude::*;
+use weir_core::source::RateSource;
+use weir_iceberg::{Catalog, Compact, IcebergSinkError};
+use weir_test_support::operators::CountByKey;
+use weir_test_support::readers::{iceberg, python};
+
+use crate::conformance::{sqlite_harness, SqlHarness};
+
+const TABLE: &str = "silver.counts";
+
+/// More groups than a batch of 50 rows changes: each batch replaces some
+/// rows of earlier files and leaves others, so small files build up for
+/// compaction.
+const GROUPS: i64 = 97;
+
+/// The rate source's ids taken modulo [`GROUPS`], counted by group.
+fn counted(rows_per_batch: u64) -> ReadStream {
+    read_stream(RateSource::rows_per_batch(rows_per_batch))
+        .map_batches(|batch| {
+            let ids: Int64Array = batch.column(0).as_primitive::<Int64Type>().unary(|id| id % GROUPS);
+            let mut columns = batch.columns().to_vec();
+            columns[0] = Arc::new(ids);
+            Ok(RecordBatch::try_new(batch.schema(), columns)?)
+        })
+        .with_operator(CountByKey::new("groups", "event_id"))
+}
+
+/// [group, count] of the groups of the ids `0..rows`.
+fn expected_counts(rows: i64) -> Vec<Vec<i64>> {
+    (0..GROUPS)
+        .map(|g| vec![g, (0..rows).filter(|id| id % GROUPS == g).count() as i64])
+        .filter(|r| r[1] > 0)
+        .collect()
+}
+
+fn counts_by(reader: &str, h: &SqlHarness) -> Vec<Vec<i64>> {
+    let out = iceberg(&["counts", reader, &h.reader, TABLE]).expect("readers present");
+    serde_json::from_value(out["counts"].clone()).expect("counts")
+}
+
+/// The table's [group, count] rows by both readers, which must agree.
+fn counts_by_both_readers(h: &SqlHarness) -> Vec<Vec<i64>> {
+    let (a, b) = (counts_by("pyiceberg", h), counts_by("duckdb", h));
+    assert_eq!(a, b, "pyiceberg and DuckDB disagree");
+    a
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_mode_beside_compaction_keeps_each_group_once_with_its_latest_count() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    let last = 40;
+    let q = counted(50)
+        .write_stream()
+        .output_mode(OutputMode::Update)
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::processing_time(Duration::from_millis(40)))
+        .stop_after_batch(BatchId(last))
+        .start(h.sink_on(TABLE).await)
+        .await
+        .unwrap();
+    let (mut runs, mut committed) = (0, 0);
+    while q.is_active() || runs < 3 {
+        let catalog: Arc<dyn Catalog> = h.catalog().await;
+        if catalog
+            .load(&weir_iceberg::parse_ident(TABLE).unwrap())
+            .await
+            .ok()
+            .flatten()
+            .is_some()
+        {
+            let r = Compact::new(catalog, TABLE)
+                .unwrap()
+                .await
+                .expect("compaction beside an Update stream commits or finds nothing");
+            committed += r.commits.len();
+            if runs % 3 == 0 {
+                // Between compactions a reader sees each group at most once.
+                let got = counts_by(if runs % 2 == 0 { "pyiceberg" } else { "duckdb" }, &h);
+                let mut groups: Vec<i64> = got.iter().map(|r| r[0]).collect();
+                groups.dedup();
+                assert_eq!(groups.len(), got.len(), "a group twice: {got:?}");
+            }
+            runs += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    q.await_termination().await.expect("the stream never fails");
+    assert!(committed >= 1, "compactions committed {committed} times in {runs} runs");
+    assert_eq!(counts_by_both_readers(&h), expected_counts((last as i64 + 1) * 50));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_mode_on_a_table_partitioned_by_the_key_keeps_each_group_once() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    for (restart, last) in [(0, 2), (1, 9)] {
+        let q = counted(20)
+            .write_stream()
+            .output_mode(OutputMode::Update)
+            .checkpoint_location(chk.path())
+            .stop_after_batch(BatchId(last))
+            .start(h.sink_on(TABLE).await.with_partition_by(["event_id"]))
+            .await
+            .unwrap();
+        q.await_termination().await.unwrap();
+        let rows = (last as i64 + 1) * 20;
+        assert_eq!(counts_by_both_readers(&h), expected_counts(rows), "after run {restart}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_mode_whose_key_is_dropped_is_refused_before_the_table_is_made() {
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    let q = counted(10)
+        // The count alone: the rows no longer say which group they are.
+        .map_batches(|batch| Ok(batch.project(&[1])?))
+        .write_stream()
+        .output_mode(OutputMode::Update)
+        .checkpoint_location(chk.path())
+        .stop_after_batch(BatchId(1))
+        .start(h.sink_on(TABLE).await)
+        .await;
+    let err = match q {
+        Ok(q) => q.await_termination().await.expect_err("refused"),
+        Err(e) => e,
+    };
+    let refused = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<IcebergSinkError>());
+    assert!(matches!(refused, Some(IcebergSinkError::NoUpdateKey { .. })), "{err:?}");
+    let catalog: Arc<dyn Catalog> = h.catalog().await;
+    let table = catalog.load(&weir_iceberg::parse_ident(TABLE).unwrap()).await.unwrap();
+    assert!(table.is_none(), "no table was made");
+}
