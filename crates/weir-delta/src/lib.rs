@@ -73,8 +73,11 @@
 //!   (tables with deletion vectors are refused);
 //!   [`checkpoint_log`] writes a log checkpoint on demand.
 //!
-//! Output modes: Append, and Complete (one commit removes every current file
-//! and adds the batch's). Schema: the stream must match the table (names and
+//! Output modes: Append; Complete (one commit removes every current file
+//! and adds the batch's); Update (one commit removes the files holding the
+//! batch's groups, by the aggregation's key, and adds them rewritten
+//! without those rows beside the batch's: copy-on-write, no deletion
+//! vectors, each group once). Schema: the stream must match the table (names and
 //! types); with `merge_schema`, new nullable columns are added in the commit
 //! of the first batch that has them. Column mapping is not supported.
 

@@ -36,7 +36,11 @@
 //! - **Nothing is deleted after a swap whose outcome is unknown**; a lost
 //!   swap's metadata file and manifest list are removed.
 //! - **Modes.** Append is a fast append; Complete is one `overwrite`
-//!   snapshot that removes every live data file and adds the batch's.
+//!   snapshot that removes every live data file and adds the batch's;
+//!   Update is one `overwrite` snapshot that deletes the data files
+//!   holding the batch's groups (by the aggregation's key) and adds them
+//!   rewritten without those rows beside the batch's: copy-on-write, no
+//!   delete files, each group once.
 //! - **Manifests** are merged as Java's merge-append does: once
 //!   `commit.manifest.min-count-to-merge` (default 100) small data manifests
 //!   pile up, their live entries are rewritten into manifests of up to

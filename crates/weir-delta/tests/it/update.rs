@@ -60,7 +60,7 @@ async fn update_mode_beside_compaction_keeps_each_group_once_with_its_latest_cou
     }
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("t");
-    let last = 40;
+    let last = 80;
     let q = counted(50)
         .write_stream()
         .output_mode(OutputMode::Update)
@@ -78,7 +78,7 @@ async fn update_mode_beside_compaction_keeps_each_group_once_with_its_latest_cou
                 .await
                 .expect("compaction beside an Update stream commits or finds nothing");
             committed += r.commits.len();
-            if runs % 3 == 0 {
+            if runs % 10 == 5 {
                 // Between compactions a reader sees each group at most once.
                 let got = counts_by(if runs % 2 == 0 { "deltalake" } else { "duckdb" }, &table);
                 let mut groups: Vec<i64> = got.iter().map(|r| r[0]).collect();
@@ -90,6 +90,7 @@ async fn update_mode_beside_compaction_keeps_each_group_once_with_its_latest_cou
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     q.await_termination().await.expect("the stream never fails");
+    eprintln!("compactions committed {committed} times in {runs} runs beside the stream");
     assert!(committed >= 1, "compactions committed {committed} times in {runs} runs");
     assert_eq!(counts_by_both_readers(&table), expected_counts((last as i64 + 1) * 50));
 }
