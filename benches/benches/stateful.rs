@@ -14,19 +14,32 @@
 //!    snapshot every tenth version). Target: at 1M keys at most 1.5 times
 //!    the cost at 1k.
 //!
+//! 3. Update mode into a Delta table of 10M rows (one row per key, written
+//!    in ten appends of 1M keys, so each file holds a range of keys):
+//!    batches of 1,000 changed keys, the commit's milliseconds (the
+//!    progress's `commit` phase: reading the keys back, pruning, rewriting,
+//!    the log entry) and the bytes of the files it replaced per changed
+//!    key; against Python deltalake's `merge` of the same keys on a copy of
+//!    the same table. Keys clustered (the newest, as an aggregation's open
+//!    windows are) and scattered over every file.
+//!
 //! `cargo bench -p weir-benches --bench stateful` (env `WEIR_BENCH_ROWS`,
-//! default 10,000,000, scales part 1; `WEIR_BENCH_PARTS=1,2` picks parts).
+//! default 10,000,000, scales parts 1 and 3; `WEIR_BENCH_PARTS=1,2,3` picks
+//! parts).
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow_array::{Int64Array, RecordBatch};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
 use weir_benches::{mean, median, part, NoopSink};
 use weir_core::prelude::*;
+use weir_delta::DeltaSink;
 use weir_sql::{col, count, sum, window, StreamSqlExt};
+use weir_test_support::copy_dir;
 
 const KEYS: i64 = 100_000;
 
@@ -118,6 +131,172 @@ async fn state_cost(size: i64) -> (f64, f64) {
     (median(&costs), mean(&costs))
 }
 
+/// Changed keys per Update batch, and batches measured per layout.
+const CHANGED: i64 = 1_000;
+const UPDATE_BATCHES: usize = 5;
+
+/// One row per key `0..rows` in `table`, in the aggregation's output schema
+/// (`event_id`, `count`), ten appends of a tenth each.
+async fn keyed_table(table: &Path, rows: i64, schema: SchemaRef) {
+    let chk = tempfile::tempdir().expect("tempdir");
+    let input = MemoryStream::new(schema.clone());
+    let q = read_stream(input.clone())
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::processing_time(Duration::ZERO))
+        .start(DeltaSink::try_new(table.to_str().unwrap()).expect("sink"))
+        .await
+        .expect("start");
+    let tenth = rows / 10;
+    for i in 0..10 {
+        // One append (one micro-batch) at a time.
+        let seen = q.recent_progress().len();
+        let ids = Int64Array::from_iter_values(i * tenth..(i + 1) * tenth);
+        let ones = Int64Array::from_iter_values((0..tenth).map(|_| 1));
+        input
+            .add_batch(RecordBatch::try_new(schema.clone(), vec![Arc::new(ids), Arc::new(ones)]).expect("batch"))
+            .expect("add");
+        while q.recent_progress().len() <= seen {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    q.stop_and_wait().await.expect("write the table");
+}
+
+/// The counting query Update mode runs, over a stream of keys.
+fn counting(input: &MemoryStream) -> ReadStream {
+    read_stream(input.clone()).group_by([col("event_id")]).agg([count()])
+}
+
+/// The bytes of `add` and `remove` actions in the table's newest log entry.
+fn last_entry_bytes(table: &Path) -> (u64, u64) {
+    let log = table.join("_delta_log");
+    let newest = std::fs::read_dir(&log)
+        .expect("log")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .max()
+        .expect("an entry");
+    let (mut added, mut removed) = (0, 0);
+    for line in std::fs::read_to_string(newest).expect("read").lines() {
+        let action: serde_json::Value = serde_json::from_str(line).expect("json");
+        if let Some(size) = action["add"]["size"].as_u64() {
+            added += size;
+        }
+        if let Some(size) = action["remove"]["size"].as_u64() {
+            removed += size;
+        }
+    }
+    (added, removed)
+}
+
+/// weir's Update commits of `batches` (each a set of keys) into `table`:
+/// per batch, commit ms, bytes removed, bytes added.
+async fn weir_updates(table: &Path, batches: &[Vec<i64>]) -> Vec<(f64, u64, u64)> {
+    let chk = tempfile::tempdir().expect("tempdir");
+    let schema = Arc::new(Schema::new(vec![Field::new("event_id", DataType::Int64, false)]));
+    let input = MemoryStream::new(schema.clone());
+    let q = counting(&input)
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .output_mode(OutputMode::Update)
+        .trigger(Trigger::processing_time(Duration::ZERO))
+        .start(DeltaSink::try_new(table.to_str().unwrap()).expect("sink"))
+        .await
+        .expect("start");
+    let mut out = Vec::new();
+    for keys in batches {
+        let seen = q.recent_progress().len();
+        let ids = Int64Array::from(keys.clone());
+        input
+            .add_batch(RecordBatch::try_new(schema.clone(), vec![Arc::new(ids)]).expect("batch"))
+            .expect("add");
+        while q.recent_progress().len() <= seen {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let commit = q.last_progress().expect("progress").durations_ms.commit;
+        let (added, removed) = last_entry_bytes(table);
+        out.push((commit, removed, added));
+    }
+    q.stop_and_wait().await.expect("stop");
+    out
+}
+
+fn python_merges(table: &Path, batches: &[Vec<i64>]) -> Option<serde_json::Value> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = root.join(".venv-readers/bin/python");
+    if !python.exists() {
+        eprintln!("NOTE: .venv-readers is missing (scripts/test.sh makes it); the Python comparison is left out");
+        return None;
+    }
+    let keys = table.with_extension("keys.json");
+    std::fs::write(&keys, serde_json::to_vec(batches).expect("json")).expect("write keys");
+    let out = std::process::Command::new(python)
+        .arg(root.join("benches/python/delta_merge.py"))
+        .arg(table)
+        .arg(&keys)
+        .output()
+        .expect("run python");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    Some(serde_json::from_slice(&out.stdout).expect("json"))
+}
+
+async fn update_commits(rows: i64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let source = dir.path().join("source");
+    let schema = {
+        let keys = MemoryStream::new(Arc::new(Schema::new(vec![Field::new(
+            "event_id",
+            DataType::Int64,
+            false,
+        )])));
+        counting(&keys).schema().expect("schema")
+    };
+    let started = Instant::now();
+    keyed_table(&source, rows, schema).await;
+    println!(
+        "   a table of {rows} rows written in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let clustered: Vec<Vec<i64>> = (0..UPDATE_BATCHES as i64)
+        .map(|b| (rows - (b + 1) * CHANGED..rows - b * CHANGED).collect())
+        .collect();
+    let scattered: Vec<Vec<i64>> = (0..UPDATE_BATCHES as i64)
+        .map(|b| (0..CHANGED).map(|i| (i * 10_007 + b * 101) % rows).collect())
+        .collect();
+    for (name, batches) in [("clustered", &clustered), ("scattered", &scattered)] {
+        let (weir_table, python_table) = (
+            dir.path().join(format!("weir-{name}")),
+            dir.path().join(format!("py-{name}")),
+        );
+        copy_dir(&source, &weir_table);
+        copy_dir(&source, &python_table);
+        let weir = weir_updates(&weir_table, batches).await;
+        let ms: Vec<f64> = weir.iter().map(|w| w.0).collect();
+        let removed: Vec<f64> = weir.iter().map(|w| w.1 as f64 / CHANGED as f64).collect();
+        let added: Vec<f64> = weir.iter().map(|w| w.2 as f64 / CHANGED as f64).collect();
+        println!(
+            "   {name} keys: weir median {:.1} ms a commit, {:.0} bytes replaced and {:.0} written per changed key",
+            median(&ms),
+            median(&removed),
+            median(&added)
+        );
+        if let Some(py) = python_merges(&python_table, batches) {
+            let list = |k: &str| -> Vec<f64> { serde_json::from_value(py[k].clone()).expect("numbers") };
+            let (pms, prem, padd) = (list("ms"), list("removed_bytes"), list("added_bytes"));
+            let per_key = |v: &[f64]| median(&v.iter().map(|b| b / CHANGED as f64).collect::<Vec<_>>());
+            println!(
+                "   {name} keys: Python deltalake merge median {:.1} ms, {:.0} bytes replaced and {:.0} written per changed key; weir's time {:.2}x of merge's",
+                median(&pms),
+                per_key(&prem),
+                per_key(&padd),
+                median(&ms) / median(&pms)
+            );
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() {
     if part(1) {
@@ -151,5 +330,10 @@ async fn main() {
             );
         }
         println!("   target: at 1M keys at most 1.5 times the cost at 1k");
+    }
+    if part(3) {
+        let rows = env("WEIR_BENCH_ROWS", 10_000_000) as i64;
+        println!("3. Update mode: commits of {CHANGED} changed keys into a Delta table of {rows} rows");
+        update_commits(rows).await;
     }
 }

@@ -6,6 +6,7 @@
     alter_table.py append-copy TABLE              append its rows again, event_id + 1,000,000
     alter_table.py recreate TABLE                 delete the table, create a new one with its rows
     alter_table.py delete TABLE PREDICATE         delete the rows matching PREDICATE (rewrites their files)
+    alter_table.py set-property TABLE KEY VALUE   set a table property
 
 Prints the table's new version as JSON.
 """
@@ -48,6 +49,8 @@ def main():
         write_deltalake(table, rows)
     elif cmd == "delete":
         dt.delete(sys.argv[3])
+    elif cmd == "set-property":
+        dt.alter.set_table_properties({sys.argv[3]: sys.argv[4]})
     else:
         raise SystemExit(f"unknown command {cmd!r}")
     print(json.dumps({"version": DeltaTable(table).version()}))

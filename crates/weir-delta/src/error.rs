@@ -57,6 +57,25 @@ pub enum DeltaSinkError {
         source: parquet::errors::ParquetError,
     },
 
+    /// A data file the sink reads back cannot be read as Parquet rows.
+    #[error("Delta table {table}: cannot read data file {path}: {source}. Nothing of the batch was committed")]
+    Unreadable {
+        table: String,
+        path: String,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+
+    /// Update mode: the batch holds two rows of one group, so the table
+    /// would hold both.
+    #[error("Delta table {table}: the batch has {rows} rows but {groups} groups by the key columns {columns:?}; in Update mode each group's row replaces the table's, so a step after the aggregation must not change the key columns' values. Nothing of the batch was committed")]
+    DuplicateGroup {
+        table: String,
+        columns: Vec<String>,
+        rows: usize,
+        groups: usize,
+    },
+
     /// The stream's rows do not fit the table's schema.
     #[error("Delta table {table}: the stream's schema does not match the table's: {differences}. Nothing was written; set merge_schema to add new nullable columns, or write to another table")]
     SchemaMismatch { table: String, differences: String },

@@ -260,9 +260,15 @@ pub(crate) fn layout(
             "delta.setTransactionRetentionDuration (it expires the txn actions that hold each query's exactly-once marker)",
         ));
     }
-    if mode == OutputMode::Complete && config.get("delta.appendOnly").is_some_and(|v| v == "true") {
+    if mode != OutputMode::Append && config.get("delta.appendOnly").is_some_and(|v| v == "true") {
+        return Err(unsupported(&format!(
+            "delta.appendOnly=true with the {mode} output mode, which removes files"
+        )));
+    }
+    if mode == OutputMode::Update && config.get("delta.enableChangeDataFeed").is_some_and(|v| v == "true") {
         return Err(unsupported(
-            "delta.appendOnly=true with the Complete output mode, which removes files",
+            "the change data feed (delta.enableChangeDataFeed=true) with the Update output mode: its rewrites write \
+             no change files, so a change-feed reader would see rows that did not change as deleted and inserted",
         ));
     }
     let unreadable: Vec<String> = schema

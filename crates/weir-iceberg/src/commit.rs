@@ -203,7 +203,13 @@ impl Producer {
             }
             let mut manifests = Vec::new();
             if !self.files.is_empty() {
-                manifests.push(self.added_manifest(metadata, &schema).await?);
+                let added = self.added_manifest(metadata, &schema).await?;
+                if change == Change::Upsert {
+                    // An upsert's producer serves one try (its rewrites
+                    // differ each try): its manifest goes with the try.
+                    attempt_files.push(added.manifest_path.clone());
+                }
+                manifests.push(added);
             }
             self.attempt += 1;
             match change {

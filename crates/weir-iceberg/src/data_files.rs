@@ -88,18 +88,25 @@ pub(crate) fn identity_sources(metadata: &TableMetadata) -> Vec<i32> {
         .collect()
 }
 
-/// Every row of the data file at `path`.
-pub(crate) async fn read(io: &FileIO, path: &str) -> Result<Vec<RecordBatch>, String> {
-    let bytes = io
-        .new_input(path)
-        .map_err(|e| e.to_string())?
-        .read()
-        .await
-        .map_err(|e| e.to_string())?;
+/// Every row of the data file at `path` of table `shown`: a failed read
+/// keeps iceberg's error (and its retryable judgement); a file that does
+/// not decode is unreadable.
+pub(crate) async fn read(io: &FileIO, shown: &str, path: &str) -> Result<Vec<RecordBatch>, IcebergSinkError> {
+    let io_err = |source| IcebergSinkError::Iceberg {
+        table: shown.to_string(),
+        context: format!("read data file {path}"),
+        source: Box::new(source),
+    };
+    let unreadable = |reason: String| IcebergSinkError::UnreadableFile {
+        table: shown.to_string(),
+        file: path.to_string(),
+        reason,
+    };
+    let bytes = io.new_input(path).map_err(io_err)?.read().await.map_err(io_err)?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
         .and_then(|b| b.with_batch_size(READ_BATCH_ROWS).build())
-        .map_err(|e| e.to_string())?;
-    reader.map(|b| b.map_err(|e| e.to_string())).collect()
+        .map_err(|e| unreadable(e.to_string()))?;
+    reader.map(|b| b.map_err(|e| unreadable(e.to_string()))).collect()
 }
 
 /// A data file's rows as the table's current columns `target`, matched by

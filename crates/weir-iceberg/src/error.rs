@@ -63,6 +63,24 @@ pub enum IcebergSinkError {
         reason: String,
     },
 
+    /// Writing Update mode's rewrite of a data file failed.
+    #[error("Iceberg table {table}: writing the rewrite of the files holding the batch's groups failed: {source}. Nothing of the batch was committed")]
+    RewriteFailed {
+        table: String,
+        #[source]
+        source: Box<weir_core::Error>,
+    },
+
+    /// Update mode: the batch holds two rows of one group, so the table
+    /// would hold both.
+    #[error("Iceberg table {table}: the batch has {rows} rows but {groups} groups by the key columns {columns:?}; in Update mode each group's row replaces the table's, so a step after the aggregation must not change the key columns' values. Nothing of the batch was committed")]
+    DuplicateGroup {
+        table: String,
+        columns: Vec<String>,
+        rows: usize,
+        groups: usize,
+    },
+
     /// Other writers kept winning the metadata swap.
     #[error("Iceberg table {table}: batch {batch_id} lost {attempts} metadata swaps in a row to other writers; nothing of it was committed and a restart retries it")]
     TooManyConflicts {
@@ -120,6 +138,7 @@ impl IcebergSinkError {
             IcebergSinkError::TooManyConflicts { .. } | IcebergSinkError::Busy { .. } => true,
             IcebergSinkError::Catalog { retryable, .. } => *retryable,
             IcebergSinkError::Iceberg { source, .. } => source.retryable(),
+            IcebergSinkError::RewriteFailed { source, .. } => source.retryable(),
             _ => false,
         }
     }

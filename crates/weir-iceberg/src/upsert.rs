@@ -12,18 +12,17 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow_arith::boolean::{and, is_null, or};
 use arrow_array::{
     Array, ArrayRef, BooleanArray, Date32Array, Decimal128Array, Float32Array, Float64Array, Int32Array, Int64Array,
-    RecordBatch, Scalar, StringArray, TimestampMicrosecondArray, TimestampNanosecondArray,
+    RecordBatch, StringArray, TimestampMicrosecondArray, TimestampNanosecondArray,
 };
-use arrow_ord::cmp::{gt_eq, lt_eq};
 use arrow_row::{RowConverter, SortField};
 use arrow_schema::SchemaRef as ArrowSchemaRef;
 use iceberg::io::FileIO;
 use iceberg::spec::{DataFile, Datum, PrimitiveLiteral, PrimitiveType};
 use iceberg::writer::file_writer::location_generator::DefaultLocationGenerator;
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
+use weir_core::sink::prune::may_hold;
 use weir_core::sink::DataWriter;
 
 use crate::catalog::LoadedTable;
@@ -35,10 +34,10 @@ use crate::writer::{self, IcebergWriter, WriterContext};
 
 /// The keys of the groups a batch changed.
 pub(crate) struct Keys {
-    /// The key columns' field ids, in key order.
+    /// The key columns' names (for errors) and field ids, in key order: a
+    /// later try finds them by id, since other writers may add columns.
+    names: Vec<String>,
     ids: Vec<i32>,
-    /// Their positions in the table's columns.
-    positions: Vec<usize>,
     converter: RowConverter,
     /// The keys, encoded as rows.
     rows: HashSet<Box<[u8]>>,
@@ -74,6 +73,13 @@ impl Table<'_> {
         }
     }
 
+    fn rewrite_failed(&self, source: weir_core::Error) -> IcebergSinkError {
+        IcebergSinkError::RewriteFailed {
+            table: self.shown.clone(),
+            source: Box::new(source),
+        }
+    }
+
     fn iceberg_err(&self, context: &str) -> impl Fn(iceberg::Error) -> IcebergSinkError + '_ {
         let context = context.to_string();
         move |source| IcebergSinkError::Iceberg {
@@ -98,7 +104,7 @@ impl Table<'_> {
         sources: &[i32],
         path: &str,
     ) -> Result<Vec<RecordBatch>, IcebergSinkError> {
-        let batches = data_files::read(self.io, path).await.map_err(self.unreadable(path))?;
+        let batches = data_files::read(self.io, &self.shown, path).await?;
         batches
             .iter()
             .map(|b| conform(target, sources, b).map_err(self.unreadable(path)))
@@ -151,50 +157,54 @@ impl Keys {
         let encoded = converter
             .convert_columns(&columns)
             .map_err(|e| table.unreadable("")(e.to_string()))?;
+        let rows: HashSet<Box<[u8]>> = encoded.iter().map(|r| Box::from(r.as_ref())).collect();
+        if rows.len() < encoded.num_rows() {
+            return Err(IcebergSinkError::DuplicateGroup {
+                table: table.shown.clone(),
+                columns: key.to_vec(),
+                rows: encoded.num_rows(),
+                groups: rows.len(),
+            });
+        }
         Ok(Keys {
+            names: key.to_vec(),
             ids,
-            positions,
-            rows: encoded.iter().map(|r| Box::from(r.as_ref())).collect(),
+            rows,
             converter,
             columns,
         })
     }
 
-    /// Whether `file`'s column bounds leave room for one of the keys: a
-    /// key must lie within the file's lower and upper bound on every key
-    /// column that has them. A null key, or a column without bounds, rules
-    /// nothing out.
+    /// The key columns' positions in `layout`'s columns, by field id.
+    fn positions(&self, table: &Table<'_>, layout: &Layout) -> Result<Vec<usize>, IcebergSinkError> {
+        let target = &layout.arrow_schema;
+        self.ids
+            .iter()
+            .zip(&self.names)
+            .map(|(id, name)| {
+                (0..target.fields().len())
+                    .find(|&i| field_id(target, i) == Some(*id))
+                    .ok_or_else(|| IcebergSinkError::TableChanged {
+                        table: table.shown.clone(),
+                        change: format!("the key column {name:?} (field id {id}) was dropped"),
+                    })
+            })
+            .collect()
+    }
+
+    /// Whether `file`'s column bounds leave room for one of the keys (see
+    /// [`may_hold`]).
     fn may_hold(&self, file: &DataFile) -> bool {
-        let mut within: Option<BooleanArray> = None;
-        for (id, keys) in self.ids.iter().zip(&self.columns) {
-            for (bound, is_lower) in [
-                (file.lower_bounds().get(id), true),
-                (file.upper_bounds().get(id), false),
-            ] {
-                let Some(bound) = bound.and_then(datum_array) else {
-                    continue;
-                };
-                // Compared in the bound's type, into which the key's
-                // converts exactly.
-                let Ok(keys) = arrow_cast::cast(keys, bound.data_type()) else {
-                    continue;
-                };
-                let bound = Scalar::new(bound);
-                let compared = if is_lower {
-                    gt_eq(&keys, &bound)
-                } else {
-                    lt_eq(&keys, &bound)
-                };
-                let Ok(compared) = compared.and_then(|c| or(&c, &is_null(&keys)?)) else {
-                    continue;
-                };
-                within = Some(match within {
-                    Some(w) => and(&w, &compared).unwrap_or(compared),
-                    None => compared,
-                });
-            }
-        }
-        within.is_none_or(|w| w.true_count() > 0)
+        let bounds: Vec<_> = self
+            .ids
+            .iter()
+            .map(|id| {
+                let lower = file.lower_bounds().get(id).and_then(datum_array);
+                let upper = file.upper_bounds().get(id).and_then(datum_array);
+                (lower, upper)
+            })
+            .collect();
+        may_hold(&self.columns, &bounds)
     }
 }
 
@@ -213,6 +223,7 @@ pub(crate) async fn rewrite(table: &Table<'_>, keys: &Keys, file_prefix: String)
         locations,
         file_prefix,
     };
+    let positions = keys.positions(table, &layout)?;
     let mut out: Box<dyn DataWriter> = Box::new(IcebergWriter::new(ctx, 0));
     let mut rewrite = Rewrite::default();
     let mut kept_rows = 0usize;
@@ -226,7 +237,7 @@ pub(crate) async fn rewrite(table: &Table<'_>, keys: &Keys, file_prefix: String)
             let mut dropped = 0;
             let mut kept = Vec::new();
             for rows in table.rows(&layout.arrow_schema, &sources, path).await? {
-                let columns: Vec<ArrayRef> = keys.positions.iter().map(|&i| rows.column(i).clone()).collect();
+                let columns: Vec<ArrayRef> = positions.iter().map(|&i| rows.column(i).clone()).collect();
                 let encoded = keys
                     .converter
                     .convert_columns(&columns)
@@ -258,17 +269,14 @@ pub(crate) async fn rewrite(table: &Table<'_>, keys: &Keys, file_prefix: String)
         let _ = out.abort().await;
         return Err(e);
     }
-    let message = out
-        .commit()
-        .await
-        .map_err(|e| table.unreadable("")(format!("closing a rewritten file failed: {e}")))?;
+    let message = out.commit().await.map_err(|e| table.rewrite_failed(e))?;
     if kept_rows > 0 {
         let partition_type = layout
             .spec
             .partition_type(&layout.schema)
             .map_err(table.iceberg_err("derive the partition type"))?;
         rewrite.adds = writer::decode(&[message], &layout.spec, &partition_type, &layout.schema)
-            .map_err(|e| table.unreadable("")(format!("describing a rewritten file failed: {e}")))?;
+            .map_err(|e| table.rewrite_failed(e))?;
     }
     Ok(rewrite)
 }
@@ -302,4 +310,74 @@ fn datum_array(datum: &Datum) -> Option<ArrayRef> {
         _ => return None,
     };
     Some(array)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use arrow_array::TimestampMillisecondArray;
+    use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Struct};
+
+    use super::*;
+
+    /// Keys of one column with field id 1.
+    fn keys(column: ArrayRef) -> Keys {
+        let converter = RowConverter::new(vec![SortField::new(column.data_type().clone())]).unwrap();
+        let rows = converter.convert_columns(std::slice::from_ref(&column)).unwrap();
+        Keys {
+            names: vec!["k".into()],
+            ids: vec![1],
+            rows: rows.iter().map(|r| Box::from(r.as_ref())).collect(),
+            converter,
+            columns: vec![column],
+        }
+    }
+
+    fn file(bounds: Option<(Datum, Datum)>) -> DataFile {
+        let (lower, upper) = match bounds {
+            Some((l, u)) => (HashMap::from([(1, l)]), HashMap::from([(1, u)])),
+            None => (HashMap::new(), HashMap::new()),
+        };
+        DataFileBuilder::default()
+            .content(DataContentType::Data)
+            .file_format(DataFileFormat::Parquet)
+            .file_path("f.parquet".to_string())
+            .file_size_in_bytes(1)
+            .record_count(1)
+            .partition_spec_id(0)
+            .partition(Struct::empty())
+            .lower_bounds(lower)
+            .upper_bounds(upper)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_file_is_read_when_a_key_lies_within_its_bounds() {
+        let k = keys(Arc::new(Int64Array::from(vec![5, 50])));
+        assert!(k.may_hold(&file(Some((Datum::long(0), Datum::long(9))))));
+        assert!(!k.may_hold(&file(Some((Datum::long(6), Datum::long(49))))));
+        // Without bounds nothing is ruled out.
+        assert!(k.may_hold(&file(None)));
+        let ms = keys(Arc::new(TimestampMillisecondArray::from(vec![2_001])));
+        let bounds = (Datum::timestamp_micros(1_000_000), Datum::timestamp_micros(2_000_000));
+        assert!(!ms.may_hold(&file(Some(bounds))));
+    }
+
+    #[test]
+    fn bounds_of_the_key_types_become_arrays() {
+        for datum in [
+            Datum::int(1),
+            Datum::long(1),
+            Datum::string("a"),
+            Datum::date(1),
+            Datum::timestamp_micros(1),
+            Datum::timestamptz_micros(1),
+            Datum::decimal_from_str("1.00").unwrap(),
+        ] {
+            assert_eq!(datum_array(&datum).map(|a| a.len()), Some(1), "{datum:?}");
+        }
+        assert!(datum_array(&Datum::bool(true)).is_none());
+    }
 }

@@ -16,6 +16,7 @@ mod foreach;
 mod foreach_batch;
 mod memory;
 pub(crate) mod mode;
+pub mod prune;
 mod staging;
 
 use std::fmt;

@@ -209,13 +209,6 @@ pub(super) async fn drop_groups(
     gone.len()
 }
 
-/// A log path as the live files name it (URL-decoded).
-pub(super) fn decoded(path: &str) -> String {
-    percent_encoding::percent_decode_str(path)
-        .decode_utf8_lossy()
-        .into_owned()
-}
-
 /// The log entry of a compaction commit.
 pub(super) fn optimize_entry(
     job: &Job,
@@ -271,42 +264,4 @@ pub(super) fn optimize_entry(
         actions.push(serde_json::to_value(entry::add(a, false))?);
     }
     entry::encode(actions.into_iter())
-}
-
-/// The log's own path of every live file whose path has a character
-/// outside `[A-Za-z0-9._-=/]` (which engines may escape in different
-/// ways), by its decoded path: the `path` column of the table's add
-/// actions is as written in the log.
-pub(super) fn raw_paths(
-    table: &str,
-    snapshot: &deltalake::table::state::DeltaTableState,
-) -> Result<HashMap<String, String>, DeltaSinkError> {
-    let delta = |source: DeltaTableError| DeltaSinkError::Delta {
-        table: table.to_string(),
-        source,
-    };
-    let mut raw_paths = HashMap::new();
-    for adds in snapshot.add_actions_batches(false).map_err(delta)? {
-        let column = adds.column_by_name("path").ok_or_else(|| {
-            delta(DeltaTableError::SchemaMismatch {
-                msg: "the live files' add actions have no path column".into(),
-            })
-        })?;
-        let column = arrow_cast::cast(column, &arrow_schema::DataType::Utf8).map_err(|e| delta(e.into()))?;
-        let paths = column.as_string::<i32>();
-        for raw in paths.iter().flatten().filter(|raw| !table::plain_path(raw)) {
-            // Two live files spelled apart but one decoded (`a b`, `a%20b`)
-            // would get one remove's spelling: such a table is refused.
-            if let Some(other) = raw_paths.insert(decoded(raw), raw.to_string()) {
-                if other != raw {
-                    return Err(DeltaSinkError::SamePathDecoded {
-                        table: table.to_string(),
-                        first: other,
-                        second: raw.to_string(),
-                    });
-                }
-            }
-        }
-    }
-    Ok(raw_paths)
 }

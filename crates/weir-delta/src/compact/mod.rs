@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow_array::cast::AsArray;
 use arrow_array::RecordBatch;
 use arrow_schema::{Field, Schema, SchemaRef};
 use bytes::Bytes;
@@ -27,7 +26,7 @@ use weir_core::maintenance::{
     on_threads, plan_groups, AbortOnDrop, CompactGroup, CompactOptions, CompactProgress, CompactReport, PlanFile,
 };
 
-use crate::data_file::{conform, fetch};
+use crate::data_file::{conform, decoded, fetch, raw_paths};
 use crate::entry;
 use crate::error::DeltaSinkError;
 use crate::log_cursor::LogCursor;

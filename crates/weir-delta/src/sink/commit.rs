@@ -24,6 +24,10 @@ pub(super) struct DeltaCommit<'a> {
     pub(super) keys: Option<upsert::Keys>,
     /// Tries made, to name each try's rewritten files apart.
     pub(super) tries: usize,
+    /// The rewritten files of tries that lost a race: deleted once the
+    /// table shows the try did not land after all (a retried request can
+    /// report a conflict for a put that had landed).
+    pub(super) lost: Vec<AddFile>,
 }
 
 /// What one try builds on, besides the sink's table.
@@ -108,14 +112,21 @@ impl TableCommit for DeltaCommit<'_> {
         let latest = self.txns.version().unwrap_or(0);
         let landed = marker::attempt_landed(log_store.as_ref(), since + 1, latest, &attempt_id).await;
         if !landed.map_err(|e| self.core(self.sink.err(e)))? {
+            self.delete_lost().await;
             return Ok(None);
         }
+        // Which try landed is not known: the others' rewrites stay, as
+        // orphans for vacuum, never as a deleted live file.
+        self.lost.clear();
         self.sink.maybe_compact(self.files.len());
         Ok(Some(None))
     }
 
     async fn try_commit(&mut self, base: DeltaBase, attempt: usize) -> weir_core::Result<Tried> {
         let (sink, ctx) = (self.sink, self.ctx);
+        // The marker check before this try found the batch absent, so no
+        // earlier try of it landed: their rewrites are in no commit.
+        self.delete_lost().await;
         // The version the marker check read up to: the cache moves only
         // when a commit lands.
         let latest = self.txns.version().unwrap_or(0);
@@ -157,11 +168,7 @@ impl TableCommit for DeltaCommit<'_> {
             }
             Err(e) if lost_race(&e) => {
                 tracing::info!(attempt, error = %e, "lost a commit race; re-reading the table");
-                // The lost try's rewrites are in no commit.
-                let store = sink.prepared().map(|p| p.store);
-                if let Ok(store) = store {
-                    delete_files(&store, &rewrite.adds).await;
-                }
+                self.lost.extend(rewrite.adds);
                 Ok(Tried::Lost)
             }
             Err(e) => Err(self.core(sink.err(e))),
@@ -184,6 +191,15 @@ impl TableCommit for DeltaCommit<'_> {
 }
 
 impl DeltaCommit<'_> {
+    async fn delete_lost(&mut self) {
+        if self.lost.is_empty() {
+            return;
+        }
+        if let Ok(Prepared { store, .. }) = self.sink.prepared() {
+            delete_files(&store, &std::mem::take(&mut self.lost)).await;
+        }
+    }
+
     /// Update mode: the live files of `table` that hold rows of the batch's
     /// groups, written again without them.
     async fn rewrite(&mut self, table: &DeltaTable, layout: &Layout) -> weir_core::Result<upsert::Rewrite> {

@@ -274,12 +274,15 @@ impl DeltaSink {
         }
         if ctx.output_mode == OutputMode::Complete {
             let snapshot = table.snapshot().map_err(|e| self.err(e))?;
-            actions.extend(
-                snapshot
-                    .log_data()
-                    .iter()
-                    .map(|f| Action::Remove(f.remove_action(true))),
-            );
+            // Each remove names its file exactly as the log's add did.
+            let raw_paths = crate::data_file::raw_paths(self.url.as_str(), snapshot)?;
+            actions.extend(snapshot.log_data().iter().map(|f| {
+                let mut remove = f.remove_action(true);
+                if let Some(raw) = raw_paths.get(&remove.path) {
+                    remove.path = raw.clone();
+                }
+                Action::Remove(remove)
+            }));
         }
         actions.extend(files.iter().map(|f| entry::add(f, true)));
         Ok(actions)
@@ -490,6 +493,15 @@ impl Sink for DeltaSink {
             }
             .into());
         }
+        if query.output_mode == OutputMode::Update {
+            // Before a new table is made with these partition columns.
+            upsert::check_key(
+                self.url.as_str(),
+                &self.options.partition_by,
+                &query.schema,
+                &query.key_columns,
+            )?;
+        }
         let mut slot = self.state.table.lock().await;
         // A sink started again knows nothing of what happened meanwhile.
         *self.state.txns.lock().await = marker::TxnCache::default();
@@ -498,6 +510,14 @@ impl Sink for DeltaSink {
             None => table::create(&self.url, &query.schema, &self.options).await?,
         };
         let layout = table::layout(&table, &self.url, &query.schema, query.output_mode, &self.options)?;
+        if query.output_mode == OutputMode::Update {
+            upsert::check_key(
+                self.url.as_str(),
+                &layout.partition_columns,
+                &query.schema,
+                &query.key_columns,
+            )?;
+        }
         tracing::info!(table = %self.url, partitions = ?layout.partition_columns, target_file_size = layout.target_file_size, "Delta sink ready");
         let prepared = Prepared {
             layout: Arc::new(layout),
@@ -560,6 +580,7 @@ impl Sink for DeltaSink {
             direct_tried: false,
             keys: None,
             tries: 0,
+            lost: Vec::new(),
         };
         commit_batch(&mut commit, ctx, MAX_COMMIT_ATTEMPTS).await
     }

@@ -11,19 +11,18 @@
 
 use std::collections::{HashMap, HashSet};
 
-use arrow_arith::boolean::{and, is_null, or};
-use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, Scalar};
-use arrow_ord::cmp::{gt_eq, lt_eq};
+use arrow_array::{ArrayRef, BooleanArray, RecordBatch};
 use arrow_row::{RowConverter, SortField};
-use arrow_schema::{Field, Schema};
+use arrow_schema::{DataType, Field, Schema};
 use buoyant_kernel::expressions::Scalar as Stat;
 use deltalake::kernel::{LogicalFileView, Remove};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::*;
-use crate::data_file::{conform, fetch};
+use crate::data_file::{conform, fetch, raw_paths};
 use crate::open_file::{FileFormat, OpenFile};
 use weir_core::partition;
+use weir_core::sink::prune::may_hold;
 
 /// Rows read from a data file at a time.
 const READ_BATCH_ROWS: usize = 8192;
@@ -56,6 +55,33 @@ pub(super) struct Rewrite {
     pub adds: Vec<AddFile>,
     /// Files read because their statistics did not rule them out.
     pub read: usize,
+}
+
+/// Refuses a key Update mode cannot replace rows by: a string key column
+/// that is a partition column, since Delta stores an empty string
+/// partition value as null, which would make the groups `""` and null one.
+pub(super) fn check_key(
+    table: &str,
+    partition_columns: &[String],
+    schema: &SchemaRef,
+    key: &[String],
+) -> Result<(), DeltaSinkError> {
+    for column in key.iter().filter(|c| partition_columns.contains(c)) {
+        let string = schema
+            .field_with_name(column)
+            .is_ok_and(|f| matches!(f.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View));
+        if string {
+            return Err(DeltaSinkError::Unsupported {
+                table: table.to_string(),
+                feature: format!(
+                    "the string key column {column:?} as a partition column in Update mode: Delta stores an empty \
+                     string partition value as null, so the groups \"\" and null would be one; partition by \
+                     another column"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 impl Keys {
@@ -119,6 +145,14 @@ impl Keys {
                 rows: encoded.iter().map(|r| Box::from(r.as_ref())).collect(),
                 columns: all.columns().to_vec(),
             };
+            if group.rows.len() < all.num_rows() {
+                return Err(DeltaSinkError::DuplicateGroup {
+                    table: table.to_string(),
+                    columns: key.to_vec(),
+                    rows: all.num_rows(),
+                    groups: group.rows.len(),
+                });
+            }
             groups.insert(values, group);
         }
         Ok(Keys {
@@ -140,45 +174,27 @@ impl Keys {
         self.groups.get(&of_file)
     }
 
-    /// Whether `file`'s statistics leave room for one of `group`'s keys:
-    /// a key must lie within the file's minimum and maximum on every key
-    /// column that has them. A null key, or a column without statistics,
-    /// rules nothing out.
+    /// Whether `file`'s statistics leave room for one of `group`'s keys
+    /// (see [`may_hold`]).
     fn may_hold(&self, file: &LogicalFileView, group: &Group) -> bool {
-        let bounds = [(file.min_values(), true), (file.max_values(), false)];
-        let mut within: Option<BooleanArray> = None;
-        for (field, keys) in self.data.fields().iter().zip(&group.columns) {
-            for (stats, is_min) in &bounds {
-                let Some(bound) = stats.as_ref().and_then(|s| stat_of(s, field.name())) else {
-                    continue;
-                };
-                // Compared in the statistic's type, into which the key's
-                // converts exactly (milliseconds into microseconds).
-                let Ok(keys) = arrow_cast::cast(keys, bound.data_type()) else {
-                    continue;
-                };
-                let bound = Scalar::new(bound);
-                let compared = if *is_min {
-                    gt_eq(&keys, &bound)
-                } else {
-                    lt_eq(&keys, &bound)
-                };
-                let Ok(compared) = compared else { continue };
-                let Ok(compared) = is_null(&keys).and_then(|n| or(&compared, &n)) else {
-                    continue;
-                };
-                within = Some(match within {
-                    Some(w) => and(&w, &compared).unwrap_or(compared),
-                    None => compared,
-                });
-            }
-        }
-        within.is_none_or(|w| w.true_count() > 0)
+        let (min, max) = (file.min_values(), file.max_values());
+        let bounds: Vec<_> = self
+            .data
+            .fields()
+            .iter()
+            .map(|f| {
+                let lower = min.as_ref().and_then(|s| stat_of(s, f.name()));
+                let upper = max.as_ref().and_then(|s| stat_of(s, f.name()));
+                (lower, upper)
+            })
+            .collect();
+        may_hold(&group.columns, &bounds)
     }
 }
 
 /// The batch's rewrite of the table's live files (`table` is loaded with
-/// them) that hold rows of its groups.
+/// them) that hold rows of its groups. On an error, the files it wrote are
+/// deleted.
 pub(super) async fn rewrite(
     sink: &DeltaSink,
     table: &DeltaTable,
@@ -186,23 +202,48 @@ pub(super) async fn rewrite(
     keys: &Keys,
     try_number: usize,
 ) -> Result<Rewrite, DeltaSinkError> {
+    let Prepared { store, .. } = sink.prepared()?;
+    let mut out = Rewrite::default();
+    if let Err(e) = rewrite_into(sink, table, ctx, keys, try_number, &mut out).await {
+        // No commit names them.
+        delete_files(&store, &out.adds).await;
+        return Err(e);
+    }
+    Ok(out)
+}
+
+async fn rewrite_into(
+    sink: &DeltaSink,
+    table: &DeltaTable,
+    ctx: &BatchContext,
+    keys: &Keys,
+    try_number: usize,
+    out: &mut Rewrite,
+) -> Result<(), DeltaSinkError> {
     let Prepared { layout, store, .. } = sink.prepared()?;
     let name = sink.url.to_string();
     let snapshot = table.snapshot().map_err(|e| sink.err(e))?;
-    let mut out = Rewrite::default();
+    // Each remove names its file exactly as the log's add did (engines
+    // escape paths differently).
+    let raw_paths = raw_paths(&name, snapshot)?;
     for file in snapshot.log_data().iter() {
-        let remove = file.remove_action(true);
+        let mut remove = file.remove_action(true);
         let Some(group) = keys.group_of(&remove) else { continue };
+        let path = remove.path.clone();
+        if let Some(raw) = raw_paths.get(&path) {
+            remove.path = raw.clone();
+        }
         if keys.data.fields().is_empty() {
             // The key is the partition: every row of the file is replaced.
+            refuse_unreadable(&name, &file, &path)?;
             out.removes.push(remove);
             continue;
         }
         if !keys.may_hold(&file, group) {
             continue;
         }
+        refuse_unreadable(&name, &file, &path)?;
         out.read += 1;
-        let path = remove.path.clone();
         let mut kept = Vec::new();
         let mut dropped = 0;
         for batch in read_file(&name, &store, &path).await? {
@@ -229,17 +270,35 @@ pub(super) async fn rewrite(
         }
         if !kept.is_empty() {
             let n = out.adds.len();
-            match write_kept(sink, &layout, &store, ctx, &remove, kept, try_number, n).await {
-                Ok(added) => out.adds.push(added),
-                Err(e) => {
-                    delete_files(&store, &out.adds).await;
-                    return Err(e);
-                }
-            }
+            let added = write_kept(sink, &layout, &store, ctx, &remove, kept, try_number, n).await?;
+            out.adds.push(added);
         }
         out.removes.push(remove);
     }
-    Ok(out)
+    Ok(())
+}
+
+/// Refuses a file the rewrite cannot read whole: one with a deletion vector
+/// (its deleted rows would come back) or outside the table's folder (a
+/// shallow clone's).
+fn refuse_unreadable(table: &str, file: &LogicalFileView, path: &str) -> Result<(), DeltaSinkError> {
+    let feature = if file.deletion_vector_descriptor().is_some() {
+        format!(
+            "deletion vectors (data file {path} has one, and Update mode's rewrite of it would bring its deleted \
+             rows back)"
+        )
+    } else if crate::table::absolute_path(path) {
+        format!(
+            "data files outside the table's folder ({path}, as a shallow clone has), which Update mode would have \
+             to rewrite"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(DeltaSinkError::Unsupported {
+        table: table.to_string(),
+        feature,
+    })
 }
 
 /// Writes the rows a rewritten file keeps into a new file of its partition.
@@ -306,7 +365,7 @@ async fn read_file(
     })?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
         .and_then(|b| b.with_batch_size(READ_BATCH_ROWS).build())
-        .map_err(|source| DeltaSinkError::Parquet {
+        .map_err(|source| DeltaSinkError::Unreadable {
             table: table.to_string(),
             path: path.to_string(),
             source,
@@ -324,7 +383,7 @@ fn row_converter(table: &str, data: &SchemaRef) -> Result<RowConverter, DeltaSin
 }
 
 fn parquet_err<'a>(table: &'a str, path: &'a str) -> impl Fn(arrow_schema::ArrowError) -> DeltaSinkError + 'a {
-    move |e| DeltaSinkError::Parquet {
+    move |e| DeltaSinkError::Unreadable {
         table: table.to_string(),
         path: path.to_string(),
         source: e.into(),

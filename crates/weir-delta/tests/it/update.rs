@@ -13,7 +13,7 @@ use weir_core::prelude::*;
 use weir_core::source::RateSource;
 use weir_delta::{Compact, DeltaSink, DeltaSinkError};
 use weir_test_support::operators::CountByKey;
-use weir_test_support::readers::{python, read};
+use weir_test_support::readers::{alter, python, read};
 
 /// More groups than a batch of 50 rows changes: each batch replaces some
 /// rows of earlier files and leaves others, so small files build up for
@@ -144,4 +144,76 @@ async fn update_mode_whose_key_is_dropped_is_refused_before_the_table_is_made() 
     let refused = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<DeltaSinkError>());
     assert!(matches!(refused, Some(DeltaSinkError::NoUpdateKey { .. })), "{err:?}");
     assert!(!table.join("_delta_log").exists(), "no table was made");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_mode_whose_key_values_are_changed_after_the_aggregation_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    let chk = dir.path().join("chk");
+    let q = counted(10)
+        // Every group's key becomes 0: ten rows for one group.
+        .map_batches(|batch| {
+            let mut columns = batch.columns().to_vec();
+            columns[0] = Arc::new(Int64Array::from(vec![0; batch.num_rows()]));
+            Ok(RecordBatch::try_new(batch.schema(), columns)?)
+        })
+        .write_stream()
+        .output_mode(OutputMode::Update)
+        .checkpoint_location(&chk)
+        .stop_after_batch(BatchId(1))
+        .start(DeltaSink::try_new(table.to_str().unwrap()).unwrap())
+        .await
+        .unwrap();
+    let err = q.await_termination().await.expect_err("refused");
+    let refused = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<DeltaSinkError>());
+    assert!(
+        matches!(
+            refused,
+            Some(DeltaSinkError::DuplicateGroup {
+                rows: 10,
+                groups: 1,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_mode_into_an_append_only_table_is_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    // The table exists; another engine makes it append-only.
+    let first = counted(10)
+        .write_stream()
+        .output_mode(OutputMode::Update)
+        .checkpoint_location(dir.path().join("chk"))
+        .stop_after_batch(BatchId(0))
+        .start(DeltaSink::try_new(table.to_str().unwrap()).unwrap())
+        .await
+        .unwrap();
+    first.await_termination().await.unwrap();
+    let t = table.to_str().unwrap();
+    if alter(&["set-property", t, "delta.appendOnly", "true"]).is_none() {
+        return;
+    }
+    let before = std::fs::read_dir(table.join("_delta_log")).unwrap().count();
+    let q = counted(10)
+        .write_stream()
+        .output_mode(OutputMode::Update)
+        .checkpoint_location(dir.path().join("chk"))
+        .stop_after_batch(BatchId(1))
+        .start(DeltaSink::try_new(table.to_str().unwrap()).unwrap())
+        .await;
+    let err = match q {
+        Ok(q) => q.await_termination().await.expect_err("refused"),
+        Err(e) => e,
+    };
+    let refused = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<DeltaSinkError>());
+    assert!(
+        matches!(refused, Some(DeltaSinkError::Unsupported { feature, .. }) if feature.contains("appendOnly")),
+        "{err:?}"
+    );
+    assert_eq!(std::fs::read_dir(table.join("_delta_log")).unwrap().count(), before);
 }

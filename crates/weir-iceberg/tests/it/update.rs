@@ -149,3 +149,37 @@ async fn update_mode_whose_key_is_dropped_is_refused_before_the_table_is_made() 
     let table = catalog.load(&weir_iceberg::parse_ident(TABLE).unwrap()).await.unwrap();
     assert!(table.is_none(), "no table was made");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_mode_whose_key_values_are_changed_after_the_aggregation_is_refused() {
+    let h = sqlite_harness().await;
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().to_path_buf();
+    let q = counted(10)
+        // Every group's key becomes 0: ten rows for one group.
+        .map_batches(|batch| {
+            let mut columns = batch.columns().to_vec();
+            columns[0] = Arc::new(Int64Array::from(vec![0; batch.num_rows()]));
+            Ok(RecordBatch::try_new(batch.schema(), columns)?)
+        })
+        .write_stream()
+        .output_mode(OutputMode::Update)
+        .checkpoint_location(&chk)
+        .stop_after_batch(BatchId(1))
+        .start(h.sink_on(TABLE).await)
+        .await
+        .unwrap();
+    let err = q.await_termination().await.expect_err("refused");
+    let refused = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<IcebergSinkError>());
+    assert!(
+        matches!(
+            refused,
+            Some(IcebergSinkError::DuplicateGroup {
+                rows: 10,
+                groups: 1,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+}
