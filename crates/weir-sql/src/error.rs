@@ -53,6 +53,35 @@ pub enum SqlError {
         /// The operator.
         operator: String,
     },
+    /// The column `from_json` parses holds no text.
+    #[error("from_json: column {column:?} is {data_type}, not text")]
+    NotText {
+        /// The column.
+        column: String,
+        /// Its type.
+        data_type: arrow_schema::DataType,
+    },
+    /// A value `from_json` parses is not one JSON object of the schema's
+    /// types. The batch was not committed; a replay reads the same value.
+    #[error("from_json: row {row} of column {column:?} is not a JSON object of the schema ({reason}); it begins {excerpt:?}. Nothing of the batch was committed; a restart reads the same rows, so make the parsing permissive (malformed values become null) or fix the source")]
+    MalformedJson {
+        /// The column.
+        column: String,
+        /// The row within the record batch.
+        row: usize,
+        /// The parser's reason.
+        reason: String,
+        /// The value's first characters.
+        excerpt: String,
+    },
+    /// A step would give two columns one name.
+    #[error("{operator}: the output would have two columns named {column:?}")]
+    DuplicateColumn {
+        /// The step.
+        operator: String,
+        /// The name.
+        column: String,
+    },
     /// An Arrow operation failed.
     #[error("{context}: {source}")]
     Arrow {

@@ -199,3 +199,58 @@ async fn within_watermark_without_a_watermark_is_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("has no watermark"), "{err}");
 }
+
+#[tokio::test]
+async fn json_payloads_parse_into_columns_that_sql_reads() {
+    let chk = tempfile::tempdir().unwrap();
+    let table = MemorySink::new("t");
+    let payment = Arc::new(Schema::new(vec![
+        Field::new("merchant_id", DataType::Int64, false),
+        Field::new("amount", DataType::Float64, false),
+    ]));
+    // Each row a JSON object as a Kafka value would hold it.
+    let stream = read_stream(RateSource::rows_per_batch(50).with_total_rows(150))
+        .sql(
+            "SELECT event_id, concat('{\"merchant_id\": ', CAST(event_id % 4 AS VARCHAR), ', \"amount\": 2.5}') \
+             AS value FROM input",
+        )
+        .parse_json(weir_sql::FromJson::new("value", payment).flatten())
+        .filter("merchant_id = 3");
+    run(
+        stream
+            .write_stream()
+            .checkpoint_location(chk.path())
+            .trigger(Trigger::available_now()),
+        &table,
+    )
+    .await;
+    let rows = table.batches();
+    let ids = column(&rows, "event_id");
+    assert_eq!(ids, (0..150).filter(|i| i % 4 == 3).collect::<Vec<_>>());
+    assert_eq!(column(&rows, "merchant_id"), vec![3; ids.len()]);
+}
+
+#[tokio::test]
+async fn a_malformed_payload_stops_the_query_before_its_batch_is_committed() {
+    let chk = tempfile::tempdir().unwrap();
+    let table = MemorySink::new("t");
+    let payment = Arc::new(Schema::new(vec![Field::new("merchant_id", DataType::Int64, true)]));
+    let stream = read_stream(RateSource::rows_per_batch(50).with_total_rows(150))
+        // Row 120 (batch 2) is not JSON.
+        .sql(
+            "SELECT event_id, CASE WHEN event_id = 120 THEN 'oops' ELSE '{\"merchant_id\": 1}' END AS value \
+             FROM input",
+        )
+        .from_json("value", payment);
+    let q = stream
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::available_now())
+        .start(table.clone())
+        .await
+        .unwrap();
+    let err = q.await_termination().await.expect_err("malformed");
+    assert!(err.to_string().contains("row 20"), "{err}");
+    // Batches 0 and 1 landed, batch 2 did not.
+    assert_eq!(column(&table.batches(), "event_id"), (0..100).collect::<Vec<_>>());
+}
