@@ -255,8 +255,13 @@ async fn update_commits(rows: i64) {
     };
     let started = Instant::now();
     keyed_table(&source, rows, schema).await;
+    let files = std::fs::read_dir(&source)
+        .expect("table")
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "parquet"))
+        .count();
     println!(
-        "   a table of {rows} rows written in {:.1} s",
+        "   a table of {rows} rows in {files} files, written in {:.1} s",
         started.elapsed().as_secs_f64()
     );
     let clustered: Vec<Vec<i64>> = (0..UPDATE_BATCHES as i64)
