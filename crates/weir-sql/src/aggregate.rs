@@ -13,7 +13,7 @@ use std::time::Duration;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{
-    Array, ArrayRef, Float64Array, RecordBatch, TimestampMicrosecondArray, TimestampMillisecondArray,
+    Array, ArrayRef, Float64Array, Int64Array, RecordBatch, TimestampMicrosecondArray, TimestampMillisecondArray,
     TimestampNanosecondArray, TimestampSecondArray,
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -499,23 +499,21 @@ impl Aggregation {
         Ok(Arc::new(Schema::new(fields)))
     }
 
-    /// The window end of each state key, when grouped by window.
+    /// The state's keys whose window the watermark closed (its end at or
+    /// before the watermark), sorted. The key's first column is the
+    /// window's start, so these are the keys before the start
+    /// `watermark - size + 1`: found by comparing encoded bytes, without
+    /// decoding the state.
     fn closed_keys(&self, state: &KeyedState, watermark: i64) -> Result<Vec<Box<[u8]>>, BoxError> {
         let Some(w) = &self.window else {
             return Ok(Vec::new());
         };
-        let keys: Vec<&[u8]> = state.iter().map(|(k, _)| k).collect();
-        let columns = state.decode_keys(keys.iter().copied())?;
-        let Some(starts) = columns.first() else {
+        let Some(first_open) = watermark.checked_sub(w.size_ms()).and_then(|s| s.checked_add(1)) else {
             return Ok(Vec::new());
         };
-        let starts = starts.as_primitive::<Int64Type>();
-        let mut closed: Vec<Box<[u8]>> = keys
-            .iter()
-            .zip(starts.values())
-            .filter(|(_, s)| *s + w.size_ms() <= watermark)
-            .map(|(k, _)| Box::<[u8]>::from(*k))
-            .collect();
+        let bound = state.key_prefix(&[Arc::new(Int64Array::from(vec![first_open])) as ArrayRef])?;
+        let bound = bound.row(0);
+        let mut closed: Vec<Box<[u8]>> = state.keys_before(bound.as_ref()).map(Box::from).collect();
         closed.sort_unstable();
         Ok(closed)
     }

@@ -209,3 +209,41 @@ proptest! {
         })?;
     }
 }
+
+#[test]
+fn keys_before_a_prefix_are_those_whose_first_column_is_below_it() {
+    // Keys (start, name): every key with a start below 20, whatever its
+    // name, and no other.
+    let key = Arc::new(Schema::new(vec![
+        Field::new("start", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+    ]));
+    let value = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+    let mut state = KeyedState::new(StateSchema::new(key, value)).unwrap();
+    let starts: ArrayRef = Arc::new(Int64Array::from(vec![-5, 10, 19, 20, 20, 21]));
+    let names: ArrayRef = Arc::new(StringArray::from(vec![
+        Some("z"),
+        Some("a"),
+        None,
+        None,
+        Some(""),
+        Some("a"),
+    ]));
+    let keys = state.encode_keys(&[starts, names]).unwrap();
+    let values = state
+        .encode_values(&[Arc::new(Int64Array::from(vec![1; 6])) as ArrayRef])
+        .unwrap()
+        .unwrap();
+    for (k, v) in keys.iter().zip(values.iter()) {
+        state.put(k.data(), v.data());
+    }
+    let bound = state
+        .key_prefix(&[Arc::new(Int64Array::from(vec![20])) as ArrayRef])
+        .unwrap();
+    let bound = bound.row(0);
+    let below: Vec<&[u8]> = state.keys_before(bound.as_ref()).collect();
+    let columns = state.decode_keys(below.iter().copied()).unwrap();
+    let mut found: Vec<i64> = columns[0].as_primitive::<Int64Type>().values().to_vec();
+    found.sort_unstable();
+    assert_eq!(found, [-5, 10, 19]);
+}
