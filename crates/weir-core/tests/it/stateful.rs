@@ -196,6 +196,7 @@ async fn an_operator_cannot_change_under_a_checkpoint() {
         .await
         .unwrap();
     q.await_termination().await.unwrap();
+    let spy = Arc::new(PrepareSpy(table.clone(), std::sync::atomic::AtomicBool::new(false)));
     let renamed = read_stream(source.clone())
         .map_batches(with_key)
         .with_operator(CountByKey::new("totals", "k"))
@@ -203,13 +204,57 @@ async fn an_operator_cannot_change_under_a_checkpoint() {
         .query_name("counts")
         .checkpoint_location(chk.path())
         .output_mode(OutputMode::Complete)
-        .start(table)
+        .start_arc(spy.clone())
         .await
         .unwrap_err();
     assert!(
         renamed.to_string().contains("cannot change under one checkpoint"),
         "{renamed}"
     );
+    // Refused before the sink was prepared (which may create a table).
+    assert!(
+        !spy.1.load(std::sync::atomic::Ordering::SeqCst),
+        "the sink was prepared"
+    );
+}
+
+/// The memory sink, recording whether it was prepared.
+#[derive(Debug)]
+struct PrepareSpy(MemorySink, std::sync::atomic::AtomicBool);
+
+#[async_trait::async_trait]
+impl Sink for PrepareSpy {
+    fn identity(&self) -> weir_core::protocol::SinkIdentity {
+        self.0.identity()
+    }
+    fn check_output_mode(&self, mode: OutputMode) -> std::result::Result<(), weir_core::sink::ModeRefusal> {
+        self.0.check_output_mode(mode)
+    }
+    async fn prepare(&self, query: &weir_core::sink::QueryInfo) -> weir_core::Result<()> {
+        self.1.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.0.prepare(query).await
+    }
+    async fn marker(
+        &self,
+        name: &QueryName,
+        ids: &[QueryId],
+    ) -> weir_core::Result<Option<weir_core::protocol::SinkMarker>> {
+        self.0.marker(name, ids).await
+    }
+    fn create_writer(
+        &self,
+        b: &weir_core::sink::BatchContext,
+        p: usize,
+    ) -> weir_core::Result<Box<dyn weir_core::sink::DataWriter>> {
+        self.0.create_writer(b, p)
+    }
+    async fn commit(
+        &self,
+        b: &weir_core::sink::BatchContext,
+        m: Vec<weir_core::sink::CommitMessage>,
+    ) -> weir_core::Result<weir_core::sink::CommitOutcome> {
+        self.0.commit(b, m).await
+    }
 }
 
 fn event_schema() -> SchemaRef {
