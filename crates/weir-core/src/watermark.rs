@@ -102,6 +102,25 @@ impl Watermark {
     }
 }
 
+/// Where the next batch ends, given where the last ended (`start`), the
+/// source's latest offset, and the watermark the next batch would use
+/// against the last one's: at the latest offset when there are new rows;
+/// at `start` again when there are none but the watermark moved (a batch
+/// without data, so operators can close windows and forget state, as
+/// Spark runs one); else no batch.
+pub(crate) fn next_end<O: PartialEq + Clone>(
+    start: Option<&O>,
+    latest: Option<O>,
+    watermark_ms: i64,
+    last_watermark_ms: i64,
+) -> Option<O> {
+    match latest {
+        Some(end) if Some(&end) != start => Some(end),
+        _ if watermark_ms > last_watermark_ms => start.cloned(),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -140,5 +159,20 @@ mod tests {
         assert_eq!((kept.num_rows(), late), (2, 2));
         // No watermark yet: nothing is late.
         assert_eq!(wm.drop_late(batch, 0).unwrap().1, 0);
+    }
+
+    #[test]
+    fn a_batch_runs_for_new_rows_or_for_a_watermark_that_moved() {
+        // New rows: up to the latest offset, whatever the watermark.
+        assert_eq!(next_end(Some(&1), Some(5), 0, 0), Some(5));
+        assert_eq!(next_end(None, Some(5), 0, 0), Some(5));
+        // No new rows, the watermark moved: a batch without data.
+        assert_eq!(next_end(Some(&5), Some(5), 10, 0), Some(5));
+        assert_eq!(next_end(Some(&5), None, 10, 0), Some(5));
+        // Nothing read yet: nothing to close either.
+        assert_eq!(next_end::<i32>(None, None, 10, 0), None);
+        // No new rows, the watermark stayed (or would go back): no batch.
+        assert_eq!(next_end(Some(&5), Some(5), 10, 10), None);
+        assert_eq!(next_end(Some(&5), Some(5), 9, 10), None);
     }
 }

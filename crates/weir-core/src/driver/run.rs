@@ -468,12 +468,9 @@ impl Driver {
             .stateful
             .as_ref()
             .map_or(0, |s| s.next_watermark(self.last_watermark));
-        let end = match source.latest_offset(start.as_ref(), limit).await? {
-            Some(end) if Some(&end) != start.as_ref() => end,
-            // No new rows, but the watermark moved: a batch without data
-            // lets the operators close windows and forget state.
-            _ if watermark_ms > self.last_watermark && start.is_some() => start.clone().expect("checked"),
-            _ => return Ok(None),
+        let latest = source.latest_offset(start.as_ref(), limit).await?;
+        let Some(end) = crate::watermark::next_end(start.as_ref(), latest, watermark_ms, self.last_watermark) else {
+            return Ok(None);
         };
         let batch_id = self.next_batch;
         let entry = OffsetEntry {
