@@ -80,8 +80,8 @@ pub trait StreamSqlExt: Sized {
         self.sql(format!("SELECT {} FROM {INPUT}", list.join(", ")))
     }
 
-    /// Adds (or replaces) the column `name` computed by the SQL expression
-    /// `expression`.
+    /// Adds the column `name` computed by the SQL expression `expression`,
+    /// last; or replaces the column of that name, in its place.
     fn with_column(self, name: &str, expression: &str) -> ReadStream;
 
     /// Replaces the string column `column` with the struct of `schema`'s
@@ -150,22 +150,25 @@ impl StreamSqlExt for ReadStream {
     fn with_column(self, name: &str, expression: &str) -> ReadStream {
         let schema = self.schema().ok();
         let replaces = schema.as_ref().is_some_and(|s| s.index_of(name).is_ok());
-        let others = if replaces {
-            let kept: Vec<String> = schema
+        let new = format!("{expression} AS {}", quoted(name));
+        let list = if replaces {
+            // The new column takes the old one's place.
+            let columns: Vec<String> = schema
                 .iter()
                 .flat_map(|s| s.fields().iter())
-                .filter(|f| f.name() != name)
-                .map(|f| quoted(f.name()))
+                .map(|f| {
+                    if f.name() == name {
+                        new.clone()
+                    } else {
+                        quoted(f.name())
+                    }
+                })
                 .collect();
-            if kept.is_empty() {
-                String::new()
-            } else {
-                format!("{}, ", kept.join(", "))
-            }
+            columns.join(", ")
         } else {
-            "*, ".to_string()
+            format!("*, {new}")
         };
-        self.sql(format!("SELECT {others}{expression} AS {} FROM {INPUT}", quoted(name)))
+        self.sql(format!("SELECT {list} FROM {INPUT}"))
     }
 
     fn parse_json(self, parser: FromJson) -> ReadStream {

@@ -254,3 +254,21 @@ async fn a_malformed_payload_stops_the_query_before_its_batch_is_committed() {
     // Batches 0 and 1 landed, batch 2 did not.
     assert_eq!(column(&table.batches(), "event_id"), (0..100).collect::<Vec<_>>());
 }
+
+#[test]
+fn with_column_replaces_a_column_in_its_place_and_adds_a_new_one_last() {
+    let names = |stream: ReadStream| -> Vec<String> {
+        stream
+            .schema()
+            .unwrap()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
+    };
+    let rate = || read_stream(RateSource::rows_per_batch(10));
+    let replaced = rate().with_column("account_id", "account_id % 10");
+    assert_eq!(names(replaced), ["event_id", "ts", "account_id", "amount"]);
+    let added = rate().with_column("double", "event_id * 2");
+    assert_eq!(names(added), ["event_id", "ts", "account_id", "amount", "double"]);
+}
