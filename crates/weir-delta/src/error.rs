@@ -109,8 +109,8 @@ pub enum DeltaSinkError {
     },
 
     /// Two live files' paths are spelled apart in the log but decode to one
-    /// path, so a compaction cannot tell their removals apart.
-    #[error("Delta table {table}: two live files, {first} and {second}, have the same path decoded; compaction cannot tell their removals apart, and nothing was changed")]
+    /// path, so a removal of one cannot be told from a removal of the other.
+    #[error("Delta table {table}: two live files, {first} and {second}, have the same path decoded; a commit that removes files (compaction, Complete or Update mode) cannot tell their removals apart, and nothing was changed")]
     SamePathDecoded {
         table: String,
         first: String,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::{new_null_array, Array, ArrayRef, RecordBatch, StringArray, StructArray};
+use arrow_array::{new_null_array, Array, RecordBatch, StringArray, StructArray};
 use arrow_buffer::NullBuffer;
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
 
@@ -37,8 +37,9 @@ const EXCERPT: usize = 120;
 ///   keeps the text; [`FromJson::flatten`] puts its fields in the text's
 ///   place (as `SELECT data.*` would).
 /// - Every parsed field is nullable: a JSON object without a field gives
-///   null there; fields the schema does not name are ignored. A null or
-///   empty text gives a null struct (null fields when flattened).
+///   null there; fields the schema does not name are ignored. A null text,
+///   an empty one or the JSON literal `null` gives a null struct (null
+///   fields when flattened).
 /// - A value that is not one JSON object of the schema's types (bad JSON,
 ///   an array, a string where a number goes) fails the batch with an error
 ///   naming the row, the reason and the start of the value: nothing of the
@@ -76,7 +77,8 @@ impl FromJson {
         }
     }
 
-    /// Adds the struct column `name` and keeps the text column.
+    /// Adds the struct column `name` (replacing a column of that name) and
+    /// keeps the text column.
     pub fn into_column(mut self, name: impl Into<String>) -> Self {
         self.output = Output::Column(name.into());
         self
@@ -139,12 +141,9 @@ impl FromJson {
                 }
             }
             Output::Flatten => {
-                let (_, parsed_columns, nulls) = parsed.into_parts();
-                // A null struct's fields are null.
-                let parsed_columns = parsed_columns
-                    .into_iter()
-                    .map(|c| with_nulls(c, nulls.as_ref()))
-                    .collect::<Result<Vec<_>, _>>()?;
+                // A null struct's fields are null already (a blank text
+                // decodes as `{}`, a malformed one as a null row).
+                let (_, parsed_columns, _) = parsed.into_parts();
                 fields.splice(at..=at, self.fields.iter().cloned());
                 columns.splice(at..=at, parsed_columns);
             }
@@ -159,24 +158,19 @@ impl FromJson {
         RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(arrow_err("build the parsed rows"))
     }
 
-    /// One struct per text: all at once, or row by row when some text is
-    /// malformed (or holds more than one value).
+    /// One struct per text: through one decoder, checked after each text
+    /// to have given exactly one whole object; else text by text, to name
+    /// the malformed one (or null it).
     fn parse(&self, text: &StringArray) -> Result<StructArray, SqlError> {
-        let blank = |i: usize| text.is_null(i) || text.value(i).trim().is_empty();
-        let mut joined = Vec::with_capacity(text.value_data().len() + 3 * text.len());
-        for i in 0..text.len() {
-            if blank(i) {
-                joined.extend_from_slice(b"{}");
-            } else {
-                joined.extend_from_slice(text.value(i).as_bytes());
+        let blank = |i: usize| {
+            text.is_null(i) || {
+                let t = text.value(i).trim_matches(|c: char| c.is_ascii_whitespace());
+                t.is_empty() || t == "null"
             }
-            joined.push(b'\n');
-        }
+        };
         let valid: Vec<bool> = (0..text.len()).map(|i| !blank(i)).collect();
-        if let Ok(Some(rows)) = self.decode(&joined, text.len()) {
-            if rows.num_rows() == text.len() {
-                return self.to_struct(rows, valid);
-            }
+        if let Some(rows) = self.decode_aligned(text, &valid) {
+            return self.to_struct(rows, valid);
         }
         // Some text is malformed: each alone, to name it (or null it).
         let mut valid = valid;
@@ -187,15 +181,7 @@ impl FromJson {
                 continue;
             }
             let value = text.value(i);
-            let one = match self.decode(value.as_bytes(), 1) {
-                Ok(Some(r)) if r.num_rows() == 1 => Ok(r),
-                Ok(r) => Err(format!(
-                    "it holds {} JSON values, not one object",
-                    r.map_or(0, |r| r.num_rows())
-                )),
-                Err(e) => Err(e.to_string()),
-            };
-            match one {
+            match self.decode_one(value.as_bytes()) {
                 Ok(r) => rows.push(r),
                 Err(_) if self.permissive => {
                     *ok = false;
@@ -216,21 +202,40 @@ impl FromJson {
         self.to_struct(all, valid)
     }
 
-    /// The rows of the JSON values in `bytes`.
-    fn decode(&self, bytes: &[u8], rows: usize) -> Result<Option<RecordBatch>, arrow_schema::ArrowError> {
+    /// Every text through one decoder, `{}` for a blank one; `None` unless
+    /// each gave exactly one whole object (a value may not run into the
+    /// next text, nor two share one).
+    fn decode_aligned(&self, text: &StringArray, valid: &[bool]) -> Option<RecordBatch> {
         let schema = Arc::new(Schema::new(self.fields.clone()));
         let mut decoder = arrow_json::ReaderBuilder::new(schema)
-            .with_batch_size(rows.max(1) + 1)
-            .build_decoder()?;
-        let mut rest = bytes;
-        while !rest.is_empty() {
-            let read = decoder.decode(rest)?;
-            if read == 0 {
-                break;
+            .with_batch_size(text.len().max(1) + 1)
+            .build_decoder()
+            .ok()?;
+        for (i, ok) in valid.iter().enumerate() {
+            let bytes: &[u8] = if *ok { text.value(i).as_bytes() } else { b"{}" };
+            let read = decoder.decode(bytes).ok()?;
+            if read != bytes.len() || decoder.len() != i + 1 || decoder.has_partial_record() {
+                return None;
             }
-            rest = &rest[read..];
         }
-        decoder.flush()
+        decoder.flush().ok()?.filter(|rows| rows.num_rows() == text.len())
+    }
+
+    /// The one object `bytes` hold, or why they are not one.
+    fn decode_one(&self, bytes: &[u8]) -> Result<RecordBatch, String> {
+        let schema = Arc::new(Schema::new(self.fields.clone()));
+        let mut decoder = arrow_json::ReaderBuilder::new(schema)
+            .with_batch_size(2)
+            .build_decoder()
+            .map_err(|e| e.to_string())?;
+        let read = decoder.decode(bytes).map_err(|e| e.to_string())?;
+        if read != bytes.len() || decoder.len() != 1 || decoder.has_partial_record() {
+            return Err("it is not exactly one whole JSON object".into());
+        }
+        match decoder.flush().map_err(|e| e.to_string())? {
+            Some(rows) if rows.num_rows() == 1 => Ok(rows),
+            _ => Err("it is not exactly one whole JSON object".into()),
+        }
     }
 
     fn null_row(&self) -> RecordBatch {
@@ -245,15 +250,6 @@ impl FromJson {
     }
 }
 
-/// `column` with its rows null where `nulls` says so as well.
-fn with_nulls(column: ArrayRef, nulls: Option<&NullBuffer>) -> Result<ArrayRef, SqlError> {
-    let Some(nulls) = nulls else { return Ok(column) };
-    let mask = arrow_array::BooleanArray::from(nulls.inner().clone());
-    let null = new_null_array(column.data_type(), 1);
-    let null = arrow_array::Scalar::new(null);
-    arrow_select::zip::zip(&mask, &column, &null).map_err(arrow_err("null the fields of null structs"))
-}
-
 fn arrow_err(context: &'static str) -> impl Fn(arrow_schema::ArrowError) -> SqlError {
     move |source| SqlError::Arrow {
         context: context.to_string(),
@@ -264,7 +260,7 @@ fn arrow_err(context: &'static str) -> impl Fn(arrow_schema::ArrowError) -> SqlE
 #[cfg(test)]
 mod tests {
     use arrow_array::types::Int64Type;
-    use arrow_array::Int64Array;
+    use arrow_array::{ArrayRef, Int64Array};
 
     use super::*;
 
@@ -331,7 +327,13 @@ mod tests {
 
     #[test]
     fn a_malformed_value_fails_the_batch_naming_its_row_or_is_null_when_permissive() {
-        for bad in [r#"{"merchant_id": "#, "[1, 2]", r#"{"merchant_id": "seven"}"#, "{} {}"] {
+        for bad in [
+            r#"{"merchant_id": "#,
+            "[1, 2]",
+            r#"{"merchant_id": "seven"}"#,
+            "{} {}",
+            "}",
+        ] {
             let rows = batch(vec![
                 Some(r#"{"merchant_id": 1}"#),
                 Some(bad),
@@ -364,5 +366,33 @@ mod tests {
             FromJson::new("body", clash).flatten().apply(&rows),
             Err(SqlError::DuplicateColumn { .. })
         ));
+    }
+
+    #[test]
+    fn a_value_running_into_the_next_text_is_never_taken_for_two_rows() {
+        // Three malformed texts whose values would balance out if decoded
+        // together: the first is unfinished, the second closes it, the
+        // third holds two objects.
+        let rows = batch(vec![
+            Some(r#"{"merchant_id": 1"#),
+            Some("}"),
+            Some(r#"{"merchant_id": 2}{"merchant_id": 3}"#),
+        ]);
+        assert!(matches!(
+            FromJson::new("body", payment()).apply(&rows),
+            Err(SqlError::MalformedJson { row: 0, .. })
+        ));
+        let out = FromJson::new("body", payment()).permissive().apply(&rows).unwrap();
+        let body = out.column(1).as_struct();
+        assert_eq!(body.null_count(), 3);
+    }
+
+    #[test]
+    fn the_json_literal_null_is_a_null_struct() {
+        let rows = batch(vec![Some("null"), Some(r#"{"merchant_id": 4}"#)]);
+        let out = FromJson::new("body", payment()).apply(&rows).unwrap();
+        let body = out.column(1).as_struct();
+        assert!(body.is_null(0) && body.is_valid(1));
+        assert_eq!(merchants(body.column(0)), [None, Some(4)]);
     }
 }

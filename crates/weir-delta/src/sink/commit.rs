@@ -115,8 +115,8 @@ impl TableCommit for DeltaCommit<'_> {
             self.delete_lost().await;
             return Ok(None);
         }
-        // Which try landed is not known: the others' rewrites stay, as
-        // orphans for vacuum, never as a deleted live file.
+        // A lost try's rewrites are deleted at the start of the next try,
+        // so what is left is the last try's: the one that landed.
         self.lost.clear();
         self.sink.maybe_compact(self.files.len());
         Ok(Some(None))
@@ -150,9 +150,16 @@ impl TableCommit for DeltaCommit<'_> {
             });
         }
         let on = base.full.as_ref().unwrap_or(table);
-        let mut actions = sink
-            .actions(on, ctx, &self.files, &base.layout)
-            .map_err(|e| self.core(e))?;
+        let mut actions = match sink.actions(on, ctx, &self.files, &base.layout) {
+            Ok(actions) => actions,
+            Err(e) => {
+                // Nothing was sent: the try's rewrites are in no commit.
+                if let Ok(Prepared { store, .. }) = sink.prepared() {
+                    delete_files(&store, &rewrite.adds).await;
+                }
+                return Err(self.core(e));
+            }
+        };
         actions.extend(rewrite.removes.iter().cloned().map(Action::Remove));
         actions.extend(rewrite.adds.iter().map(|f| entry::add(f, true)));
         match sink.try_commit(on, ctx, actions).await {

@@ -110,14 +110,28 @@ impl Keys {
         let data = Arc::new(Schema::new(fields));
         let converter = row_converter(table, &data)?;
         let mut batches: HashMap<Vec<Option<String>>, Vec<RecordBatch>> = HashMap::new();
+        let mut rows_by_partition: HashMap<Vec<Option<String>>, usize> = HashMap::new();
         for file in new {
             let values: Vec<Option<String>> = partition
                 .iter()
                 .map(|c| file.partition_values.get(c).cloned().flatten())
                 .collect();
+            if data.fields().is_empty() {
+                // The key is the partition: the file's place says it all,
+                // and one row a partition is one row a group.
+                let n = rows_by_partition.entry(values.clone()).or_insert(0usize);
+                *n += usize::try_from(file.rows).unwrap_or(0);
+                if *n > 1 {
+                    return Err(DeltaSinkError::DuplicateGroup {
+                        table: table.to_string(),
+                        columns: key.to_vec(),
+                        rows: *n,
+                        groups: 1,
+                    });
+                }
+            }
             let rows = batches.entry(values).or_default();
             if data.fields().is_empty() {
-                // The key is the partition: the file's place says it all.
                 continue;
             }
             for batch in read_file(table, store, &file.path).await? {

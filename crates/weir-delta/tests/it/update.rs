@@ -148,36 +148,43 @@ async fn update_mode_whose_key_is_dropped_is_refused_before_the_table_is_made() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn update_mode_whose_key_values_are_changed_after_the_aggregation_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let table = dir.path().join("t");
-    let chk = dir.path().join("chk");
-    let q = counted(10)
-        // Every group's key becomes 0: ten rows for one group.
-        .map_batches(|batch| {
-            let mut columns = batch.columns().to_vec();
-            columns[0] = Arc::new(Int64Array::from(vec![0; batch.num_rows()]));
-            Ok(RecordBatch::try_new(batch.schema(), columns)?)
-        })
-        .write_stream()
-        .output_mode(OutputMode::Update)
-        .checkpoint_location(&chk)
-        .stop_after_batch(BatchId(1))
-        .start(DeltaSink::try_new(table.to_str().unwrap()).unwrap())
-        .await
-        .unwrap();
-    let err = q.await_termination().await.expect_err("refused");
-    let refused = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<DeltaSinkError>());
-    assert!(
-        matches!(
-            refused,
-            Some(DeltaSinkError::DuplicateGroup {
-                rows: 10,
-                groups: 1,
-                ..
+    // Unpartitioned (the keys read back from the batch's files), and
+    // partitioned by the key (counted by each partition's rows).
+    for partitioned in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let table = dir.path().join("t");
+        let mut sink = DeltaSink::try_new(table.to_str().unwrap()).unwrap();
+        if partitioned {
+            sink = sink.with_partition_by(["event_id"]);
+        }
+        let q = counted(10)
+            // Every group's key becomes 0: ten rows for one group.
+            .map_batches(|batch| {
+                let mut columns = batch.columns().to_vec();
+                columns[0] = Arc::new(Int64Array::from(vec![0; batch.num_rows()]));
+                Ok(RecordBatch::try_new(batch.schema(), columns)?)
             })
-        ),
-        "{err:?}"
-    );
+            .write_stream()
+            .output_mode(OutputMode::Update)
+            .checkpoint_location(dir.path().join("chk"))
+            .stop_after_batch(BatchId(1))
+            .start(sink)
+            .await
+            .unwrap();
+        let err = q.await_termination().await.expect_err("refused");
+        let refused = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<DeltaSinkError>());
+        assert!(
+            matches!(
+                refused,
+                Some(DeltaSinkError::DuplicateGroup {
+                    rows: 10,
+                    groups: 1,
+                    ..
+                })
+            ),
+            "partitioned {partitioned}: {err:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
