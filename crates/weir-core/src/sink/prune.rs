@@ -12,7 +12,8 @@ use arrow_ord::cmp::{gt_eq, lt_eq};
 ///
 /// `keys` holds one array per key column (row `i` of each is group `i`);
 /// `bounds` one (lower, upper) pair per key column, each a one-element
-/// array or `None` where the file has none. A bound is compared in its own
+/// array or `None` where the file has none (a null bound counts as none). A
+/// bound is compared in its own
 /// type, into which the key is cast (milliseconds into microseconds, exact);
 /// a key that does not cast rules nothing out on that column. So do a null
 /// key and a float column (bounds leave NaN out, and NaN compares as no
@@ -24,7 +25,10 @@ pub fn may_hold(keys: &[ArrayRef], bounds: &[(Option<ArrayRef>, Option<ArrayRef>
             continue;
         }
         for (bound, is_lower) in [(lower, true), (upper, false)] {
-            let Some(bound) = bound else { continue };
+            // A null bound is no bound.
+            let Some(bound) = bound.as_ref().filter(|b| b.len() == 1 && b.is_valid(0)) else {
+                continue;
+            };
             let Ok(column) = arrow_cast::cast(column, bound.data_type()) else {
                 continue;
             };
@@ -71,6 +75,8 @@ mod tests {
         assert!(!may_hold(&keys, &[range(6, 49)]));
         assert!(!may_hold(&keys, &[range(51, 99)]));
         assert!(may_hold(&keys, &[(None, None)]));
+        let null = || Some(longs(vec![None]));
+        assert!(may_hold(&keys, &[(null(), null())]));
         assert!(may_hold(&keys, &[(None, Some(longs(vec![Some(5)])))]));
         assert!(!may_hold(&keys, &[(None, Some(longs(vec![Some(4)])))]));
     }

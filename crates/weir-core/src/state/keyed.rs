@@ -169,9 +169,16 @@ impl KeyedState {
     /// sort before the prefix's values, so [`KeyedState::keys_before`]
     /// can find every key whose first column is below a bound.
     pub fn key_prefix(&self, columns: &[ArrayRef]) -> Result<Rows, ArrowError> {
-        let fields = &self.schema.key.fields()[..columns.len().min(self.schema.key.fields().len())];
-        let converter = RowConverter::new(fields.iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
-        converter.convert_columns(columns)
+        let fields = self.schema.key.fields();
+        if columns.len() > fields.len() {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "a key prefix of {} columns for a key of {}",
+                columns.len(),
+                fields.len()
+            )));
+        }
+        // Encoded as the whole key's leading columns are.
+        converter(&Schema::new(fields[..columns.len()].to_vec()))?.convert_columns(columns)
     }
 
     /// Every key that sorts before `bound` (a [`KeyedState::key_prefix`]

@@ -67,9 +67,7 @@ pub(super) fn check_key(
     key: &[String],
 ) -> Result<(), DeltaSinkError> {
     for column in key.iter().filter(|c| partition_columns.contains(c)) {
-        let string = schema
-            .field_with_name(column)
-            .is_ok_and(|f| matches!(f.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View));
+        let string = schema.field_with_name(column).is_ok_and(|f| is_string(f.data_type()));
         if string {
             return Err(DeltaSinkError::Unsupported {
                 table: table.to_string(),
@@ -82,6 +80,14 @@ pub(super) fn check_key(
         }
     }
     Ok(())
+}
+
+fn is_string(data_type: &DataType) -> bool {
+    match data_type {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
+        DataType::Dictionary(_, values) => is_string(values),
+        _ => false,
+    }
 }
 
 impl Keys {
@@ -414,4 +420,37 @@ fn stat_of(stats: &Stat, column: &str) -> Option<ArrayRef> {
         return None;
     }
     value.to_array(1).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_schema::Field;
+
+    use super::*;
+
+    #[test]
+    fn a_string_key_that_is_a_partition_column_is_refused() {
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("merchant", DataType::Utf8, true),
+            Field::new(
+                "code",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                true,
+            ),
+            Field::new("day", DataType::Int64, true),
+        ]));
+        let key = |c: &[&str]| c.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let check = |partitions: &[&str], k: &[&str]| check_key("t", &key(partitions), &schema, &key(k));
+        assert!(matches!(
+            check(&["merchant"], &["merchant", "day"]),
+            Err(DeltaSinkError::Unsupported { .. })
+        ));
+        assert!(matches!(
+            check(&["code"], &["code"]),
+            Err(DeltaSinkError::Unsupported { .. })
+        ));
+        // A string key in the files, or an integer key as the partition: fine.
+        assert!(check(&["day"], &["merchant", "day"]).is_ok());
+        assert!(check(&[], &["merchant"]).is_ok());
+    }
 }
