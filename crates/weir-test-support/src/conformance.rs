@@ -8,9 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
-use arrow_array::{Int64Array, RecordBatch};
+use arrow_array::RecordBatch;
 use async_trait::async_trait;
 use futures::TryStreamExt;
 use weir_core::crash::{CrashPoint, CrashPoints};
@@ -112,15 +110,7 @@ pub async fn update_mode_is_honoured_or_refused(h: &dyn SinkHarness) {
 /// the mode is refused.
 pub async fn update_mode_replaces_or_logs_changed_groups(h: &dyn SinkHarness) {
     let chk = tempfile::tempdir().expect("tempdir");
-    let stream = read_stream(RateSource::rows_per_batch(ROWS))
-        .map_batches(|batch| {
-            let ids = batch.column(0).as_primitive::<Int64Type>();
-            let buckets: Int64Array = ids.unary(|id| id % 7);
-            let mut columns = batch.columns().to_vec();
-            columns[0] = Arc::new(buckets);
-            Ok(RecordBatch::try_new(batch.schema(), columns)?)
-        })
-        .with_operator(CountByKey::new("ids", "event_id"));
+    let stream = crate::operators::counted_groups(ROWS, 7);
     let writer = query_of(stream, chk.path()).output_mode(OutputMode::Update);
     if h.sink().await.check_output_mode(OutputMode::Update).is_err() {
         let result = run_to(h, writer, 2).await;

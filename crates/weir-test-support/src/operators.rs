@@ -130,3 +130,35 @@ impl StatefulOperator for CountByKey {
         Ok(vec![self.output(state, &keys)?])
     }
 }
+
+/// The rate source (`rows_per_batch` rows a batch) with its ids taken
+/// modulo `groups`, counted by group with [`CountByKey`] in `event_id` and
+/// `count`: with more rows a batch than groups, every batch changes groups
+/// earlier batches wrote, which Update mode must replace.
+pub fn counted_groups(rows_per_batch: u64, groups: i64) -> weir_core::ReadStream {
+    weir_core::read_stream(weir_core::source::RateSource::rows_per_batch(rows_per_batch))
+        .map_batches(move |batch| {
+            let ids: Int64Array = batch.column(0).as_primitive::<Int64Type>().unary(|id| id % groups);
+            let mut columns = batch.columns().to_vec();
+            columns[0] = Arc::new(ids);
+            Ok(RecordBatch::try_new(batch.schema(), columns)?)
+        })
+        .with_operator(CountByKey::new("groups", "event_id"))
+}
+
+/// `[group, count]` of every group of the ids `0..rows`, as
+/// [`counted_groups`] counts them, sorted.
+pub fn expected_group_counts(rows: i64, groups: i64) -> Vec<Vec<i64>> {
+    (0..groups)
+        .map(|g| vec![g, (0..rows).filter(|id| id % groups == g).count() as i64])
+        .filter(|r| r[1] > 0)
+        .collect()
+}
+
+/// The error of a query that must fail, whether at its start or as it runs.
+pub async fn query_error(started: weir_core::Result<weir_core::StreamingQuery>) -> weir_core::Error {
+    match started {
+        Ok(q) => q.await_termination().await.expect_err("the query fails"),
+        Err(e) => e,
+    }
+}

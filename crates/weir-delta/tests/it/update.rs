@@ -6,13 +6,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
 use arrow_array::{Int64Array, RecordBatch};
 use weir_core::prelude::*;
-use weir_core::source::RateSource;
 use weir_delta::{Compact, DeltaSink, DeltaSinkError};
-use weir_test_support::operators::CountByKey;
+use weir_test_support::operators::{counted_groups, expected_group_counts, query_error};
 use weir_test_support::readers::{alter, python, read};
 
 /// More groups than a batch of 50 rows changes: each batch replaces some
@@ -20,24 +17,12 @@ use weir_test_support::readers::{alter, python, read};
 /// compaction.
 const GROUPS: i64 = 97;
 
-/// The rate source's ids taken modulo [`GROUPS`], counted by group.
 fn counted(rows_per_batch: u64) -> ReadStream {
-    read_stream(RateSource::rows_per_batch(rows_per_batch))
-        .map_batches(|batch| {
-            let ids: Int64Array = batch.column(0).as_primitive::<Int64Type>().unary(|id| id % GROUPS);
-            let mut columns = batch.columns().to_vec();
-            columns[0] = Arc::new(ids);
-            Ok(RecordBatch::try_new(batch.schema(), columns)?)
-        })
-        .with_operator(CountByKey::new("groups", "event_id"))
+    counted_groups(rows_per_batch, GROUPS)
 }
 
-/// [group, count] of the groups of the ids `0..rows`.
 fn expected_counts(rows: i64) -> Vec<Vec<i64>> {
-    (0..GROUPS)
-        .map(|g| vec![g, (0..rows).filter(|id| id % GROUPS == g).count() as i64])
-        .filter(|r| r[1] > 0)
-        .collect()
+    expected_group_counts(rows, GROUPS)
 }
 
 /// The table's [group, count] rows by `reader`.
@@ -137,10 +122,7 @@ async fn update_mode_whose_key_is_dropped_is_refused_before_the_table_is_made() 
         .stop_after_batch(BatchId(1))
         .start(DeltaSink::try_new(table.to_str().unwrap()).unwrap())
         .await;
-    let err = match q {
-        Ok(q) => q.await_termination().await.expect_err("refused"),
-        Err(e) => e,
-    };
+    let err = query_error(q).await;
     let refused = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<DeltaSinkError>());
     assert!(matches!(refused, Some(DeltaSinkError::NoUpdateKey { .. })), "{err:?}");
     assert!(!table.join("_delta_log").exists(), "no table was made");
@@ -213,10 +195,7 @@ async fn update_mode_into_an_append_only_table_is_refused_before_anything_is_wri
         .stop_after_batch(BatchId(1))
         .start(DeltaSink::try_new(table.to_str().unwrap()).unwrap())
         .await;
-    let err = match q {
-        Ok(q) => q.await_termination().await.expect_err("refused"),
-        Err(e) => e,
-    };
+    let err = query_error(q).await;
     let refused = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<DeltaSinkError>());
     assert!(
         matches!(refused, Some(DeltaSinkError::Unsupported { feature, .. }) if feature.contains("appendOnly")),

@@ -5,13 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
 use arrow_array::{Int64Array, RecordBatch};
 use weir_core::prelude::*;
-use weir_core::source::RateSource;
 use weir_iceberg::{Catalog, Compact, IcebergSinkError};
-use weir_test_support::operators::CountByKey;
+use weir_test_support::operators::{counted_groups, expected_group_counts, query_error};
 use weir_test_support::readers::{iceberg, python};
 
 use crate::conformance::{sqlite_harness, SqlHarness};
@@ -23,24 +20,12 @@ const TABLE: &str = "silver.counts";
 /// compaction.
 const GROUPS: i64 = 97;
 
-/// The rate source's ids taken modulo [`GROUPS`], counted by group.
 fn counted(rows_per_batch: u64) -> ReadStream {
-    read_stream(RateSource::rows_per_batch(rows_per_batch))
-        .map_batches(|batch| {
-            let ids: Int64Array = batch.column(0).as_primitive::<Int64Type>().unary(|id| id % GROUPS);
-            let mut columns = batch.columns().to_vec();
-            columns[0] = Arc::new(ids);
-            Ok(RecordBatch::try_new(batch.schema(), columns)?)
-        })
-        .with_operator(CountByKey::new("groups", "event_id"))
+    counted_groups(rows_per_batch, GROUPS)
 }
 
-/// [group, count] of the groups of the ids `0..rows`.
 fn expected_counts(rows: i64) -> Vec<Vec<i64>> {
-    (0..GROUPS)
-        .map(|g| vec![g, (0..rows).filter(|id| id % GROUPS == g).count() as i64])
-        .filter(|r| r[1] > 0)
-        .collect()
+    expected_group_counts(rows, GROUPS)
 }
 
 fn counts_by(reader: &str, h: &SqlHarness) -> Vec<Vec<i64>> {
@@ -139,10 +124,7 @@ async fn update_mode_whose_key_is_dropped_is_refused_before_the_table_is_made() 
         .stop_after_batch(BatchId(1))
         .start(h.sink_on(TABLE).await)
         .await;
-    let err = match q {
-        Ok(q) => q.await_termination().await.expect_err("refused"),
-        Err(e) => e,
-    };
+    let err = query_error(q).await;
     let refused = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<IcebergSinkError>());
     assert!(matches!(refused, Some(IcebergSinkError::NoUpdateKey { .. })), "{err:?}");
     let catalog: Arc<dyn Catalog> = h.catalog().await;
