@@ -26,7 +26,7 @@
 //!
 //! `cargo bench -p weir-benches --bench stateful` (env `WEIR_BENCH_ROWS`,
 //! default 10,000,000, scales parts 1 and 3; `WEIR_BENCH_PARTS=1,2,3` picks
-//! parts).
+//! parts; `WEIR_BENCH_KEYS=100000,1000` picks part 1's key counts).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -323,7 +323,14 @@ async fn main() {
         // 100k keys: at a row a millisecond nearly every row is a group of
         // its own, so each batch changes about as many state keys as it has
         // rows; 1k keys: each group gathers rows.
-        for keys in [100_000, 1_000] {
+        let key_counts: Vec<i64> = match std::env::var("WEIR_BENCH_KEYS") {
+            Ok(v) => v
+                .split(',')
+                .map(|k| k.trim().parse().expect("WEIR_BENCH_KEYS: numbers"))
+                .collect(),
+            Err(_) => vec![100_000, 1_000],
+        };
+        for keys in key_counts {
             println!(
                 "1. windowed aggregation of {rows} rows ({keys} keys, one-minute windows), micro-batches of {batch} rows"
             );

@@ -21,10 +21,11 @@ use async_trait::async_trait;
 use datafusion::arrow::compute::{cast, cast_with_options, CastOptions};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use weir_core::operator::{OperatorContext, OperatorKind, StatefulOperator};
+use weir_core::operator::{OperatorContext, OperatorKind, StateContext, StatefulOperator};
 use weir_core::state::{KeyedState, StateSchema};
 use weir_core::{BoxError, OutputMode};
 
+use crate::bins;
 use crate::error::SqlError;
 use crate::window::{Window, WINDOW_END, WINDOW_START};
 use crate::{quoted, INPUT};
@@ -499,24 +500,119 @@ impl Aggregation {
         Ok(Arc::new(Schema::new(fields)))
     }
 
-    /// The state's keys whose window the watermark closed (its end at or
-    /// before the watermark), sorted. The key's first column is the
-    /// window's start, so these are the keys before the start
-    /// `watermark - size + 1`: found by comparing encoded bytes, without
-    /// decoding the state.
-    fn closed_keys(&self, state: &KeyedState, watermark: i64) -> Result<Vec<Box<[u8]>>, BoxError> {
+    /// Removes the groups whose window the watermark closed (its end at
+    /// or before the watermark) and returns their partial rows, sorted by
+    /// key. The key's first column is the window's start, so these are the
+    /// keys before the start `watermark - size + 1`: found by comparing
+    /// encoded bytes, without decoding the state.
+    fn take_closed(&self, state: &mut KeyedState, watermark: i64) -> Result<Option<RecordBatch>, BoxError> {
         let Some(w) = &self.window else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
         let Some(first_open) = watermark.checked_sub(w.size_ms()).and_then(|s| s.checked_add(1)) else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
         let bound = state.key_prefix(&[Arc::new(Int64Array::from(vec![first_open])) as ArrayRef])?;
-        let bound = bound.row(0);
-        let mut closed: Vec<Box<[u8]>> = state.keys_before(bound.as_ref()).map(Box::from).collect();
-        closed.sort_unstable();
-        Ok(closed)
+        Ok(Some(state.take_before(bound.row(0).as_ref())?))
     }
+
+    /// The partial rows of `input`: one per group, window start first.
+    async fn partial_rows(
+        &self,
+        input: Vec<RecordBatch>,
+        input_schema: &Schema,
+        partial_schema: &SchemaRef,
+    ) -> Result<RecordBatch, BoxError> {
+        let assigned: Vec<RecordBatch> = match &self.window {
+            Some(w) => input.iter().map(|b| w.assign(b)).collect::<Result<_, _>>()?,
+            None => input,
+        };
+        let partials = run_sql(self.assigned_schema(input_schema), assigned, &self.partial_sql()).await?;
+        conform(partial_schema, &partials)
+    }
+
+    /// Whether the state is kept in bins (see `bins`): in Append mode,
+    /// where the watermark closes the windows.
+    fn binned(&self, mode: OutputMode, event_time: Option<&str>) -> bool {
+        mode == OutputMode::Append
+            && self
+                .window
+                .as_ref()
+                .is_some_and(|w| event_time == Some(w.column.as_str()))
+    }
+
+    /// The final partial rows of closed windows taken from bins: a window
+    /// one batch saw is final as it is; the partial rows of a window
+    /// several batches saw are merged.
+    async fn merge_bins(&self, taken: &RecordBatch, partial_schema: &SchemaRef) -> Result<RecordBatch, BoxError> {
+        let mut rows = Vec::new();
+        for window in bins::windows(taken, partial_schema)? {
+            if window.len() == 1 {
+                rows.extend(window);
+            } else {
+                let merged = run_sql(partial_schema.clone(), window, &self.merge_sql()).await?;
+                rows.push(conform(partial_schema, &merged)?);
+            }
+        }
+        Ok(arrow_select::concat::concat_batches(partial_schema, &rows)?)
+    }
+
+    /// Folds `input` into the state's partial rows; returns the groups it
+    /// changed, with their new partial rows.
+    async fn fold(
+        &self,
+        state: &mut KeyedState,
+        input: Vec<RecordBatch>,
+        input_schema: &Schema,
+        partial_schema: &SchemaRef,
+    ) -> Result<RecordBatch, BoxError> {
+        let nkeys = self.key_names().len();
+        let batch = self.partial_rows(input, input_schema, partial_schema).await?;
+        let keys = state.encode_keys(&batch.columns()[..nkeys])?;
+        // Groups new to the state take the batch's partial row as it is;
+        // only the groups the state holds are merged with their old rows.
+        let (held, new): (Vec<usize>, Vec<usize>) =
+            (0..batch.num_rows()).partition(|&i| state.contains_key(keys.row(i).data()));
+        let (rows, keys) = if held.is_empty() {
+            (batch, keys)
+        } else {
+            let held_keys: Vec<&[u8]> = held.iter().map(|&i| keys.row(i).data()).collect();
+            let old = state.batch_of(&held_keys)?.with_schema(partial_schema.clone())?;
+            let take = |rows: &[usize]| {
+                let indices = arrow_array::UInt32Array::from_iter_values(rows.iter().map(|&i| i as u32));
+                arrow_select::take::take_record_batch(&batch, &indices)
+            };
+            let merged = run_sql(partial_schema.clone(), vec![old, take(&held)?], &self.merge_sql()).await?;
+            let rows = conform(partial_schema, &[take(&new)?, conform(partial_schema, &merged)?])?;
+            let keys = state.encode_keys(&rows.columns()[..nkeys])?;
+            (rows, keys)
+        };
+        if let Some(values) = state.encode_values(&rows.columns()[nkeys..])? {
+            for (k, v) in keys.iter().zip(values.iter()) {
+                state.put(k.data(), v.data());
+            }
+        }
+        Ok(rows)
+    }
+}
+
+/// `batches` as one batch of `schema`: partial types are the state's, so
+/// columns DataFusion widened are cast back (failing on a value that does
+/// not fit).
+fn conform(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<RecordBatch, BoxError> {
+    let batches = batches
+        .iter()
+        .map(|b| {
+            let columns = b
+                .columns()
+                .iter()
+                .zip(schema.fields())
+                .map(|(c, f)| exact_cast(c, f.data_type()))
+                .collect::<Result<Vec<_>, _>>()?;
+            RecordBatch::try_new(schema.clone(), columns)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(arrow_select::concat::concat_batches(schema, &batches)?)
 }
 
 #[async_trait]
@@ -541,8 +637,11 @@ impl StatefulOperator for Aggregation {
         Some(self.key_names())
     }
 
-    fn state_schema(&self, input: &SchemaRef) -> Result<StateSchema, BoxError> {
+    fn state_schema(&self, input: &SchemaRef, ctx: &StateContext) -> Result<StateSchema, BoxError> {
         let partial = self.partial_schema(input)?;
+        if self.binned(ctx.output_mode, ctx.event_time_column.as_deref()) {
+            return Ok(bins::state_schema());
+        }
         let n = self.key_names().len();
         let key: Vec<_> = partial.fields()[..n].to_vec();
         let value: Vec<_> = partial.fields()[n..].to_vec();
@@ -561,58 +660,27 @@ impl StatefulOperator for Aggregation {
         // Planned once a batch: the partial rows' and the output's schemas.
         let partial_schema = self.partial_schema(&ctx.input_schema)?;
         let output_schema = self.output_schema_of(&ctx.input_schema, &partial_schema)?;
-        let nkeys = self.key_names().len();
+        if self.binned(ctx.output_mode, ctx.event_time_column.as_deref()) {
+            if input.iter().any(|b| b.num_rows() > 0) {
+                let rows = self.partial_rows(input, &ctx.input_schema, &partial_schema).await?;
+                bins::put(state, &rows, ctx.batch_id)?;
+            }
+            let mut output = Vec::new();
+            if let Some(taken) = ctx
+                .watermark_ms
+                .map(|wm| self.take_closed(state, wm))
+                .transpose()?
+                .flatten()
+            {
+                let closed = self.merge_bins(&taken, &partial_schema).await?;
+                output.push(self.finish(&closed, &ctx.input_schema, &output_schema)?);
+            }
+            output.retain(|b| b.num_rows() > 0);
+            return Ok(output);
+        }
         let mut merged: Option<RecordBatch> = None;
         if input.iter().any(|b| b.num_rows() > 0) {
-            let assigned: Vec<RecordBatch> = match &self.window {
-                Some(w) => input.iter().map(|b| w.assign(b)).collect::<Result<_, _>>()?,
-                None => input,
-            };
-            let schema = self.assigned_schema(&ctx.input_schema);
-            let partials = run_sql(schema, assigned, &self.partial_sql()).await?;
-            // The groups the batch touched, as the state holds them.
-            let mut old = Vec::new();
-            for p in &partials {
-                let keys = state.encode_keys(&p.columns()[..nkeys])?;
-                let present: Vec<&[u8]> = keys
-                    .iter()
-                    .map(|k| k.data())
-                    .filter(|k| state.contains_key(k))
-                    .collect();
-                old.push(state.batch_of(&present)?.with_schema(partial_schema.clone())?);
-            }
-            let mut all = old;
-            for p in partials {
-                // Partial types are the state's: cast where DataFusion widened.
-                let columns = p
-                    .columns()
-                    .iter()
-                    .zip(partial_schema.fields())
-                    .map(|(c, f)| exact_cast(c, f.data_type()))
-                    .collect::<Result<Vec<_>, _>>()?;
-                all.push(RecordBatch::try_new(partial_schema.clone(), columns)?);
-            }
-            let rows = run_sql(partial_schema.clone(), all, &self.merge_sql()).await?;
-            let rows: Vec<RecordBatch> = rows
-                .into_iter()
-                .map(|b| {
-                    let columns = b
-                        .columns()
-                        .iter()
-                        .zip(partial_schema.fields())
-                        .map(|(c, f)| exact_cast(c, f.data_type()))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    RecordBatch::try_new(partial_schema.clone(), columns)
-                })
-                .collect::<Result<_, _>>()?;
-            let rows = arrow_select::concat::concat_batches(&partial_schema, &rows)?;
-            let keys = state.encode_keys(&rows.columns()[..nkeys])?;
-            if let Some(values) = state.encode_values(&rows.columns()[nkeys..])? {
-                for (k, v) in keys.iter().zip(values.iter()) {
-                    state.put(k.data(), v.data());
-                }
-            }
-            merged = Some(rows);
+            merged = Some(self.fold(state, input, &ctx.input_schema, &partial_schema).await?);
         }
         // Windows close by a watermark on their own column; Complete mode
         // keeps and emits every group.
@@ -620,9 +688,11 @@ impl StatefulOperator for Aggregation {
             .window
             .as_ref()
             .is_some_and(|w| ctx.event_time_column.as_deref() == Some(&w.column));
+        // A closed window is final: Append emits it, Update emitted its
+        // last change. Complete keeps every group.
         let closed = match ctx.watermark_ms {
-            Some(wm) if closes && ctx.output_mode != OutputMode::Complete => self.closed_keys(state, wm)?,
-            _ => Vec::new(),
+            Some(wm) if closes && ctx.output_mode != OutputMode::Complete => self.take_closed(state, wm)?,
+            _ => None,
         };
         let mut output = Vec::new();
         match ctx.output_mode {
@@ -641,19 +711,13 @@ impl StatefulOperator for Aggregation {
                 )?);
             }
             OutputMode::Append => {
-                let keys: Vec<&[u8]> = closed.iter().map(|k| &**k).collect();
-                output.push(self.finish(
-                    &state.batch_of(&keys)?.with_schema(partial_schema.clone())?,
-                    &ctx.input_schema,
-                    &output_schema,
-                )?);
-            }
-        }
-        // A closed window is final: Append emitted it, Update emitted its
-        // last change. Complete keeps every group.
-        if ctx.output_mode != OutputMode::Complete {
-            for key in &closed {
-                state.remove(key);
+                if let Some(closed) = closed {
+                    output.push(self.finish(
+                        &closed.with_schema(partial_schema.clone())?,
+                        &ctx.input_schema,
+                        &output_schema,
+                    )?);
+                }
             }
         }
         output.retain(|b| b.num_rows() > 0);

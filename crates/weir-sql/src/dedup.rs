@@ -9,7 +9,7 @@ use arrow_array::types::{Int64Type, TimestampMillisecondType};
 use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
-use weir_core::operator::{OperatorContext, OperatorKind, StatefulOperator};
+use weir_core::operator::{OperatorContext, OperatorKind, StateContext, StatefulOperator};
 use weir_core::state::{KeyedState, StateSchema};
 use weir_core::BoxError;
 
@@ -154,7 +154,7 @@ impl StatefulOperator for DropDuplicates {
         Ok(input.clone())
     }
 
-    fn state_schema(&self, input: &SchemaRef) -> Result<StateSchema, BoxError> {
+    fn state_schema(&self, input: &SchemaRef, _ctx: &StateContext) -> Result<StateSchema, BoxError> {
         let keys: Vec<Field> = self
             .key_indices(input)?
             .into_iter()

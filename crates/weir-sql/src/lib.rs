@@ -24,7 +24,9 @@
 //!   stream's columns fails then, before anything is read), and keeps
 //!   nothing between batches.
 //! - **Aggregation** ([`StreamSqlExt::group_by`], [`Aggregation`]) keeps a
-//!   partial row per group in the state; Append emits each window once, when
+//!   partial row per group in the state (in Append mode, each batch's
+//!   partial rows per window, merged when the window closes); Append emits
+//!   each window once, when
 //!   the watermark has passed its end, with its final values; Update emits
 //!   the groups a batch changed; Complete every group. A replayed batch
 //!   starts from the state of the batch before it, so the output is that of
@@ -42,6 +44,7 @@
 //!   checked at start by weir-core.
 
 mod aggregate;
+mod bins;
 mod dedup;
 mod error;
 mod json;

@@ -9,7 +9,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use weir_core::operator::{OperatorContext, OperatorKind, StatefulOperator};
+use weir_core::operator::{OperatorContext, OperatorKind, StateContext, StatefulOperator};
 use weir_core::state::{KeyedState, StateSchema};
 use weir_core::{BoxError, OutputMode};
 
@@ -64,7 +64,7 @@ impl StatefulOperator for CountByKey {
         Some(vec![self.column.clone()])
     }
 
-    fn state_schema(&self, _input: &SchemaRef) -> Result<StateSchema, BoxError> {
+    fn state_schema(&self, _input: &SchemaRef, _ctx: &StateContext) -> Result<StateSchema, BoxError> {
         let key = Arc::new(Schema::new(vec![Field::new(&self.column, DataType::Int64, false)]));
         let value = Arc::new(Schema::new(vec![Field::new("count", DataType::Int64, false)]));
         Ok(StateSchema::new(key, value))

@@ -214,7 +214,16 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
     let previous = checkpoint.offsets().latest_before(first).await?;
     let last_watermark = previous.as_ref().map_or(0, |(_, e)| e.watermark_ms);
     let stateful = if options.stream.reads_whole_batches() {
-        Some(Stateful::restore(&checkpoint, &options.stream, first, previous.map(|(id, _)| id)).await?)
+        Some(
+            Stateful::restore(
+                &checkpoint,
+                &options.stream,
+                first,
+                previous.map(|(id, _)| id),
+                options.output_mode,
+            )
+            .await?,
+        )
     } else {
         None
     };

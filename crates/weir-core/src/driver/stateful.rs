@@ -11,7 +11,7 @@ use super::stream::{ReadStream, Stage};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::ids::BatchId;
-use crate::operator::{OperatorContext, StatefulOperator};
+use crate::operator::{OperatorContext, StateContext, StatefulOperator};
 use crate::progress::StateProgress;
 use crate::sink::OutputMode;
 use crate::state::{KeyedState, StateManifest, StateStore, DEFAULT_SNAPSHOT_EVERY};
@@ -45,7 +45,9 @@ impl Stateful {
         stream: &ReadStream,
         first: BatchId,
         previous: Option<BatchId>,
+        output_mode: OutputMode,
     ) -> Result<Self> {
+        let state_ctx = StateContext::new(output_mode, stream.watermark.as_ref().map(|(w, _)| w.column.clone()));
         let store = StateStore::new(checkpoint.store().clone(), DEFAULT_SNAPSHOT_EVERY);
         let mut input = stream.schemas()?.prefix;
         let mut operators = Vec::new();
@@ -66,7 +68,7 @@ impl Stateful {
                     })?;
                 }
                 Stage::Operator(op) => {
-                    let schema = op.state_schema(&input).map_err(|source| Error::Transform {
+                    let schema = op.state_schema(&input, &state_ctx).map_err(|source| Error::Transform {
                         batch_id: first,
                         source: format!("the state schema of operator {:?}: {source}", op.name()).into(),
                     })?;

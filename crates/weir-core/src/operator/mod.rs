@@ -65,6 +65,30 @@ pub struct OperatorContext {
     pub watermark_delay: Option<std::time::Duration>,
 }
 
+/// What an operator may lay its state out by, besides its input's schema:
+/// the query's output mode and watermark column. Both are fixed for the
+/// life of a checkpoint; a query restarted with another output mode may
+/// find its operators' state laid out otherwise, and is then refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StateContext {
+    /// The output mode of the query.
+    pub output_mode: OutputMode,
+    /// The watermark's event-time column, if the query has one.
+    pub event_time_column: Option<String>,
+}
+
+impl StateContext {
+    /// The context of a query in `output_mode` with a watermark on
+    /// `event_time_column`, if any.
+    pub fn new(output_mode: OutputMode, event_time_column: Option<String>) -> Self {
+        StateContext {
+            output_mode,
+            event_time_column,
+        }
+    }
+}
+
 /// A stateful operator of a streaming query.
 #[async_trait]
 pub trait StatefulOperator: Send + Sync + fmt::Debug {
@@ -79,8 +103,8 @@ pub trait StatefulOperator: Send + Sync + fmt::Debug {
     fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef, BoxError>;
 
     /// The schema of its state (key and value columns) for input rows of
-    /// `input`.
-    fn state_schema(&self, input: &SchemaRef) -> Result<StateSchema, BoxError>;
+    /// `input`, in a query of `ctx`.
+    fn state_schema(&self, input: &SchemaRef, ctx: &StateContext) -> Result<StateSchema, BoxError>;
 
     /// The output columns that name a group (an aggregation's window start
     /// and grouping columns), for input rows of `input`: in Update mode a

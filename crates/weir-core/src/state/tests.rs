@@ -7,6 +7,7 @@ use arrow_array::{ArrayRef, Int64Array, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use proptest::prelude::*;
 
+use super::keyed::{sort_by_bytes, REMOVED_BEFORE};
 use super::*;
 use crate::checkpoint::LocalStore;
 
@@ -155,12 +156,15 @@ fn a_state_without_value_columns_keeps_keys() {
 enum Op {
     Put(i64, i64),
     Remove(i64),
+    /// Removes every key below this one (`take_before`).
+    TakeBefore(i64),
 }
 
 fn ops() -> impl Strategy<Value = Vec<Vec<Op>>> {
     let op = prop_oneof![
-        (0i64..20, any::<i64>()).prop_map(|(k, v)| Op::Put(k, v)),
-        (0i64..20).prop_map(Op::Remove),
+        4 => (0i64..20, any::<i64>()).prop_map(|(k, v)| Op::Put(k, v)),
+        2 => (0i64..20).prop_map(Op::Remove),
+        1 => (0i64..20).prop_map(Op::TakeBefore),
     ];
     prop::collection::vec(prop::collection::vec(op, 0..8), 1..15)
 }
@@ -190,6 +194,16 @@ proptest! {
                         Op::Remove(k) => {
                             remove(&mut state, k);
                             model.remove(&k);
+                        }
+                        Op::TakeBefore(k) => {
+                            let bound = state
+                                .key_prefix(&[Arc::new(Int64Array::from(vec![k])) as ArrayRef])
+                                .unwrap();
+                            let taken = state.take_before(bound.row(0).as_ref()).unwrap();
+                            let below: Vec<i64> = model.range(..k).map(|(k, _)| *k).collect();
+                            let got: Vec<i64> = taken.column(0).as_primitive::<Int64Type>().values().to_vec();
+                            prop_assert_eq!(got, below);
+                            model.retain(|m, _| *m >= k);
                         }
                     }
                 }
@@ -240,10 +254,63 @@ fn keys_before_a_prefix_are_those_whose_first_column_is_below_it() {
     let bound = state
         .key_prefix(&[Arc::new(Int64Array::from(vec![20])) as ArrayRef])
         .unwrap();
-    let bound = bound.row(0);
-    let below: Vec<&[u8]> = state.keys_before(bound.as_ref()).collect();
-    let columns = state.decode_keys(below.iter().copied()).unwrap();
-    let mut found: Vec<i64> = columns[0].as_primitive::<Int64Type>().values().to_vec();
-    found.sort_unstable();
+    let below = state.take_before(bound.row(0).as_ref()).unwrap();
+    // Sorted by key: a null name sorts first.
+    let found: Vec<i64> = below.column(0).as_primitive::<Int64Type>().values().to_vec();
     assert_eq!(found, [-5, 10, 19]);
+    assert_eq!(below.column(1).as_string::<i32>().value(0), "z");
+    let left = contents_by_start(&state);
+    assert_eq!(left, [20, 20, 21]);
+    assert_eq!(
+        state.bytes(),
+        state.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+    );
+    // The next delta holds the range and no row for the removed keys.
+    let changes = state.take_changes().unwrap().unwrap();
+    assert!(changes.schema().metadata().contains_key(REMOVED_BEFORE));
+    assert_eq!(changes.num_rows(), 6 - 3, "only the keys still present");
+}
+
+fn contents_by_start(state: &KeyedState) -> Vec<i64> {
+    let keys: Vec<&[u8]> = state.iter().map(|(k, _)| k).collect();
+    let mut starts: Vec<i64> = state.decode_keys(keys).unwrap()[0]
+        .as_primitive::<Int64Type>()
+        .values()
+        .to_vec();
+    starts.sort_unstable();
+    starts
+}
+
+#[test]
+fn a_delta_with_an_unknown_weir_entry_is_refused() {
+    let mut state = KeyedState::new(schema()).unwrap();
+    put(&mut state, 1, 1);
+    let changes = state.take_changes().unwrap().unwrap();
+    let metadata = [("weir.future_thing".to_string(), "1".to_string())].into();
+    let schema = Arc::new(changes.schema().as_ref().clone().with_metadata(metadata));
+    let changes = changes.with_schema(schema).unwrap();
+    let err = KeyedState::new(state.schema().clone())
+        .unwrap()
+        .apply(&changes)
+        .unwrap_err();
+    assert!(err.to_string().contains("newer weir"), "{err}");
+}
+
+#[test]
+fn keys_sort_by_their_bytes_past_the_inline_prefix() {
+    let mut keys: Vec<Vec<u8>> = vec![
+        vec![1; 30],
+        vec![1; 24],
+        vec![1],
+        vec![],
+        [vec![1; 24], vec![0]].concat(),
+        [vec![1; 24], vec![2]].concat(),
+        vec![0; 24],
+        vec![0; 25],
+        vec![2],
+    ];
+    let mut want = keys.clone();
+    want.sort();
+    sort_by_bytes(&mut keys, |k| k);
+    assert_eq!(keys, want);
 }

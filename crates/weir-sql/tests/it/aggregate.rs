@@ -212,6 +212,25 @@ async fn late_rows_are_dropped_and_counted_never_half_applied() {
     assert_eq!(t[&(120_000, 1)], (5, 1, 5, 5));
 }
 
+/// The rate source's totals per second and account, computed at once.
+fn rate_totals(rows: u64) -> Totals {
+    let rows = RateSource::generate(0, rows);
+    let mut expected = Totals::new();
+    let ts = rows.column(1).as_primitive::<TimestampMicrosecondType>();
+    let accounts = rows.column(2).as_primitive::<Int64Type>();
+    let amounts = rows.column(3).as_primitive::<Decimal128Type>();
+    for r in 0..rows.num_rows() {
+        let ms = ts.value(r) / 1000;
+        add(
+            &mut expected,
+            ms - ms.rem_euclid(1000),
+            accounts.value(r),
+            amounts.value(r),
+        );
+    }
+    expected
+}
+
 #[tokio::test]
 async fn the_rate_sources_totals_per_second_and_account_match_a_batch_aggregation() {
     let chk = tempfile::tempdir().unwrap();
@@ -227,21 +246,65 @@ async fn the_rate_sources_totals_per_second_and_account_match_a_batch_aggregatio
         .await
         .unwrap();
     q.await_termination().await.unwrap();
-    let rows = RateSource::generate(0, 7000);
-    let mut expected = Totals::new();
-    let ts = rows.column(1).as_primitive::<TimestampMicrosecondType>();
-    let accounts = rows.column(2).as_primitive::<Int64Type>();
-    let amounts = rows.column(3).as_primitive::<Decimal128Type>();
-    for r in 0..rows.num_rows() {
-        let ms = ts.value(r) / 1000;
-        add(
-            &mut expected,
-            ms - ms.rem_euclid(1000),
-            accounts.value(r),
-            amounts.value(r),
+    assert_eq!(totals(&table.batches(), false), rate_totals(7000));
+}
+
+/// Append mode keeps each batch's partial rows of a window apart until the
+/// window closes: windows that one batch saw whole and windows split over
+/// two or three batches both come out once with the totals of all rows.
+#[tokio::test]
+async fn append_merges_a_window_split_over_batches_and_passes_a_whole_one() {
+    for rows_per_batch in [2500, 400] {
+        let chk = tempfile::tempdir().unwrap();
+        let table = MemorySink::new("t");
+        let q = read_stream(RateSource::rows_per_batch(rows_per_batch).with_total_rows(10_000))
+            .with_watermark("ts", Duration::ZERO)
+            .group_by([window("ts", Duration::from_secs(1)), col("account_id")])
+            .agg([sum("amount"), count(), min("amount"), max("amount"), avg("amount")])
+            .write_stream()
+            .checkpoint_location(chk.path())
+            .output_mode(OutputMode::Append)
+            .trigger(Trigger::available_now())
+            .start(table.clone())
+            .await
+            .unwrap();
+        q.await_termination().await.unwrap();
+        // The last second stays open: the watermark is its last row.
+        let mut expected = rate_totals(10_000);
+        let last = expected.keys().map(|k| k.0).max().unwrap();
+        expected.retain(|k, _| k.0 < last);
+        assert_eq!(expected.len(), 9 * 1000);
+        assert_eq!(
+            totals(&table.batches(), false),
+            expected,
+            "batches of {rows_per_batch} rows"
         );
     }
-    assert_eq!(totals(&table.batches(), false), expected);
+}
+
+/// Append keeps its state otherwise than Update: a checkpoint of one is
+/// refused by the other, before anything is written.
+#[tokio::test]
+async fn a_checkpoint_of_append_mode_is_refused_in_update_mode() {
+    let chk = tempfile::tempdir().unwrap();
+    let input = MemoryStream::new(event_schema());
+    input.add_batch(events(&payments()[0])).unwrap();
+    let table = MemorySink::new("t");
+    let q = minute_totals(&input, chk.path(), OutputMode::Append)
+        .start(table.clone())
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    input.add_batch(events(&payments()[1])).unwrap();
+    let err = match minute_totals(&input, chk.path(), OutputMode::Update)
+        .start(table.clone())
+        .await
+    {
+        Ok(q) => q.await_termination().await.unwrap_err(),
+        Err(e) => e,
+    };
+    assert!(err.to_string().contains("output mode changed"), "{err}");
+    assert!(err.to_string().contains("use a new checkpoint"), "{err}");
 }
 
 #[tokio::test]

@@ -1,0 +1,99 @@
+//! The state of a windowed aggregation in Append mode, as bins.
+//!
+//! Append emits a window once, when the watermark closes it, so nothing
+//! needs a group's running value before then. Each batch's partial rows
+//! (one per group it saw) are kept whole, one entry per window and batch:
+//! the key is (window start, batch id), the value the rows as Arrow IPC.
+//! When the watermark closes a window, its entries come out together and
+//! only then are a group's partial rows merged. A batch touches the state
+//! once per window it saw, not once per group, and the state's delta is
+//! the batch's partial rows as they are.
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch, UInt32Array};
+use arrow_ipc::reader::StreamReader;
+use arrow_ipc::writer::StreamWriter;
+use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
+use weir_core::state::{KeyedState, StateSchema};
+use weir_core::BatchId;
+
+use crate::window::WINDOW_START;
+
+const BATCH: &str = "__batch";
+const PARTIALS: &str = "__partials";
+
+/// The bins' state schema: (window start, batch id) to IPC bytes.
+pub(crate) fn state_schema() -> StateSchema {
+    StateSchema::new(
+        Arc::new(Schema::new(vec![
+            Field::new(WINDOW_START, DataType::Int64, false),
+            Field::new(BATCH, DataType::Int64, false),
+        ])),
+        Arc::new(Schema::new(vec![Field::new(PARTIALS, DataType::Binary, false)])),
+    )
+}
+
+/// Puts batch `batch`'s partial rows `rows` (window start first, one row
+/// per group) into `state`, one entry per window.
+pub(crate) fn put(state: &mut KeyedState, rows: &RecordBatch, batch: BatchId) -> Result<(), ArrowError> {
+    let starts = rows.column(0).as_primitive::<Int64Type>();
+    let mut windows: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+    for (i, start) in starts.values().iter().enumerate() {
+        windows.entry(*start).or_default().push(i as u32);
+    }
+    let id = i64::try_from(batch.0).map_err(|_| ArrowError::ComputeError(format!("batch id {batch} is too large")))?;
+    let mut blobs = Vec::with_capacity(windows.len());
+    for indices in windows.values() {
+        let rows = arrow_select::take::take_record_batch(rows, &UInt32Array::from(indices.clone()))?;
+        let mut bytes = Vec::with_capacity(rows.get_array_memory_size() + 512);
+        let mut writer = StreamWriter::try_new(&mut bytes, &rows.schema())?;
+        writer.write(&rows)?;
+        writer.finish()?;
+        drop(writer);
+        blobs.push(bytes);
+    }
+    let keys = state.encode_keys(&[
+        Arc::new(Int64Array::from_iter_values(windows.keys().copied())) as ArrayRef,
+        Arc::new(Int64Array::from_iter_values(windows.keys().map(|_| id))),
+    ])?;
+    let values = state
+        .encode_values(&[Arc::new(BinaryArray::from_iter_values(&blobs)) as ArrayRef])?
+        .expect("the bins have a value column");
+    for (k, v) in keys.iter().zip(values.iter()) {
+        state.put(k.data(), v.data());
+    }
+    Ok(())
+}
+
+/// The partial rows of taken entries (sorted by key), window by window in
+/// order: each window's batches, oldest first, as `schema`.
+pub(crate) fn windows(taken: &RecordBatch, schema: &SchemaRef) -> Result<Vec<Vec<RecordBatch>>, ArrowError> {
+    let starts = taken.column(0).as_primitive::<Int64Type>();
+    let blobs = taken.column(2).as_binary::<i32>();
+    let mut out: Vec<Vec<RecordBatch>> = Vec::new();
+    let mut last = None;
+    for (start, blob) in starts.values().iter().zip(blobs.iter()) {
+        let blob = blob.ok_or_else(|| ArrowError::InvalidArgumentError("a bin without rows".into()))?;
+        let batches = StreamReader::try_new(Cursor::new(blob), None)?.collect::<Result<Vec<_>, _>>()?;
+        if last != Some(*start) {
+            out.push(Vec::new());
+            last = Some(*start);
+        }
+        let window = out.last_mut().expect("pushed above");
+        for b in batches {
+            if b.schema().fields() != schema.fields() {
+                return Err(ArrowError::SchemaError(format!(
+                    "a bin's rows are {}, the aggregation's partial rows are {schema}",
+                    b.schema()
+                )));
+            }
+            window.push(b.with_schema(schema.clone())?);
+        }
+    }
+    Ok(out)
+}
