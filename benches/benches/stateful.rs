@@ -7,7 +7,9 @@
 //!    second of a fast stream) into a no-op sink; against one DataFusion
 //!    aggregation of the same rows generated the same way. Target: weir's
 //!    rows per second at least half of DataFusion's. Prints where weir's
-//!    batch time goes (the progress's phases).
+//!    batch time goes (the progress's phases), and the floor: the ratio an
+//!    engine would reach that only aggregated and wrote each batch's groups
+//!    to disk once, as exactly-once requires.
 //! 2. State checkpoint cost per batch as the state grows: a per-key count in
 //!    Update mode whose state holds 1k, 100k or 1M keys, then batches that
 //!    change 1,000 keys each; the time to write the state (the progress's
@@ -104,6 +106,35 @@ async fn datafusion_rows_per_second(rows: u64, batch_rows: u64, keys: i64) -> f6
     let elapsed = started.elapsed();
     assert!(out.iter().map(|b| b.num_rows()).sum::<usize>() > 0);
     rows as f64 / elapsed.as_secs_f64()
+}
+
+/// What an exactly-once engine cannot avoid: a batch's groups are open
+/// windows the next batch may add to, so before the batch commits they
+/// must be on disk once. Writes that many bytes (a group's partial row is
+/// 40: window start, key, sum, count) and syncs them, and prints the ratio
+/// an engine would reach if it did nothing else besides one aggregation.
+fn durable_floor(batch_rows: u64, keys: i64, df_rows_per_second: f64) {
+    // One row a millisecond: a minute window holds 60,000 rows.
+    let per_window = keys.min(60_000) as u64;
+    let windows = batch_rows.div_ceil(60_000) + 1;
+    let groups = (windows * per_window).min(batch_rows);
+    let bytes = vec![7u8; groups as usize * 40];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut times = Vec::new();
+    for i in 0..5 {
+        let started = Instant::now();
+        let mut file = std::fs::File::create(dir.path().join(i.to_string())).expect("create");
+        std::io::Write::write_all(&mut file, &bytes).expect("write");
+        file.sync_all().expect("sync");
+        times.push(weir_benches::ms(started.elapsed()));
+    }
+    let write = median(&times);
+    let aggregate = batch_rows as f64 / df_rows_per_second * 1000.0;
+    println!(
+        "   floor: a batch's ~{groups} groups written once durably ({:.1} MB, synced) take {write:.1} ms against one aggregation's {aggregate:.1} ms a batch: no exactly-once engine passes ratio {:.2} here",
+        bytes.len() as f64 / 1e6,
+        aggregate / (aggregate + write)
+    );
 }
 
 fn keys(from: i64, to: i64) -> RecordBatch {
@@ -335,9 +366,11 @@ async fn main() {
                 "1. windowed aggregation of {rows} rows ({keys} keys, one-minute windows), micro-batches of {batch} rows"
             );
             let mut ratios = Vec::new();
+            let mut df_rates = Vec::new();
             for round in 0..3 {
                 let w = weir_rows_per_second(rows, batch, keys).await;
                 let d = datafusion_rows_per_second(rows, batch, keys).await;
+                df_rates.push(d);
                 println!(
                     "   round {round}: weir {w:.0} rows/s, one DataFusion aggregation {d:.0} rows/s, ratio {:.2}",
                     w / d
@@ -345,6 +378,7 @@ async fn main() {
                 ratios.push(w / d);
             }
             println!("   median ratio {:.2} (target at least 0.5)", median(&ratios));
+            durable_floor(batch, keys, median(&df_rates));
         }
     }
     if part(2) {

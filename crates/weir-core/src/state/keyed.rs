@@ -312,26 +312,30 @@ impl KeyedState {
         if let Some((conv, parser)) = &self.values {
             let present: Vec<&[u8]> = keys.iter().filter_map(|k| self.map.get(k).map(|v| &**v)).collect();
             let values = conv.convert_rows(present.iter().map(|v| parser.parse(v)))?;
-            // Deleted keys get null values: interleave the present values
-            // with one null row.
-            let mut next = 0usize;
-            let indices: Vec<(usize, usize)> = deleted
-                .iter()
-                .map(|d| {
-                    if d == Some(true) {
-                        (1, 0)
-                    } else {
-                        next += 1;
-                        (0, next - 1)
-                    }
-                })
-                .collect();
-            for (array, field) in values.iter().zip(self.schema.value.fields()) {
-                let null = arrow_array::new_null_array(field.data_type(), 1);
-                columns.push(arrow_select::interleave::interleave(
-                    &[array.as_ref(), null.as_ref()],
-                    &indices,
-                )?);
+            if present.len() == keys.len() {
+                columns.extend(values);
+            } else {
+                // Deleted keys get null values: interleave the present values
+                // with one null row.
+                let mut next = 0usize;
+                let indices: Vec<(usize, usize)> = deleted
+                    .iter()
+                    .map(|d| {
+                        if d == Some(true) {
+                            (1, 0)
+                        } else {
+                            next += 1;
+                            (0, next - 1)
+                        }
+                    })
+                    .collect();
+                for (array, field) in values.iter().zip(self.schema.value.fields()) {
+                    let null = arrow_array::new_null_array(field.data_type(), 1);
+                    columns.push(arrow_select::interleave::interleave(
+                        &[array.as_ref(), null.as_ref()],
+                        &indices,
+                    )?);
+                }
             }
         }
         columns.push(Arc::new(deleted));
