@@ -101,6 +101,22 @@ from_sink_error!(
 #[cfg(feature = "kafka")]
 from_sink_error!(weir_kafka::KafkaError);
 
+/// An idempotent writer on the table `name` of `catalogs` under the
+/// application id `app_id`, for `foreach_batch` functions that write a
+/// batch to several tables: each (application id, version) lands once, its
+/// marker in the same commit as its rows (see [`sink::TableWriter`]). A
+/// missing table is created from the first write's rows, in
+/// `options.format` or the catalog's default format.
+pub async fn table_writer(
+    catalogs: &Catalogs,
+    name: &str,
+    options: TableOptions,
+    app_id: &str,
+) -> Result<sink::TableWriter, Error> {
+    let target = catalogs.sink(name, &options).await?;
+    Ok(sink::TableWriter::from_arc(target.sink, app_id)?)
+}
+
 /// `to_table` on a [`StreamWriter`].
 #[async_trait::async_trait]
 pub trait ToTable {
@@ -155,6 +171,8 @@ mod docs {
     mod delta {}
     #[doc = include_str!("../../../docs/files.md")]
     mod files {}
+    #[doc = include_str!("../../../docs/foreach-batch.md")]
+    mod foreach_batch {}
     #[doc = include_str!("../../../docs/getting-started.md")]
     mod getting_started {}
     #[doc = include_str!("../../../docs/iceberg.md")]

@@ -18,6 +18,7 @@ mod memory;
 pub(crate) mod mode;
 pub mod prune;
 mod staging;
+mod table_writer;
 
 use std::fmt;
 
@@ -35,6 +36,7 @@ pub use foreach::{ForeachSink, ForeachWriter, Row};
 pub use foreach_batch::ForeachBatchSink;
 pub use memory::MemorySink;
 pub use mode::{ModeRefusal, OutputMode};
+pub use table_writer::{TableWriter, WriteOutcome};
 
 use crate::error::{Error, Result};
 use crate::ids::{BatchId, QueryId, QueryName, RunId};

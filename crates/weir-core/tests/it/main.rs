@@ -7,4 +7,5 @@ mod memory_conformance;
 mod progress;
 mod sinks;
 mod stateful;
+mod table_writer;
 mod triggers;

@@ -1,0 +1,107 @@
+//! Idempotent table writes by (application id, version).
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Int64Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema};
+use weir_core::prelude::*;
+use weir_core::sink::{ConsoleSink, TableWriter, WriteOutcome};
+
+fn ids(from: i64, to: i64) -> Vec<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    vec![RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(from..to))]).unwrap()]
+}
+
+fn held(sink: &MemorySink) -> Vec<i64> {
+    let mut all: Vec<i64> = sink
+        .batches()
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect();
+    all.sort_unstable();
+    all
+}
+
+#[tokio::test]
+async fn a_version_lands_once_and_older_versions_are_skipped() {
+    let table = MemorySink::new("t");
+    let writer = TableWriter::new(table.clone(), "fanout").unwrap();
+    assert_eq!(writer.last_version().await.unwrap(), None);
+    assert!(matches!(
+        writer.write(ids(0, 3), BatchId(0)).await.unwrap(),
+        WriteOutcome::Written { .. }
+    ));
+    // The same version again, and an older one, write nothing.
+    assert_eq!(
+        writer.write(ids(0, 3), BatchId(0)).await.unwrap(),
+        WriteOutcome::Skipped { committed: BatchId(0) }
+    );
+    assert!(matches!(
+        writer.write(ids(3, 5), BatchId(5)).await.unwrap(),
+        WriteOutcome::Written { .. }
+    ));
+    assert_eq!(
+        writer.write(ids(100, 101), BatchId(2)).await.unwrap(),
+        WriteOutcome::Skipped { committed: BatchId(5) }
+    );
+    // A second writer under the same id (another process) knows the versions.
+    let again = TableWriter::new(table.clone(), "fanout").unwrap();
+    assert_eq!(again.last_version().await.unwrap(), Some(BatchId(5)));
+    assert_eq!(
+        again.write(ids(3, 5), BatchId(5)).await.unwrap(),
+        WriteOutcome::Skipped { committed: BatchId(5) }
+    );
+    assert_eq!(held(&table), vec![0, 1, 2, 3, 4]);
+    // Another application id has versions of its own.
+    let other = TableWriter::new(table.clone(), "fanout-2").unwrap();
+    assert!(matches!(
+        other.write(ids(7, 8), BatchId(0)).await.unwrap(),
+        WriteOutcome::Written { .. }
+    ));
+    assert_eq!(held(&table), vec![0, 1, 2, 3, 4, 7]);
+    // A version without rows, once the schema is known, records the version.
+    assert!(matches!(
+        other.write(Vec::new(), BatchId(1)).await.unwrap(),
+        WriteOutcome::Written { .. }
+    ));
+    assert_eq!(other.last_version().await.unwrap(), Some(BatchId(1)));
+    assert_eq!(held(&table), vec![0, 1, 2, 3, 4, 7]);
+}
+
+#[tokio::test]
+async fn what_cannot_be_written_once_is_refused_before_anything_is_written() {
+    let err = TableWriter::new(ConsoleSink::new(), "fanout").unwrap_err();
+    assert!(err.to_string().contains("keeps no marker"), "{err}");
+    let err = TableWriter::new(MemorySink::new("t"), "not a name!").unwrap_err();
+    assert!(err.to_string().contains("not a name!"), "{err}");
+    let table = MemorySink::new("t");
+    let writer = TableWriter::new(table.clone(), "fanout").unwrap();
+    let err = writer.write(Vec::new(), BatchId(0)).await.unwrap_err();
+    assert!(err.to_string().contains("schema is unknown"), "{err}");
+    assert!(table.batches().is_empty());
+}
+
+/// A streaming query and a writer cannot share a name: the writer's
+/// version would be taken for the query's batch.
+#[tokio::test]
+async fn a_name_a_streaming_query_writes_under_is_refused() {
+    let chk = tempfile::tempdir().unwrap();
+    let table = MemorySink::new("t");
+    let input = MemoryStream::new(ids(0, 1)[0].schema());
+    input.add_batch(ids(0, 2).remove(0)).unwrap();
+    let q = read_stream(input.clone())
+        .write_stream()
+        .query_name("payments")
+        .checkpoint_location(chk.path())
+        .trigger(Trigger::available_now())
+        .start(table.clone())
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    let writer = TableWriter::new(table.clone(), "payments").unwrap();
+    let err = writer.write(ids(5, 6), BatchId(3)).await.unwrap_err();
+    assert!(err.to_string().contains("payments"), "{err}");
+    assert_eq!(held(&table), vec![0, 1]);
+}
