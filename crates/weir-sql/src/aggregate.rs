@@ -83,6 +83,7 @@ enum Func {
     Min,
     Max,
     Avg,
+    CountDistinct,
 }
 
 /// One aggregate of a `group_by`: `sum("amount")`, `count()`, ...
@@ -123,6 +124,13 @@ pub fn avg(column: impl Into<String>) -> Aggregate {
     Aggregate::new(Func::Avg, Some(column.into()))
 }
 
+/// The number of distinct non-null values of `column`. Its state is the
+/// group's distinct values themselves, so it grows with them: bound it by
+/// windows a watermark closes.
+pub fn count_distinct(column: impl Into<String>) -> Aggregate {
+    Aggregate::new(Func::CountDistinct, Some(column.into()))
+}
+
 impl Aggregate {
     fn new(func: Func, column: Option<String>) -> Self {
         Aggregate {
@@ -161,6 +169,7 @@ impl Aggregate {
             Func::Min => "min",
             Func::Max => "max",
             Func::Avg => "avg",
+            Func::CountDistinct => "count_distinct",
         };
         match &self.column {
             Some(c) => format!("{f}_{c}"),
@@ -179,16 +188,21 @@ impl Aggregate {
     }
 
     /// The partial aggregates of aggregate `i` (SQL over its argument) and
-    /// how partials merge.
+    /// how partials merge (SQL over the partial `$`).
     fn partials(&self, i: usize) -> Vec<(String, &'static str)> {
         let a = format!("\"__a{i}\"");
         match (self.func, &self.column) {
-            (Func::Count, None) => vec![("count(*)".into(), "sum")],
-            (Func::Count, Some(_)) => vec![(format!("count({a})"), "sum")],
-            (Func::Sum, Some(_)) => vec![(format!("sum({a})"), "sum")],
-            (Func::Min, Some(_)) => vec![(format!("min({a})"), "min")],
-            (Func::Max, Some(_)) => vec![(format!("max({a})"), "max")],
-            (Func::Avg, Some(_)) => vec![(format!("sum({a})"), "sum"), (format!("count({a})"), "sum")],
+            (Func::Count, None) => vec![("count(*)".into(), "sum($)")],
+            (Func::Count, Some(_)) => vec![(format!("count({a})"), "sum($)")],
+            (Func::Sum, Some(_)) => vec![(format!("sum({a})"), "sum($)")],
+            (Func::Min, Some(_)) => vec![(format!("min({a})"), "min($)")],
+            (Func::Max, Some(_)) => vec![(format!("max({a})"), "max($)")],
+            (Func::Avg, Some(_)) => vec![(format!("sum({a})"), "sum($)"), (format!("count({a})"), "sum($)")],
+            // The group's distinct values, sorted; merged as their union.
+            (Func::CountDistinct, Some(_)) => vec![(
+                format!("array_agg(DISTINCT {a} ORDER BY {a}) FILTER (WHERE {a} IS NOT NULL)"),
+                "array_sort(array_distinct(flatten(array_agg($) FILTER (WHERE $ IS NOT NULL))))",
+            )],
             (_, None) => unreachable!("only count has no column"),
         }
     }
@@ -251,6 +265,28 @@ fn exact_cast(array: &ArrayRef, data_type: &DataType) -> Result<ArrayRef, arrow_
             ..Default::default()
         },
     )
+}
+
+/// The number of values in each list of `lists` (0 for a null list: a
+/// group whose values were all null).
+fn list_lengths(lists: &ArrayRef) -> Result<Int64Array, SqlError> {
+    let lengths = |n: usize, len: &dyn Fn(usize) -> i64, valid: &dyn Fn(usize) -> bool| {
+        Int64Array::from_iter_values((0..n).map(|r| if valid(r) { len(r) } else { 0 }))
+    };
+    match lists.data_type() {
+        DataType::List(_) => {
+            let l = lists.as_list::<i32>();
+            Ok(lengths(l.len(), &|r| l.value_length(r) as i64, &|r| l.is_valid(r)))
+        }
+        DataType::LargeList(_) => {
+            let l = lists.as_list::<i64>();
+            Ok(lengths(l.len(), &|r| l.value_length(r), &|r| l.is_valid(r)))
+        }
+        other => Err(SqlError::Arrow {
+            context: "count_distinct".into(),
+            source: arrow_schema::ArrowError::SchemaError(format!("its partial is {other}, not a list")),
+        }),
+    }
 }
 
 /// Window starts (milliseconds) as timestamps of `data_type`.
@@ -382,7 +418,7 @@ impl Aggregation {
         for (i, agg) in self.aggregates.iter().enumerate() {
             for (j, (_, merge)) in agg.partials(i).into_iter().enumerate() {
                 let p = quoted(&agg.partial_name(i, j));
-                select.push(format!("{merge}({p}) AS {p}"));
+                select.push(format!("{} AS {p}", merge.replace('$', &p)));
             }
         }
         format!("SELECT {} FROM {INPUT} GROUP BY {}", select.join(", "), keys.join(", "))
@@ -461,6 +497,10 @@ impl Aggregation {
                     columns.push(Arc::new(avgs));
                     p += 2;
                 }
+                Func::CountDistinct => {
+                    columns.push(Arc::new(list_lengths(partial.column(p))?));
+                    p += 1;
+                }
                 _ => {
                     columns.push(partial.column(p).clone());
                     p += 1;
@@ -490,6 +530,10 @@ impl Aggregation {
                 Func::Avg => {
                     fields.push(Field::new(name, DataType::Float64, true));
                     p += 2;
+                }
+                Func::CountDistinct => {
+                    fields.push(Field::new(name, DataType::Int64, false));
+                    p += 1;
                 }
                 _ => {
                     fields.push(partial.field(p).as_ref().clone().with_name(name));
@@ -555,6 +599,26 @@ impl Aggregation {
             }
         }
         Ok(arrow_select::concat::concat_batches(partial_schema, &rows)?)
+    }
+
+    /// Merges the bins of each window that holds too many into one bin of
+    /// batch `batch`, so a window keeps a bounded number of batches' rows.
+    async fn merge_crowded(
+        &self,
+        state: &mut KeyedState,
+        batch: weir_core::BatchId,
+        partial_schema: &SchemaRef,
+    ) -> Result<(), BoxError> {
+        for keys in bins::crowded(state)? {
+            let keys: Vec<&[u8]> = keys.iter().map(|k| &**k).collect();
+            let taken = state.batch_of(&keys)?;
+            for key in &keys {
+                state.remove(key);
+            }
+            let merged = self.merge_bins(&taken, partial_schema).await?;
+            bins::put(state, &merged, batch)?;
+        }
+        Ok(())
     }
 
     /// Folds `input` into the state's partial rows; returns the groups it
@@ -640,7 +704,7 @@ impl StatefulOperator for Aggregation {
     fn state_schema(&self, input: &SchemaRef, ctx: &StateContext) -> Result<StateSchema, BoxError> {
         let partial = self.partial_schema(input)?;
         if self.binned(ctx.output_mode, ctx.event_time_column.as_deref()) {
-            return Ok(bins::state_schema());
+            return Ok(bins::state_schema(&partial));
         }
         let n = self.key_names().len();
         let key: Vec<_> = partial.fields()[..n].to_vec();
@@ -664,6 +728,7 @@ impl StatefulOperator for Aggregation {
             if input.iter().any(|b| b.num_rows() > 0) {
                 let rows = self.partial_rows(input, &ctx.input_schema, &partial_schema).await?;
                 bins::put(state, &rows, ctx.batch_id)?;
+                self.merge_crowded(state, ctx.batch_id, &partial_schema).await?;
             }
             let mut output = Vec::new();
             if let Some(taken) = ctx

@@ -7,7 +7,9 @@
 //! When the watermark closes a window, its entries come out together and
 //! only then are a group's partial rows merged. A batch touches the state
 //! once per window it saw, not once per group, and the state's delta is
-//! the batch's partial rows as they are.
+//! the batch's partial rows as they are. A window that gathers more than
+//! [`MAX_BINS`] bins (long windows, frequent triggers) has them merged into
+//! one, so a window holds at most that many batches' partial rows.
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
@@ -15,7 +17,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch, UInt32Array};
+use arrow_array::{ArrayRef, Int64Array, LargeBinaryArray, RecordBatch, UInt32Array, UInt64Array};
 use arrow_ipc::reader::StreamReader;
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
@@ -26,15 +28,39 @@ use crate::window::WINDOW_START;
 
 const BATCH: &str = "__batch";
 const PARTIALS: &str = "__partials";
+/// The metadata entry of the bins' value column that names the partial
+/// rows' columns, so a checkpoint whose aggregation changed is refused
+/// when it is restored, not when a window closes.
+const PARTIAL_COLUMNS: &str = "weir.partial_columns";
 
-/// The bins' state schema: (window start, batch id) to IPC bytes.
-pub(crate) fn state_schema() -> StateSchema {
+/// The most bins a window keeps before they are merged into one.
+pub(crate) const MAX_BINS: usize = 16;
+
+/// The bins' state schema: (window start, batch id) to the IPC bytes of
+/// partial rows of `partial` columns.
+pub(crate) fn state_schema(partial: &Schema) -> StateSchema {
+    let columns: Vec<String> = partial
+        .fields()
+        .iter()
+        .map(|f| {
+            format!(
+                "{} {}{}",
+                f.name(),
+                f.data_type(),
+                if f.is_nullable() { "" } else { " not null" }
+            )
+        })
+        .collect();
+    let metadata = [(PARTIAL_COLUMNS.to_string(), columns.join(", "))].into();
     StateSchema::new(
         Arc::new(Schema::new(vec![
             Field::new(WINDOW_START, DataType::Int64, false),
-            Field::new(BATCH, DataType::Int64, false),
+            Field::new(BATCH, DataType::UInt64, false),
         ])),
-        Arc::new(Schema::new(vec![Field::new(PARTIALS, DataType::Binary, false)])),
+        // Large: the bins of a snapshot can pass 2 GiB together.
+        Arc::new(Schema::new(vec![
+            Field::new(PARTIALS, DataType::LargeBinary, false).with_metadata(metadata)
+        ])),
     )
 }
 
@@ -46,7 +72,6 @@ pub(crate) fn put(state: &mut KeyedState, rows: &RecordBatch, batch: BatchId) ->
     for (i, start) in starts.values().iter().enumerate() {
         windows.entry(*start).or_default().push(i as u32);
     }
-    let id = i64::try_from(batch.0).map_err(|_| ArrowError::ComputeError(format!("batch id {batch} is too large")))?;
     let mut blobs = Vec::with_capacity(windows.len());
     for indices in windows.values() {
         let rows = arrow_select::take::take_record_batch(rows, &UInt32Array::from(indices.clone()))?;
@@ -59,10 +84,10 @@ pub(crate) fn put(state: &mut KeyedState, rows: &RecordBatch, batch: BatchId) ->
     }
     let keys = state.encode_keys(&[
         Arc::new(Int64Array::from_iter_values(windows.keys().copied())) as ArrayRef,
-        Arc::new(Int64Array::from_iter_values(windows.keys().map(|_| id))),
+        Arc::new(UInt64Array::from_iter_values(windows.keys().map(|_| batch.0))),
     ])?;
     let values = state
-        .encode_values(&[Arc::new(BinaryArray::from_iter_values(&blobs)) as ArrayRef])?
+        .encode_values(&[Arc::new(LargeBinaryArray::from_iter_values(&blobs)) as ArrayRef])?
         .expect("the bins have a value column");
     for (k, v) in keys.iter().zip(values.iter()) {
         state.put(k.data(), v.data());
@@ -74,7 +99,7 @@ pub(crate) fn put(state: &mut KeyedState, rows: &RecordBatch, batch: BatchId) ->
 /// order: each window's batches, oldest first, as `schema`.
 pub(crate) fn windows(taken: &RecordBatch, schema: &SchemaRef) -> Result<Vec<Vec<RecordBatch>>, ArrowError> {
     let starts = taken.column(0).as_primitive::<Int64Type>();
-    let blobs = taken.column(2).as_binary::<i32>();
+    let blobs = taken.column(2).as_binary::<i64>();
     let mut out: Vec<Vec<RecordBatch>> = Vec::new();
     let mut last = None;
     for (start, blob) in starts.values().iter().zip(blobs.iter()) {
@@ -96,4 +121,27 @@ pub(crate) fn windows(taken: &RecordBatch, schema: &SchemaRef) -> Result<Vec<Vec
         }
     }
     Ok(out)
+}
+
+/// The windows holding more than [`MAX_BINS`] bins, each as the keys of
+/// its bins, sorted (oldest batch first).
+pub(crate) fn crowded(state: &KeyedState) -> Result<Vec<Vec<Box<[u8]>>>, ArrowError> {
+    let keys: Vec<&[u8]> = state.iter().map(|(k, _)| k).collect();
+    if keys.len() <= MAX_BINS {
+        return Ok(Vec::new());
+    }
+    let columns = state.decode_keys(keys.iter().copied())?;
+    let starts = columns[0].as_primitive::<Int64Type>();
+    let mut windows: BTreeMap<i64, Vec<Box<[u8]>>> = BTreeMap::new();
+    for (key, start) in keys.iter().zip(starts.values()) {
+        windows.entry(*start).or_default().push(Box::from(*key));
+    }
+    Ok(windows
+        .into_values()
+        .filter(|bins| bins.len() > MAX_BINS)
+        .map(|mut bins| {
+            bins.sort_unstable();
+            bins
+        })
+        .collect())
 }

@@ -25,12 +25,11 @@
 //!   nothing between batches.
 //! - **Aggregation** ([`StreamSqlExt::group_by`], [`Aggregation`]) keeps a
 //!   partial row per group in the state (in Append mode, each batch's
-//!   partial rows per window, merged when the window closes); Append emits
-//!   each window once, when
-//!   the watermark has passed its end, with its final values; Update emits
-//!   the groups a batch changed; Complete every group. A replayed batch
-//!   starts from the state of the batch before it, so the output is that of
-//!   a run without the crash.
+//!   partial rows per window, merged when the window closes). Append
+//!   emits each window once, when the watermark has passed its end, with
+//!   its final values; Update emits the groups a batch changed; Complete
+//!   every group. A replayed batch starts from the state of the batch
+//!   before it, so the output is that of a run without the crash.
 //! - **Deduplication** ([`DropDuplicates`]) passes each key's first row
 //!   once, across batches and restarts: its keys are state that weir-core
 //!   writes to the checkpoint before the sink commits and restores to the
@@ -52,7 +51,7 @@ mod sql;
 mod window;
 
 pub use aggregate::{
-    avg, col, count, count_of, max, min, sliding_window, sum, window, Aggregate, Aggregation, GroupKey,
+    avg, col, count, count_distinct, count_of, max, min, sliding_window, sum, window, Aggregate, Aggregation, GroupKey,
 };
 pub use dedup::DropDuplicates;
 pub use error::SqlError;

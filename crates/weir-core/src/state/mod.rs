@@ -135,7 +135,7 @@ impl StateStore {
                 if batch.schema().fields() != expected.fields() {
                     return Err(Error::SchemaMismatch {
                         context: format!(
-                            "state file {path} of {}: the operator's state is laid out otherwise than when it was written (its input, its aggregates or the query's output mode changed); use a new checkpoint",
+                            "state file {path} of {}: the operator's state is laid out otherwise than when it was written (its input, its aggregates, the query's output mode or the weir that wrote it changed); use a new checkpoint",
                             self.store.location()
                         ),
                         expected: expected.to_string(),

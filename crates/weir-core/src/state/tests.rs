@@ -162,9 +162,9 @@ enum Op {
 
 fn ops() -> impl Strategy<Value = Vec<Vec<Op>>> {
     let op = prop_oneof![
-        4 => (0i64..20, any::<i64>()).prop_map(|(k, v)| Op::Put(k, v)),
-        2 => (0i64..20).prop_map(Op::Remove),
-        1 => (0i64..20).prop_map(Op::TakeBefore),
+        4 => (-10i64..10, any::<i64>()).prop_map(|(k, v)| Op::Put(k, v)),
+        2 => (-10i64..10).prop_map(Op::Remove),
+        1 => (-10i64..10).prop_map(Op::TakeBefore),
     ];
     prop::collection::vec(prop::collection::vec(op, 0..8), 1..15)
 }
@@ -218,6 +218,7 @@ proptest! {
                 let mut back = KeyedState::new(schema()).unwrap();
                 store.restore(m.operator("op").unwrap(), &mut back).await.unwrap();
                 prop_assert_eq!(contents(&back), want);
+                prop_assert_eq!(back.bytes() as u64, m.operator("op").unwrap().bytes);
             }
             Ok(())
         })?;

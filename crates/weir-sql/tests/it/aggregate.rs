@@ -250,11 +250,14 @@ async fn the_rate_sources_totals_per_second_and_account_match_a_batch_aggregatio
 }
 
 /// Append mode keeps each batch's partial rows of a window apart until the
-/// window closes: windows that one batch saw whole and windows split over
-/// two or three batches both come out once with the totals of all rows.
+/// window closes: windows that one batch saw whole, windows split over two
+/// or three batches and windows over forty (whose bins were merged on the
+/// way) all come out once with the totals of all rows.
 #[tokio::test]
 async fn append_merges_a_window_split_over_batches_and_passes_a_whole_one() {
-    for rows_per_batch in [2500, 400] {
+    // 2,500 rows: most windows in one batch; 400: in two or three; 50: in
+    // forty, more bins than a window keeps before merging them.
+    for rows_per_batch in [2500, 400, 25] {
         let chk = tempfile::tempdir().unwrap();
         let table = MemorySink::new("t");
         let q = read_stream(RateSource::rows_per_batch(rows_per_batch).with_total_rows(10_000))
@@ -279,13 +282,49 @@ async fn append_merges_a_window_split_over_batches_and_passes_a_whole_one() {
             expected,
             "batches of {rows_per_batch} rows"
         );
+        // At most two windows are open, each of at most 16 bins and the
+        // batch's own.
+        let most = q.recent_progress().iter().map(|p| p.state[0].rows).max().unwrap();
+        assert!(most <= 2 * 17, "{most} bins with batches of {rows_per_batch} rows");
     }
 }
 
 /// Append keeps its state otherwise than Update: a checkpoint of one is
-/// refused by the other, before anything is written.
+/// refused by the other when the query starts, before any batch runs.
 #[tokio::test]
-async fn a_checkpoint_of_append_mode_is_refused_in_update_mode() {
+async fn a_checkpoint_of_one_mode_is_refused_in_the_other() {
+    for (first, then) in [
+        (OutputMode::Append, OutputMode::Update),
+        (OutputMode::Update, OutputMode::Append),
+    ] {
+        let chk = tempfile::tempdir().unwrap();
+        let input = MemoryStream::new(event_schema());
+        input.add_batch(events(&payments()[0])).unwrap();
+        let table = MemorySink::new("t");
+        let q = minute_totals(&input, chk.path(), first)
+            .start(table.clone())
+            .await
+            .unwrap();
+        q.await_termination().await.unwrap();
+        let rows = table.batches().iter().map(|b| b.num_rows()).sum::<usize>();
+        input.add_batch(events(&payments()[1])).unwrap();
+        let err = minute_totals(&input, chk.path(), then)
+            .start(table.clone())
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("output mode"),
+            "{first:?} then {then:?}: {err}"
+        );
+        assert!(err.to_string().contains("use a new checkpoint"), "{err}");
+        assert_eq!(table.batches().iter().map(|b| b.num_rows()).sum::<usize>(), rows);
+    }
+}
+
+/// An Append-mode aggregation whose aggregates changed finds its bins of
+/// other partial rows, and is refused when it starts.
+#[tokio::test]
+async fn a_changed_append_aggregation_is_refused_when_it_starts() {
     let chk = tempfile::tempdir().unwrap();
     let input = MemoryStream::new(event_schema());
     input.add_batch(events(&payments()[0])).unwrap();
@@ -295,16 +334,19 @@ async fn a_checkpoint_of_append_mode_is_refused_in_update_mode() {
         .await
         .unwrap();
     q.await_termination().await.unwrap();
-    input.add_batch(events(&payments()[1])).unwrap();
-    let err = match minute_totals(&input, chk.path(), OutputMode::Update)
-        .start(table.clone())
+    let err = read_stream(input.clone())
+        .with_watermark("ts", Duration::from_secs(30))
+        .group_by([window("ts", Duration::from_secs(60)), col("merchant_id")])
+        .agg([sum("amount")])
+        .write_stream()
+        .query_name("merchant-minute-totals")
+        .checkpoint_location(chk.path())
+        .output_mode(OutputMode::Append)
+        .trigger(Trigger::available_now())
+        .start(table)
         .await
-    {
-        Ok(q) => q.await_termination().await.unwrap_err(),
-        Err(e) => e,
-    };
-    assert!(err.to_string().contains("output mode changed"), "{err}");
-    assert!(err.to_string().contains("use a new checkpoint"), "{err}");
+        .unwrap_err();
+    assert!(err.to_string().contains("its aggregates"), "{err}");
 }
 
 #[tokio::test]

@@ -2,4 +2,5 @@
 //! tables.
 
 mod aggregate;
+mod distinct;
 mod sql;
