@@ -601,15 +601,17 @@ impl Aggregation {
         Ok(arrow_select::concat::concat_batches(partial_schema, &rows)?)
     }
 
-    /// Merges the bins of each window that holds too many into one bin of
-    /// batch `batch`, so a window keeps a bounded number of batches' rows.
+    /// Merges the bins of each window of `starts` (those batch `batch` added
+    /// to) that holds too many into one bin of the batch, so a window keeps
+    /// a bounded number of batches' rows.
     async fn merge_crowded(
         &self,
         state: &mut KeyedState,
+        starts: &[i64],
         batch: weir_core::BatchId,
         partial_schema: &SchemaRef,
     ) -> Result<(), BoxError> {
-        for keys in bins::crowded(state)? {
+        for keys in bins::crowded(state, starts)? {
             let keys: Vec<&[u8]> = keys.iter().map(|k| &**k).collect();
             let taken = state.batch_of(&keys)?;
             for key in &keys {
@@ -727,8 +729,9 @@ impl StatefulOperator for Aggregation {
         if self.binned(ctx.output_mode, ctx.event_time_column.as_deref()) {
             if input.iter().any(|b| b.num_rows() > 0) {
                 let rows = self.partial_rows(input, &ctx.input_schema, &partial_schema).await?;
-                bins::put(state, &rows, ctx.batch_id)?;
-                self.merge_crowded(state, ctx.batch_id, &partial_schema).await?;
+                let starts = bins::put(state, &rows, ctx.batch_id)?;
+                self.merge_crowded(state, &starts, ctx.batch_id, &partial_schema)
+                    .await?;
             }
             let mut output = Vec::new();
             if let Some(taken) = ctx

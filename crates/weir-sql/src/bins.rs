@@ -65,8 +65,9 @@ pub(crate) fn state_schema(partial: &Schema) -> StateSchema {
 }
 
 /// Puts batch `batch`'s partial rows `rows` (window start first, one row
-/// per group) into `state`, one entry per window.
-pub(crate) fn put(state: &mut KeyedState, rows: &RecordBatch, batch: BatchId) -> Result<(), ArrowError> {
+/// per group) into `state`, one entry per window; returns the windows'
+/// starts.
+pub(crate) fn put(state: &mut KeyedState, rows: &RecordBatch, batch: BatchId) -> Result<Vec<i64>, ArrowError> {
     let starts = rows.column(0).as_primitive::<Int64Type>();
     let mut windows: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
     for (i, start) in starts.values().iter().enumerate() {
@@ -92,7 +93,7 @@ pub(crate) fn put(state: &mut KeyedState, rows: &RecordBatch, batch: BatchId) ->
     for (k, v) in keys.iter().zip(values.iter()) {
         state.put(k.data(), v.data());
     }
-    Ok(())
+    Ok(windows.into_keys().collect())
 }
 
 /// The partial rows of taken entries (sorted by key), window by window in
@@ -123,21 +124,22 @@ pub(crate) fn windows(taken: &RecordBatch, schema: &SchemaRef) -> Result<Vec<Vec
     Ok(out)
 }
 
-/// The windows holding more than [`MAX_BINS`] bins, each as the keys of
-/// its bins, sorted (oldest batch first).
-pub(crate) fn crowded(state: &KeyedState) -> Result<Vec<Vec<Box<[u8]>>>, ArrowError> {
-    let keys: Vec<&[u8]> = state.iter().map(|(k, _)| k).collect();
-    if keys.len() <= MAX_BINS {
+/// Of the windows starting at `starts`, those holding more than
+/// [`MAX_BINS`] bins, each as the keys of its bins, sorted (oldest batch
+/// first). Keys are matched by their encoded window start, not decoded.
+pub(crate) fn crowded(state: &KeyedState, starts: &[i64]) -> Result<Vec<Vec<Box<[u8]>>>, ArrowError> {
+    if state.len() <= MAX_BINS || starts.is_empty() {
         return Ok(Vec::new());
     }
-    let columns = state.decode_keys(keys.iter().copied())?;
-    let starts = columns[0].as_primitive::<Int64Type>();
-    let mut windows: BTreeMap<i64, Vec<Box<[u8]>>> = BTreeMap::new();
-    for (key, start) in keys.iter().zip(starts.values()) {
-        windows.entry(*start).or_default().push(Box::from(*key));
+    let prefixes = state.key_prefix(&[Arc::new(Int64Array::from(starts.to_vec())) as ArrayRef])?;
+    let mut windows: Vec<Vec<Box<[u8]>>> = vec![Vec::new(); starts.len()];
+    for (key, _) in state.iter() {
+        if let Some(w) = (0..starts.len()).find(|&w| key.starts_with(prefixes.row(w).as_ref())) {
+            windows[w].push(Box::from(key));
+        }
     }
     Ok(windows
-        .into_values()
+        .into_iter()
         .filter(|bins| bins.len() > MAX_BINS)
         .map(|mut bins| {
             bins.sort_unstable();

@@ -12,6 +12,7 @@ use weir::catalog::{Catalogs, TableFormat, TableOptions};
 use weir::delta::DeltaSink;
 use weir::prelude::*;
 use weir::sink::{TableWriter, WriteOutcome};
+use weir::ToTable;
 use weir_test_support::assert_exactly_once;
 use weir_test_support::readers::{iceberg, json_ids, python, read};
 
@@ -116,5 +117,48 @@ async fn one_query_fans_out_to_three_tables_each_exactly_once_through_failures()
         // 1,000 replaced accounts 0 to 9.
         let ids = json_ids(&iceberg(&["ids", reader, db, "silver.accounts"]).expect("readers present"));
         assert_exactly_once(&ids, all - 1000..all);
+    }
+}
+
+/// A writer whose application id is the name a streaming query writes
+/// under in the same table is refused, in both formats: its versions would
+/// be taken for the query's batches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_under_a_streaming_querys_name_is_refused_in_both_formats() {
+    if python().is_none() {
+        return;
+    }
+    for format in [TableFormat::Delta, TableFormat::Iceberg] {
+        let lake = tempfile::tempdir().unwrap();
+        let catalogs = Catalogs::new(weir::catalog::Config::embedded(lake.path()));
+        let options = TableOptions::new().format(format);
+        let q = read_stream(RateSource::rows_per_batch(ROWS).with_total_rows(2 * ROWS))
+            .write_stream()
+            .query_name("payments")
+            .checkpoint_location(lake.path().join("chk"))
+            .trigger(Trigger::available_now())
+            .to_table_in(&catalogs, "bronze.payments", options.clone())
+            .await
+            .unwrap();
+        q.await_termination().await.unwrap();
+        let writer = weir::table_writer(&catalogs, "bronze.payments", options, "payments")
+            .await
+            .unwrap();
+        let rows = vec![RateSource::generate(1000, 1010)];
+        let err = writer.write(rows, BatchId(5)).await.unwrap_err();
+        assert!(err.to_string().contains("payments"), "{format:?}: {err}");
+        let ids = match format {
+            TableFormat::Delta => {
+                let table = lake.path().join("warehouse/bronze/payments");
+                json_ids(&read(&["ids", "duckdb", table.to_str().unwrap()]).expect("readers present"))
+            }
+            _ => {
+                let db = lake.path().join("catalog.db");
+                json_ids(
+                    &iceberg(&["ids", "duckdb", db.to_str().unwrap(), "bronze.payments"]).expect("readers present"),
+                )
+            }
+        };
+        assert_exactly_once(&ids, 0..2 * ROWS as i64);
     }
 }

@@ -40,11 +40,16 @@ pub enum WriteOutcome {
         /// The newest version the table holds for the application id.
         committed: BatchId,
     },
+    /// An append or a merge of no rows: nothing to write, and nothing was
+    /// recorded (the next version with rows records itself).
+    Empty,
 }
 
 /// Writes rows into a table at most once per (application id, version):
 /// see the module docs. Clones share the table; writes through one writer
-/// run one at a time.
+/// run one at a time. Each writer needs a sink of its own: a sink keeps the
+/// mode and key it was prepared for, so a sink shared with a query or with
+/// another writer would be prepared for theirs.
 ///
 /// ```no_run
 /// # async fn demo(silver: weir_core::sink::MemorySink) -> weir_core::Result<()> {
@@ -63,6 +68,8 @@ pub struct TableWriter {
     run_id: RunId,
     mode: OutputMode,
     keys: Vec<String>,
+    /// The rows' schema, if given.
+    schema: Option<SchemaRef>,
     /// The schema the table was prepared for, held while a write runs.
     prepared: Arc<Mutex<Option<SchemaRef>>>,
 }
@@ -98,14 +105,15 @@ impl TableWriter {
         Self::from_arc(Arc::new(sink), app_id)
     }
 
-    /// [`TableWriter::new`] with a shared sink.
+    /// [`TableWriter::new`] with a sink behind an `Arc` (one no query or
+    /// other writer uses).
     pub fn from_arc(sink: Arc<dyn Sink>, app_id: impl Into<String>) -> Result<Self> {
         let app_id = QueryName::new(app_id)?;
         if !sink.keeps_marker() {
             return Err(Error::InvalidOption {
                 option: "sink",
                 reason: format!(
-                    "{} keeps no marker, so a write under {app_id} could not be told from a repeated one; write to a Delta or Iceberg table",
+                    "{} keeps no marker, so a write under {app_id} could not be told from a repeated one; write to a sink that keeps one (a Delta or Iceberg table, files, exactly-once Kafka)",
                     sink.identity()
                 ),
             });
@@ -117,8 +125,17 @@ impl TableWriter {
             run_id: RunId::new(),
             mode: OutputMode::Append,
             keys: Vec::new(),
+            schema: None,
             prepared: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// The schema of the rows, for an [`TableWriter::overwrite`] whose
+    /// first write after a start may have no rows (an empty result empties
+    /// the table).
+    pub fn with_schema(mut self, schema: SchemaRef) -> Self {
+        self.schema = Some(schema);
+        self
     }
 
     /// Each version replaces the table's content with its rows.
@@ -160,16 +177,36 @@ impl TableWriter {
     }
 
     /// Writes `rows` as `version` of the application id, unless the table
-    /// holds that version or a later one. The first write needs a row, for
-    /// the table's schema.
+    /// holds that version or a later one. An append or merge of no rows
+    /// writes nothing ([`WriteOutcome::Empty`]); an overwrite of no rows
+    /// empties the table, and needs the rows' schema from an earlier write
+    /// or [`TableWriter::with_schema`].
     pub async fn write(&self, rows: Vec<RecordBatch>, version: BatchId) -> Result<WriteOutcome> {
+        let rows: Vec<RecordBatch> = rows.into_iter().filter(|b| b.num_rows() > 0).collect();
+        if rows.is_empty() && self.mode != OutputMode::Complete {
+            return Ok(WriteOutcome::Empty);
+        }
         let mut prepared = self.prepared.lock().await;
+        let outcome = self.write_prepared(&mut prepared, rows, version).await;
+        if outcome.is_err() {
+            // A table replaced or changed meanwhile is prepared again.
+            *prepared = None;
+        }
+        outcome
+    }
+
+    async fn write_prepared(
+        &self,
+        prepared: &mut Option<SchemaRef>,
+        rows: Vec<RecordBatch>,
+        version: BatchId,
+    ) -> Result<WriteOutcome> {
         let schema = match rows.first() {
             Some(b) => b.schema(),
-            None => prepared.clone().ok_or_else(|| Error::InvalidOption {
-                option: "rows",
+            None => prepared.clone().or_else(|| self.schema.clone()).ok_or_else(|| Error::InvalidOption {
+                option: "schema",
                 reason: format!(
-                    "the first write under {} has no rows, so the table's schema is unknown; nothing was written",
+                    "an overwrite under {} of no rows empties the table, but the rows' schema is unknown; give it with TableWriter::with_schema. Nothing was written",
                     self.app_id
                 ),
             })?,
@@ -185,7 +222,7 @@ impl TableWriter {
             taken_over: None,
         };
         if let CommitDecision::AlreadyCommitted(m) = decide_commit(self.marker().await?.map(|m| m.1), facts)? {
-            return Ok(WriteOutcome::Skipped { committed: m.batch_id });
+            return Ok(self.skipped(m.batch_id, version));
         }
         let ctx = BatchContext {
             query_id: self.owner,
@@ -214,10 +251,26 @@ impl TableWriter {
         match self.sink.commit(&ctx, vec![message.clone()]).await? {
             CommitOutcome::Committed { version } => Ok(WriteOutcome::Written { table_version: version }),
             CommitOutcome::AlreadyCommitted(m) => {
-                self.sink.abort(&ctx, vec![message]).await?;
-                Ok(WriteOutcome::Skipped { committed: m.batch_id })
+                if let Err(cleanup) = self.sink.abort(&ctx, vec![message]).await {
+                    tracing::warn!(app_id = %self.app_id, %version, error = %cleanup, "could not remove a skipped write's files");
+                }
+                Ok(self.skipped(m.batch_id, version))
             }
         }
+    }
+
+    /// A skip, with a warning when the table holds a later version than
+    /// the one written: the id was reused, or its versions went back.
+    fn skipped(&self, committed: BatchId, version: BatchId) -> WriteOutcome {
+        if committed > version {
+            tracing::warn!(
+                app_id = %self.app_id,
+                %version,
+                %committed,
+                "the table holds a later version of this application id, so this one is skipped; if the versions started again (a new checkpoint), use a new application id"
+            );
+        }
+        WriteOutcome::Skipped { committed }
     }
 
     async fn prepare(&self, schema: &SchemaRef) -> Result<()> {

@@ -61,13 +61,34 @@ async fn a_version_lands_once_and_older_versions_are_skipped() {
         WriteOutcome::Written { .. }
     ));
     assert_eq!(held(&table), vec![0, 1, 2, 3, 4, 7]);
-    // A version without rows, once the schema is known, records the version.
+    // An append of no rows writes and records nothing.
+    assert_eq!(other.write(Vec::new(), BatchId(1)).await.unwrap(), WriteOutcome::Empty);
+    assert_eq!(other.last_version().await.unwrap(), Some(BatchId(0)));
+    assert_eq!(held(&table), vec![0, 1, 2, 3, 4, 7]);
+}
+
+#[tokio::test]
+async fn an_overwrite_replaces_the_rows_and_one_of_no_rows_empties_the_table() {
+    let table = MemorySink::new("t");
+    let schema = ids(0, 1)[0].schema();
+    let writer = TableWriter::new(table.clone(), "latest").unwrap().overwrite();
+    // No rows and no schema: refused, nothing written.
+    let err = writer.write(Vec::new(), BatchId(0)).await.unwrap_err();
+    assert!(err.to_string().contains("with_schema"), "{err}");
+    writer.write(ids(0, 3), BatchId(0)).await.unwrap();
+    writer.write(ids(10, 12), BatchId(1)).await.unwrap();
+    assert_eq!(held(&table), vec![10, 11]);
+    // A writer started again knows the schema it was given.
+    let again = TableWriter::new(table.clone(), "latest")
+        .unwrap()
+        .overwrite()
+        .with_schema(schema);
     assert!(matches!(
-        other.write(Vec::new(), BatchId(1)).await.unwrap(),
+        again.write(Vec::new(), BatchId(2)).await.unwrap(),
         WriteOutcome::Written { .. }
     ));
-    assert_eq!(other.last_version().await.unwrap(), Some(BatchId(1)));
-    assert_eq!(held(&table), vec![0, 1, 2, 3, 4, 7]);
+    assert_eq!(held(&table), Vec::<i64>::new());
+    assert_eq!(again.last_version().await.unwrap(), Some(BatchId(2)));
 }
 
 #[tokio::test]
@@ -78,8 +99,7 @@ async fn what_cannot_be_written_once_is_refused_before_anything_is_written() {
     assert!(err.to_string().contains("not a name!"), "{err}");
     let table = MemorySink::new("t");
     let writer = TableWriter::new(table.clone(), "fanout").unwrap();
-    let err = writer.write(Vec::new(), BatchId(0)).await.unwrap_err();
-    assert!(err.to_string().contains("schema is unknown"), "{err}");
+    assert_eq!(writer.write(Vec::new(), BatchId(0)).await.unwrap(), WriteOutcome::Empty);
     assert!(table.batches().is_empty());
 }
 
