@@ -217,6 +217,9 @@ pub struct Aggregation {
     aggregates: Vec<Aggregate>,
     /// Why the grouping cannot run, reported when the query starts.
     invalid: Option<String>,
+    /// The partial rows' schema last planned, and the input it was planned
+    /// for: a batch's input is the same as the last one's.
+    planned: Arc<std::sync::Mutex<Option<(SchemaRef, SchemaRef)>>>,
 }
 
 fn session() -> SessionContext {
@@ -376,6 +379,7 @@ impl Aggregation {
             keys: columns,
             aggregates,
             invalid,
+            planned: Arc::default(),
         }
     }
 
@@ -508,6 +512,20 @@ impl Aggregation {
             }
         }
         Ok(RecordBatch::try_new(output.clone(), columns)?)
+    }
+
+    /// [`Aggregation::partial_schema`], planned again only when the input's
+    /// schema differs from the last batch's.
+    fn planned_partial_schema(&self, input: &SchemaRef) -> Result<SchemaRef, SqlError> {
+        let mut planned = self.planned.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((last, partial)) = planned.as_ref() {
+            if last == input {
+                return Ok(partial.clone());
+            }
+        }
+        let partial = self.partial_schema(input)?;
+        *planned = Some((input.clone(), partial.clone()));
+        Ok(partial)
     }
 
     /// The output's schema, from the input's and the partial rows'.
@@ -723,8 +741,7 @@ impl StatefulOperator for Aggregation {
         input: Vec<RecordBatch>,
         ctx: &OperatorContext,
     ) -> Result<Vec<RecordBatch>, BoxError> {
-        // Planned once a batch: the partial rows' and the output's schemas.
-        let partial_schema = self.partial_schema(&ctx.input_schema)?;
+        let partial_schema = self.planned_partial_schema(&ctx.input_schema)?;
         let output_schema = self.output_schema_of(&ctx.input_schema, &partial_schema)?;
         if self.binned(ctx.output_mode, ctx.event_time_column.as_deref()) {
             if input.iter().any(|b| b.num_rows() > 0) {
