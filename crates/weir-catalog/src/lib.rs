@@ -61,6 +61,7 @@ mod name;
 mod options;
 mod path;
 mod registry;
+mod rows;
 mod table_ref;
 
 pub use catalogs::{Catalogs, TableEntry, TableSink};
@@ -73,5 +74,6 @@ pub use iceberg_catalogs::{RestCatalog, SqlCatalog};
 pub use jobs::{ExpireSnapshotsJob, RemoveOrphanFilesJob, RewriteManifestsJob, VacuumJob};
 pub use name::TableName;
 pub use options::{SnapshotExpiry, TableOptions};
+pub use rows::{TableReader, TableRows};
 pub use table_ref::TableRef;
 pub use weir_core::maintenance::{CompactGroup, CompactOptions, CompactProgress, CompactReport};

@@ -93,6 +93,7 @@ mod maintenance;
 mod marker;
 mod open_file;
 mod options;
+mod read;
 mod sink;
 mod stats;
 mod table;
@@ -103,5 +104,6 @@ pub use describe::{describe, history, DeltaCommit, DeltaQueryMarker, DeltaTableS
 pub use error::{DeltaSinkError, LogCheckpointError};
 pub use maintenance::{checkpoint_log, LogReport, Vacuum, VacuumReport, DEFAULT_VACUUM_RETENTION};
 pub use options::{Compression, DeltaSinkOptions};
+pub use read::{latest_version, read_rows, TableRows};
 pub use sink::DeltaSink;
 pub use weir_core::maintenance::{CompactGroup, CompactOptions, CompactProgress, CompactReport};

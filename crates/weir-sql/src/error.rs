@@ -82,6 +82,16 @@ pub enum SqlError {
         /// The name.
         column: String,
     },
+    /// The static table of a join could not be read, or changed its
+    /// columns.
+    #[error("the table {name:?} the stream joins with: {source}. Nothing of the batch was committed")]
+    StaticTable {
+        /// The table's name in the query.
+        name: String,
+        /// Why.
+        #[source]
+        source: weir_core::BoxError,
+    },
     /// An Arrow operation failed.
     #[error("{context}: {source}")]
     Arrow {

@@ -35,6 +35,10 @@
 //!   writes to the checkpoint before the sink commits and restores to the
 //!   batch before a replayed one, so a replay drops exactly what the first
 //!   attempt dropped.
+//! - **Stream-static joins** ([`StreamSqlExt::join_static`],
+//!   [`StaticJoin`]) read the static table whole at a batch's start, and
+//!   again only when its version changed; a batch run again after a crash
+//!   sees the table as it is then, as in Spark.
 //! - **JSON** ([`FromJson`], [`StreamSqlExt::from_json`]) parses a text
 //!   column by a schema on each record batch; a malformed value fails the
 //!   batch (nothing of it committed) unless parsing is permissive, which
@@ -48,6 +52,7 @@ mod dedup;
 mod error;
 mod json;
 mod sql;
+mod static_join;
 mod window;
 
 pub use aggregate::{
@@ -57,6 +62,7 @@ pub use dedup::DropDuplicates;
 pub use error::SqlError;
 pub use json::FromJson;
 pub use sql::{Sql, INPUT};
+pub use static_join::{StaticJoin, StaticTable};
 pub use window::Window;
 
 use weir_core::ReadStream;
@@ -66,6 +72,11 @@ pub trait StreamSqlExt: Sized {
     /// Runs `query` over the rows of each micro-batch, which it reads as
     /// the table `input`.
     fn sql(self, query: impl Into<String>) -> ReadStream;
+
+    /// Runs `query` over each micro-batch's rows (`input`) and the static
+    /// `table`, which it reads as `name`: a stream-static join. Each batch
+    /// sees the table as it is when the batch starts (see [`StaticJoin`]).
+    fn join_static(self, name: &str, table: std::sync::Arc<dyn StaticTable>, query: impl Into<String>) -> ReadStream;
 
     /// Keeps the rows for which the SQL expression `predicate` is true.
     fn filter(self, predicate: &str) -> ReadStream {
@@ -147,6 +158,10 @@ fn quoted(name: &str) -> String {
 impl StreamSqlExt for ReadStream {
     fn sql(self, query: impl Into<String>) -> ReadStream {
         self.with_batch_transform(Sql::new(query))
+    }
+
+    fn join_static(self, name: &str, table: std::sync::Arc<dyn StaticTable>, query: impl Into<String>) -> ReadStream {
+        self.with_batch_transform(StaticJoin::new(name, table, query))
     }
 
     fn with_column(self, name: &str, expression: &str) -> ReadStream {

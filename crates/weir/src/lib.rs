@@ -47,6 +47,11 @@ pub use weir_kafka as kafka;
 #[cfg(feature = "sql")]
 pub use weir_sql as sql;
 
+#[cfg(feature = "sql")]
+mod static_table;
+#[cfg(feature = "sql")]
+pub use static_table::{static_delta_table, static_table};
+
 use weir_catalog::{CatalogError, Catalogs, TableOptions};
 
 /// What can go wrong starting a query on a table by name.

@@ -4,3 +4,4 @@
 mod aggregate;
 mod distinct;
 mod sql;
+mod static_join;

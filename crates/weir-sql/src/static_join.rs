@@ -1,0 +1,161 @@
+//! Stream-static joins: each micro-batch's rows joined with a table read
+//! whole, as the table is when the batch starts.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::datasource::MemTable;
+use datafusion::execution::context::SessionContext;
+use datafusion::prelude::SessionConfig;
+use futures::lock::Mutex;
+use weir_core::operator::BatchTransform;
+use weir_core::{BatchId, BoxError};
+
+use crate::error::SqlError;
+use crate::INPUT;
+
+/// A table a stream joins with (a Delta or Iceberg table: see the `weir`
+/// crate's `static_table`): read whole, and again whenever its version
+/// changes.
+#[async_trait]
+pub trait StaticTable: Send + Sync + fmt::Debug {
+    /// The table's columns when the query was built.
+    fn schema(&self) -> SchemaRef;
+
+    /// The table's version now (a Delta version, an Iceberg snapshot id),
+    /// checked at the start of each batch.
+    async fn version(&self) -> Result<Option<i64>, BoxError>;
+
+    /// Every live row of the table now, with the version they are of.
+    async fn read(&self) -> Result<(Option<i64>, Vec<RecordBatch>), BoxError>;
+}
+
+/// A version of the table and its rows.
+type Cached = (Option<i64>, Arc<MemTable>);
+
+/// A SQL query over each micro-batch's rows (`input`) and a static table
+/// (under its name): `SELECT i.*, m.name FROM input i JOIN merchants m ON
+/// i.merchant_id = m.id`. Each batch reads the table's version when it
+/// starts and reads the rows again only when the version changed. As in
+/// Spark, a batch run again after a crash sees the table as it is then.
+#[derive(Clone)]
+pub struct StaticJoin {
+    name: String,
+    table: Arc<dyn StaticTable>,
+    query: String,
+    /// The rows of the version last read.
+    cached: Arc<Mutex<Option<Cached>>>,
+}
+
+impl fmt::Debug for StaticJoin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StaticJoin")
+            .field("name", &self.name)
+            .field("table", &self.table)
+            .field("query", &self.query)
+            .finish_non_exhaustive()
+    }
+}
+
+fn context() -> SessionContext {
+    SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1))
+}
+
+/// Columns by name and type, without their metadata (readers put field ids
+/// in it).
+fn plain(schema: &Schema) -> SchemaRef {
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_metadata(Default::default()))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+impl StaticJoin {
+    /// `query` over `input` and `table`, which it reads as `name`.
+    pub fn new(name: impl Into<String>, table: Arc<dyn StaticTable>, query: impl Into<String>) -> Self {
+        StaticJoin {
+            name: name.into(),
+            table,
+            query: query.into(),
+            cached: Arc::default(),
+        }
+    }
+
+    fn plan_err(&self) -> impl Fn(datafusion::error::DataFusionError) -> SqlError + '_ {
+        move |source| SqlError::Plan {
+            query: self.query.clone(),
+            source,
+        }
+    }
+
+    /// The table's rows as of now: those read before if the version is
+    /// the same.
+    async fn rows(&self) -> Result<Arc<MemTable>, SqlError> {
+        let err = |source: BoxError| SqlError::StaticTable {
+            name: self.name.clone(),
+            source,
+        };
+        let mut cached = self.cached.lock().await;
+        let version = self.table.version().await.map_err(err)?;
+        if let Some((v, rows)) = cached.as_ref() {
+            if *v == version {
+                return Ok(rows.clone());
+            }
+        }
+        let (version, batches) = self.table.read().await.map_err(err)?;
+        let schema = plain(&self.table.schema());
+        let batches = batches
+            .into_iter()
+            .map(|b| {
+                if plain(&b.schema()).fields() != schema.fields() {
+                    return Err(err(format!(
+                        "its columns are now {}, and were {schema} when the query started; restart the query",
+                        plain(&b.schema())
+                    )
+                    .into()));
+                }
+                RecordBatch::try_new(schema.clone(), b.columns().to_vec()).map_err(|e| err(e.into()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let rows = Arc::new(MemTable::try_new(schema, vec![batches]).map_err(self.plan_err())?);
+        *cached = Some((version, rows.clone()));
+        Ok(rows)
+    }
+}
+
+#[async_trait]
+impl BatchTransform for StaticJoin {
+    fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef, BoxError> {
+        let ctx = context();
+        let input = MemTable::try_new(input.clone(), vec![vec![]]).map_err(self.plan_err())?;
+        let table = MemTable::try_new(plain(&self.table.schema()), vec![vec![]]).map_err(self.plan_err())?;
+        ctx.register_table(INPUT, Arc::new(input)).map_err(self.plan_err())?;
+        ctx.register_table(self.name.as_str(), Arc::new(table))
+            .map_err(self.plan_err())?;
+        // Planning over in-memory tables waits on nothing.
+        let frame = futures::executor::block_on(ctx.sql(&self.query)).map_err(self.plan_err())?;
+        Ok(Arc::new(frame.schema().as_arrow().clone()))
+    }
+
+    async fn transform(&self, input: Vec<RecordBatch>, _batch_id: BatchId) -> Result<Vec<RecordBatch>, BoxError> {
+        let Some(schema) = input.first().map(|b| b.schema()) else {
+            return Ok(Vec::new());
+        };
+        let table = self.rows().await?;
+        let ctx = context();
+        let input = MemTable::try_new(schema, vec![input]).map_err(self.plan_err())?;
+        ctx.register_table(INPUT, Arc::new(input)).map_err(self.plan_err())?;
+        ctx.register_table(self.name.as_str(), table).map_err(self.plan_err())?;
+        let frame = ctx.sql(&self.query).await.map_err(self.plan_err())?;
+        Ok(frame.collect().await.map_err(|source| SqlError::Execute {
+            query: self.query.clone(),
+            source,
+        })?)
+    }
+}
