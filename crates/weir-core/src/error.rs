@@ -191,6 +191,7 @@ impl Error {
             Error::Sink { retryable, .. } | Error::Source { retryable, .. } | Error::QueryFailed { retryable, .. } => {
                 *retryable
             }
+            Error::Transform { source, .. } => source.downcast_ref::<Transient>().is_some(),
             _ => false,
         }
     }
@@ -308,4 +309,16 @@ mod tests {
         assert!(io(ErrorKind::Interrupted).retryable());
         assert!(io(ErrorKind::TimedOut).retryable());
     }
+}
+
+/// A transformation's error that trying again may mend (a table it reads
+/// did not answer): [`Error::retryable`] is true for a transformation that
+/// fails with one. Make it with [`transient`].
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct Transient(BoxError);
+
+/// Marks a transformation's error as one that trying again may mend.
+pub fn transient(error: impl Into<BoxError>) -> BoxError {
+    Box::new(Transient(error.into()))
 }

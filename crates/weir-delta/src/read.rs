@@ -7,8 +7,10 @@ use arrow_array::RecordBatch;
 use arrow_schema::{Schema, SchemaRef};
 use buoyant_kernel::engine::arrow_conversion::TryFromKernel;
 use buoyant_kernel::engine::arrow_data::ArrowEngineData;
-use buoyant_kernel::Snapshot;
-use deltalake::{DeltaTableBuilder, DeltaTableError};
+use buoyant_kernel::snapshot::SnapshotRef;
+use buoyant_kernel::{Engine, Snapshot};
+use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use url::Url;
 
 use crate::engine;
 use crate::error::DeltaSinkError;
@@ -39,12 +41,19 @@ fn missing(location: &str) -> DeltaSinkError {
     }
 }
 
-/// The newest version of the table at `location`, from a listing of its
-/// log (nothing is replayed).
-pub async fn latest_version(location: &str, storage: &HashMap<String, String>) -> Result<u64, DeltaSinkError> {
-    let url = table_url(location)?;
+/// The table's URL, without creating anything: a local path must exist.
+fn resolve(location: &str) -> Result<Url, DeltaSinkError> {
+    if location.contains("://") {
+        return table_url(location);
+    }
+    let absolute = std::fs::canonicalize(location).map_err(|_| missing(location))?;
+    Url::from_directory_path(&absolute).map_err(|()| missing(location))
+}
+
+/// The table at `location`, opened (not loaded) with weir's bounded engine.
+async fn open(location: &str, storage: &HashMap<String, String>) -> Result<DeltaTable, DeltaSinkError> {
     let table = engine::bounded(
-        DeltaTableBuilder::from_url(url)
+        DeltaTableBuilder::from_url(resolve(location)?)
             .map_err(delta_err(location))?
             .with_storage_options(storage.clone())
             .build()
@@ -53,31 +62,42 @@ pub async fn latest_version(location: &str, storage: &HashMap<String, String>) -
     if !table.verify_deltatable_existence().await.map_err(delta_err(location))? {
         return Err(missing(location));
     }
-    table.get_latest_version().await.map_err(delta_err(location))
+    Ok(table)
+}
+
+/// Runs `read` on the table's newest kernel snapshot, on the blocking
+/// pool (the kernel's reads block).
+async fn on_snapshot<T: Send + 'static>(
+    location: &str,
+    storage: &HashMap<String, String>,
+    read: impl FnOnce(SnapshotRef, Arc<dyn Engine>) -> Result<T, buoyant_kernel::Error> + Send + 'static,
+) -> Result<T, DeltaSinkError> {
+    let table = open(location, storage).await?;
+    let log_store = table.log_store();
+    let root = log_store.transaction_url(None).map_err(delta_err(location))?;
+    // The engine is made on the runtime, and lists the log from its last
+    // checkpoint (a log whose old commits were cleaned up reads the same).
+    let engine = log_store.engine(None);
+    tokio::task::spawn_blocking(move || {
+        let snapshot = Snapshot::builder_for(root).build(engine.as_ref())?;
+        read(snapshot, engine)
+    })
+    .await
+    .map_err(|e| delta_err(location)(DeltaTableError::Generic(format!("the read stopped: {e}"))))?
+    .map_err(|e| delta_err(location)(DeltaTableError::from(e)))
+}
+
+/// The newest version of the table at `location`: its protocol and
+/// metadata are read from the last log checkpoint on, not its files.
+pub async fn latest_version(location: &str, storage: &HashMap<String, String>) -> Result<u64, DeltaSinkError> {
+    on_snapshot(location, storage, |snapshot, _| Ok(snapshot.version())).await
 }
 
 /// Every live row of the table at `location`, at its newest version. The
 /// Delta kernel reads them: deletion vectors, partition values and column
 /// mapping are applied, and a reader feature it does not know is refused.
 pub async fn read_rows(location: &str, storage: &HashMap<String, String>) -> Result<TableRows, DeltaSinkError> {
-    let url = table_url(location)?;
-    let table = engine::bounded(
-        DeltaTableBuilder::from_url(url.clone())
-            .map_err(delta_err(location))?
-            .with_storage_options(storage.clone())
-            .build()
-            .map_err(delta_err(location))?,
-    );
-    if !table.verify_deltatable_existence().await.map_err(delta_err(location))? {
-        return Err(missing(location));
-    }
-    let log_store = table.log_store();
-    let root = log_store.transaction_url(None).map_err(delta_err(location))?;
-    // The engine is made on the runtime; the kernel's reads block, so they
-    // run on the blocking pool.
-    let engine = log_store.engine(None);
-    let read = tokio::task::spawn_blocking(move || -> Result<TableRows, buoyant_kernel::Error> {
-        let snapshot = Snapshot::builder_for(root).build(engine.as_ref())?;
+    on_snapshot(location, storage, |snapshot, engine| {
         let version = snapshot.version();
         let schema: Schema = Schema::try_from_kernel(snapshot.schema().as_ref())?;
         let scan = snapshot.scan_builder().build()?;
@@ -95,6 +115,4 @@ pub async fn read_rows(location: &str, storage: &HashMap<String, String>) -> Res
         })
     })
     .await
-    .map_err(|e| delta_err(location)(DeltaTableError::Generic(format!("the read stopped: {e}"))))?;
-    read.map_err(|e| delta_err(location)(DeltaTableError::from(e)))
 }

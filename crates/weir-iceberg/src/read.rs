@@ -53,7 +53,13 @@ pub async fn read_rows(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Tabl
         metadata,
         metadata_location,
     } = loaded(catalog, ident).await?;
-    let schema = Arc::new(schema_to_arrow_schema(metadata.current_schema()).map_err(err("its schema"))?);
+    // The scan reads the snapshot's columns, which a column added since
+    // (without a new snapshot) is not among.
+    let columns = match metadata.current_snapshot() {
+        Some(snapshot) => snapshot.schema(&metadata).map_err(err("its snapshot's schema"))?,
+        None => metadata.current_schema().clone(),
+    };
+    let schema = Arc::new(schema_to_arrow_schema(&columns).map_err(err("its schema"))?);
     let table = Table::builder()
         .metadata(metadata)
         .metadata_location(metadata_location)

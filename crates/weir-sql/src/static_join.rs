@@ -12,7 +12,7 @@ use datafusion::execution::context::SessionContext;
 use datafusion::prelude::SessionConfig;
 use futures::lock::Mutex;
 use weir_core::operator::BatchTransform;
-use weir_core::{BatchId, BoxError};
+use weir_core::{BatchId, BoxError, Transient};
 
 use crate::error::SqlError;
 use crate::INPUT;
@@ -76,6 +76,35 @@ fn plain(schema: &Schema) -> SchemaRef {
     ))
 }
 
+/// `batch`'s columns that the query was planned with, by name (a column
+/// added to the table since is left out); a planned column that is gone,
+/// changed its type or became nullable is refused.
+fn planned_columns(batch: &RecordBatch, planned: &SchemaRef) -> Result<RecordBatch, String> {
+    let found = plain(&batch.schema());
+    let restart = "restart the query to plan it with the table's columns now";
+    let columns = planned
+        .fields()
+        .iter()
+        .map(|f| {
+            let (i, now) = found
+                .column_with_name(f.name())
+                .ok_or_else(|| format!("its column {:?} is gone; {restart}", f.name()))?;
+            if now.data_type() != f.data_type() || (now.is_nullable() && !f.is_nullable()) {
+                return Err(format!(
+                    "its column {:?} is now {} ({}), and was {} ({}) when the query was planned; {restart}",
+                    f.name(),
+                    now.data_type(),
+                    if now.is_nullable() { "nullable" } else { "not null" },
+                    f.data_type(),
+                    if f.is_nullable() { "nullable" } else { "not null" },
+                ));
+            }
+            Ok(batch.column(i).clone())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(planned.clone(), columns).map_err(|e| e.to_string())
+}
+
 impl StaticJoin {
     /// `query` over `input` and `table`, which it reads as `name`.
     pub fn new(name: impl Into<String>, table: Arc<dyn StaticTable>, query: impl Into<String>) -> Self {
@@ -96,10 +125,20 @@ impl StaticJoin {
 
     /// The table's rows as of now: those read before if the version is
     /// the same.
-    async fn rows(&self) -> Result<Arc<MemTable>, SqlError> {
-        let err = |source: BoxError| SqlError::StaticTable {
-            name: self.name.clone(),
-            source,
+    async fn rows(&self) -> Result<Arc<MemTable>, BoxError> {
+        // A table that did not answer may answer a restarted batch: the
+        // error stays transient.
+        let err = |source: BoxError| -> BoxError {
+            let transient = source.downcast_ref::<Transient>().is_some();
+            let error = SqlError::StaticTable {
+                name: self.name.clone(),
+                source,
+            };
+            if transient {
+                weir_core::transient(error)
+            } else {
+                Box::new(error)
+            }
         };
         let mut cached = self.cached.lock().await;
         let version = self.table.version().await.map_err(err)?;
@@ -111,17 +150,8 @@ impl StaticJoin {
         let (version, batches) = self.table.read().await.map_err(err)?;
         let schema = plain(&self.table.schema());
         let batches = batches
-            .into_iter()
-            .map(|b| {
-                if plain(&b.schema()).fields() != schema.fields() {
-                    return Err(err(format!(
-                        "its columns are now {}, and were {schema} when the query started; restart the query",
-                        plain(&b.schema())
-                    )
-                    .into()));
-                }
-                RecordBatch::try_new(schema.clone(), b.columns().to_vec()).map_err(|e| err(e.into()))
-            })
+            .iter()
+            .map(|b| planned_columns(b, &schema).map_err(|reason| err(reason.into())))
             .collect::<Result<Vec<_>, _>>()?;
         let rows = Arc::new(MemTable::try_new(schema, vec![batches]).map_err(self.plan_err())?);
         *cached = Some((version, rows.clone()));

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use weir_catalog::{Catalogs, TableReader};
+use weir_catalog::{CatalogError, Catalogs, TableReader};
 use weir_core::BoxError;
 use weir_sql::StaticTable;
 
@@ -24,12 +24,22 @@ impl StaticTable for ReadTable {
     }
 
     async fn version(&self) -> Result<Option<i64>, BoxError> {
-        Ok(self.reader.version().await?)
+        self.reader.version().await.map_err(judged)
     }
 
     async fn read(&self) -> Result<(Option<i64>, Vec<RecordBatch>), BoxError> {
-        let rows = self.reader.rows().await?;
+        let rows = self.reader.rows().await.map_err(judged)?;
         Ok((rows.version, rows.batches))
+    }
+}
+
+/// A catalog's or table's error, marked transient when trying again may
+/// mend it (so the query's error is retryable).
+fn judged(error: CatalogError) -> BoxError {
+    if error.retryable() {
+        weir_core::transient(error)
+    } else {
+        Box::new(error)
     }
 }
 

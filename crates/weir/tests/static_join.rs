@@ -183,3 +183,54 @@ async fn a_missing_table_is_refused_by_name() {
     let err = weir::static_table(&catalogs, "dim.nothing").await.unwrap_err();
     assert!(err.to_string().contains("dim.nothing"), "{err}");
 }
+
+/// A Delta table whose first commits were cleaned up after a log
+/// checkpoint (as weir's sink does after the retention) is read from the
+/// checkpoint on; a missing path is refused and nothing is created there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delta_table_with_a_cleaned_log_is_read_and_a_missing_one_refused() {
+    let lake = tempfile::tempdir().unwrap();
+    let catalogs = Catalogs::new(weir::catalog::Config::embedded(lake.path()));
+    let options = TableOptions::new().format(TableFormat::Delta);
+    let dim = |n: &str| lake.path().join(format!("chk-dim-{n}"));
+    append(
+        &catalogs,
+        &dim("first"),
+        "dim.merchants",
+        options.clone(),
+        merchants(0..3),
+    )
+    .await;
+    append(&catalogs, &dim("second"), "dim.merchants", options, merchants(3..6)).await;
+    let location = lake.path().join("warehouse/dim/merchants");
+    let location = location.to_str().unwrap();
+    weir::delta::checkpoint_log(location, &Default::default())
+        .await
+        .unwrap();
+    let log = std::path::Path::new(location).join("_delta_log");
+    std::fs::remove_file(log.join(format!("{:020}.json", 0))).unwrap();
+    let table = weir::static_delta_table(location).await.unwrap();
+    let input = MemoryStream::new(payments_schema());
+    input.add_batch(payments(0..12)).unwrap();
+    let sink = MemorySink::new("joined");
+    let q = read_stream(input)
+        .join_static(
+            "merchants",
+            table,
+            "SELECT p.event_id, m.name FROM input p JOIN merchants m ON p.merchant_id = m.id",
+        )
+        .write_stream()
+        .checkpoint_location(lake.path().join("chk"))
+        .trigger(Trigger::available_now())
+        .start(sink.clone())
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    let all: Vec<(i64, String)> = (0..12).map(|i| (i, format!("merchant {}", i % 6))).collect();
+    assert_eq!(joined(&sink), all);
+
+    let missing = lake.path().join("no-such-table");
+    let err = weir::static_delta_table(missing.to_str().unwrap()).await.unwrap_err();
+    assert!(err.to_string().contains("no Delta table"), "{err}");
+    assert!(!missing.exists(), "a read creates nothing");
+}

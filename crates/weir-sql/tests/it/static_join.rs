@@ -14,48 +14,69 @@ use weir_core::prelude::*;
 use weir_core::BoxError;
 use weir_sql::{StaticTable, StreamSqlExt};
 
+/// How the table changes at a version.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Change {
+    /// A column is added before the others.
+    AddColumn,
+    /// The `bonus` column is dropped.
+    DropBonus,
+    /// The table does not answer (transiently).
+    Unavailable,
+}
+
 /// A table of (id, bonus = id * version) whose version the test moves.
 #[derive(Debug, Default)]
 struct Moving {
     version: AtomicI64,
     reads: AtomicUsize,
-    /// From this version on, the table has another column.
-    widened_at: Option<i64>,
+    /// From this version on, the table is changed so.
+    change: Option<(i64, Change)>,
 }
 
-fn schema(wide: bool) -> SchemaRef {
-    let mut fields = vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("bonus", DataType::Int64, false),
-    ];
-    if wide {
-        fields.push(Field::new("extra", DataType::Int64, false));
+fn schema(change: Option<Change>) -> SchemaRef {
+    let mut fields = vec![Field::new("id", DataType::Int64, false)];
+    if change == Some(Change::AddColumn) {
+        fields.insert(0, Field::new("extra", DataType::Int64, false));
+    }
+    if change != Some(Change::DropBonus) {
+        fields.push(Field::new("bonus", DataType::Int64, false));
     }
     Arc::new(Schema::new(fields))
+}
+
+impl Moving {
+    fn change_now(&self) -> Option<Change> {
+        let v = self.version.load(Ordering::SeqCst);
+        self.change.filter(|(at, _)| v >= *at).map(|(_, c)| c)
+    }
 }
 
 #[async_trait]
 impl StaticTable for Moving {
     fn schema(&self) -> SchemaRef {
-        schema(false)
+        schema(None)
     }
 
     async fn version(&self) -> Result<Option<i64>, BoxError> {
+        if self.change_now() == Some(Change::Unavailable) {
+            return Err(weir_core::transient("the catalog did not answer"));
+        }
         Ok(Some(self.version.load(Ordering::SeqCst)))
     }
 
     async fn read(&self) -> Result<(Option<i64>, Vec<RecordBatch>), BoxError> {
         self.reads.fetch_add(1, Ordering::SeqCst);
         let v = self.version.load(Ordering::SeqCst);
-        let wide = self.widened_at.is_some_and(|w| v >= w);
-        let mut columns: Vec<arrow_array::ArrayRef> = vec![
-            Arc::new(Int64Array::from_iter_values(0..4)),
-            Arc::new(Int64Array::from_iter_values((0..4).map(|i| i * v))),
-        ];
-        if wide {
-            columns.push(Arc::new(Int64Array::from_iter_values(0..4)));
+        let change = self.change_now();
+        let mut columns: Vec<arrow_array::ArrayRef> = vec![Arc::new(Int64Array::from_iter_values(0..4))];
+        if change == Some(Change::AddColumn) {
+            columns.insert(0, Arc::new(Int64Array::from_iter_values(0..4)));
         }
-        Ok((Some(v), vec![RecordBatch::try_new(schema(wide), columns)?]))
+        if change != Some(Change::DropBonus) {
+            columns.push(Arc::new(Int64Array::from_iter_values((0..4).map(|i| i * v))));
+        }
+        Ok((Some(v), vec![RecordBatch::try_new(schema(change), columns)?]))
     }
 }
 
@@ -117,16 +138,41 @@ async fn the_table_is_read_again_only_when_its_version_changed() {
     assert_eq!(rows, expected);
 }
 
+/// A column added to the table since the query was planned is left out;
+/// a planned column that is gone stops the query, naming the table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_table_whose_columns_changed_is_refused_by_name() {
-    let table = Arc::new(Moving {
-        widened_at: Some(2),
+async fn an_added_column_is_left_out_and_a_dropped_one_is_refused_by_name() {
+    let added = Arc::new(Moving {
+        change: Some((2, Change::AddColumn)),
         ..Moving::default()
     });
-    let (sink, outcome) = run_batches(table, &[1, 2]).await;
+    let (sink, outcome) = run_batches(added, &[1, 2]).await;
+    outcome.unwrap();
+    assert_eq!(sink.batches().iter().map(|b| b.num_rows()).sum::<usize>(), 8);
+
+    let dropped = Arc::new(Moving {
+        change: Some((2, Change::DropBonus)),
+        ..Moving::default()
+    });
+    let (sink, outcome) = run_batches(dropped, &[1, 2]).await;
     let err = outcome.unwrap_err();
     assert!(err.to_string().contains("bonuses"), "{err}");
-    assert!(err.to_string().contains("restart the query"), "{err}");
+    assert!(err.to_string().contains("\"bonus\" is gone"), "{err}");
+    assert!(!err.retryable(), "a dropped column is no passing fault");
     // The first batch landed; the second did not.
     assert_eq!(sink.batches().iter().map(|b| b.num_rows()).sum::<usize>(), 4);
+}
+
+/// A table that does not answer stops the query with an error a
+/// supervisor may retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_that_does_not_answer_stops_the_query_retryably() {
+    let table = Arc::new(Moving {
+        change: Some((2, Change::Unavailable)),
+        ..Moving::default()
+    });
+    let (_, outcome) = run_batches(table, &[1, 2]).await;
+    let err = outcome.unwrap_err();
+    assert!(err.to_string().contains("did not answer"), "{err}");
+    assert!(err.retryable(), "{err}");
 }
