@@ -9,12 +9,11 @@ use buoyant_kernel::engine::arrow_conversion::TryFromKernel;
 use buoyant_kernel::engine::arrow_data::ArrowEngineData;
 use buoyant_kernel::snapshot::SnapshotRef;
 use buoyant_kernel::{Engine, Snapshot};
-use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use deltalake::DeltaTableError;
 use url::Url;
 
-use crate::engine;
 use crate::error::DeltaSinkError;
-use crate::table::table_url;
+use crate::table::{self, table_url, Files};
 
 /// A Delta table's live rows at one version.
 #[derive(Debug, Clone)]
@@ -50,21 +49,6 @@ fn resolve(location: &str) -> Result<Url, DeltaSinkError> {
     Url::from_directory_path(&absolute).map_err(|()| missing(location))
 }
 
-/// The table at `location`, opened (not loaded) with weir's bounded engine.
-async fn open(location: &str, storage: &HashMap<String, String>) -> Result<DeltaTable, DeltaSinkError> {
-    let table = engine::bounded(
-        DeltaTableBuilder::from_url(resolve(location)?)
-            .map_err(delta_err(location))?
-            .with_storage_options(storage.clone())
-            .build()
-            .map_err(delta_err(location))?,
-    );
-    if !table.verify_deltatable_existence().await.map_err(delta_err(location))? {
-        return Err(missing(location));
-    }
-    Ok(table)
-}
-
 /// Runs `read` on the table's newest kernel snapshot, on the blocking
 /// pool (the kernel's reads block).
 async fn on_snapshot<T: Send + 'static>(
@@ -72,7 +56,9 @@ async fn on_snapshot<T: Send + 'static>(
     storage: &HashMap<String, String>,
     read: impl FnOnce(SnapshotRef, Arc<dyn Engine>) -> Result<T, buoyant_kernel::Error> + Send + 'static,
 ) -> Result<T, DeltaSinkError> {
-    let table = open(location, storage).await?;
+    let table = table::open(&resolve(location)?, storage, Files::Untracked)
+        .await?
+        .ok_or_else(|| missing(location))?;
     let log_store = table.log_store();
     let root = log_store.transaction_url(None).map_err(delta_err(location))?;
     // The engine is made on the runtime, and lists the log from its last

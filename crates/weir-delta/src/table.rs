@@ -108,24 +108,37 @@ pub(crate) enum Files {
     Untracked,
 }
 
+/// The table at `url` with weir's bounded engine, not loaded, or `None` if
+/// there is no table there.
+pub(crate) async fn open(
+    url: &Url,
+    storage: &std::collections::HashMap<String, String>,
+    files: Files,
+) -> Result<Option<DeltaTable>, DeltaSinkError> {
+    let mut builder = DeltaTableBuilder::from_url(url.clone())
+        .map_err(delta_err(url))?
+        .with_storage_options(storage.clone());
+    if files == Files::Untracked {
+        builder = builder.without_files();
+    }
+    let table = engine::bounded(builder.build().map_err(delta_err(url))?);
+    // Asking the log first keeps the kernel from logging a missing table as
+    // an error.
+    if !table.verify_deltatable_existence().await.map_err(delta_err(url))? {
+        return Ok(None);
+    }
+    Ok(Some(table))
+}
+
 /// Loads the table at `url`, or `None` if there is no table there.
 pub(crate) async fn load(
     url: &Url,
     options: &DeltaSinkOptions,
     files: Files,
 ) -> Result<Option<DeltaTable>, DeltaSinkError> {
-    let mut builder = DeltaTableBuilder::from_url(url.clone())
-        .map_err(delta_err(url))?
-        .with_storage_options(options.storage_options.clone());
-    if files == Files::Untracked {
-        builder = builder.without_files();
-    }
-    let mut table = engine::bounded(builder.build().map_err(delta_err(url))?);
-    // Asking the log first keeps the kernel from logging a missing table as
-    // an error.
-    if !table.verify_deltatable_existence().await.map_err(delta_err(url))? {
+    let Some(mut table) = open(url, &options.storage_options, files).await? else {
         return Ok(None);
-    }
+    };
     match table.load().await {
         Ok(()) => Ok(Some(table)),
         Err(DeltaTableError::NotATable(_)) => Ok(None),

@@ -11,6 +11,7 @@ use iceberg::{Runtime, TableIdent};
 
 use crate::catalog::{shown, Catalog, LoadedTable};
 use crate::error::IcebergSinkError;
+use crate::reachable::load_existing;
 
 /// An Iceberg table's live rows at one snapshot.
 #[derive(Debug, Clone)]
@@ -23,17 +24,10 @@ pub struct TableRows {
     pub batches: Vec<RecordBatch>,
 }
 
-async fn loaded(catalog: &dyn Catalog, ident: &TableIdent) -> Result<LoadedTable, IcebergSinkError> {
-    catalog.load(ident).await?.ok_or_else(|| IcebergSinkError::NoSuchTable {
-        catalog: catalog.name().to_string(),
-        table: shown(ident),
-    })
-}
-
 /// The table's current snapshot id (one catalog lookup and its metadata
 /// file).
 pub async fn current_snapshot(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Option<i64>, IcebergSinkError> {
-    Ok(loaded(catalog, ident).await?.metadata.current_snapshot_id())
+    Ok(load_existing(catalog, ident).await?.metadata.current_snapshot_id())
 }
 
 /// Every live row of the table at its current snapshot, read by the
@@ -52,7 +46,7 @@ pub async fn read_rows(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Tabl
     let LoadedTable {
         metadata,
         metadata_location,
-    } = loaded(catalog, ident).await?;
+    } = load_existing(catalog, ident).await?;
     // The scan reads the snapshot's columns, which a column added since
     // (without a new snapshot) is not among.
     let columns = match metadata.current_snapshot() {

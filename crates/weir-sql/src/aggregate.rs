@@ -19,14 +19,13 @@ use arrow_array::{
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use datafusion::arrow::compute::{cast, cast_with_options, CastOptions};
-use datafusion::datasource::MemTable;
-use datafusion::prelude::{SessionConfig, SessionContext};
 use weir_core::operator::{OperatorContext, OperatorKind, StateContext, StatefulOperator};
 use weir_core::state::{KeyedState, StateSchema};
 use weir_core::{BoxError, OutputMode};
 
 use crate::bins;
 use crate::error::SqlError;
+use crate::sql::{planned_schema, run_on_input};
 use crate::window::{Window, WINDOW_END, WINDOW_START};
 use crate::{quoted, INPUT};
 
@@ -220,38 +219,6 @@ pub struct Aggregation {
     /// The partial rows' schema last planned, and the input it was planned
     /// for: a batch's input is the same as the last one's.
     planned: Arc<std::sync::Mutex<Option<(SchemaRef, SchemaRef)>>>,
-}
-
-fn session() -> SessionContext {
-    SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1))
-}
-
-async fn run_sql(schema: SchemaRef, batches: Vec<RecordBatch>, sql: &str) -> Result<Vec<RecordBatch>, SqlError> {
-    let plan = |source| SqlError::Plan {
-        query: sql.to_string(),
-        source,
-    };
-    let ctx = session();
-    ctx.register_table(INPUT, Arc::new(MemTable::try_new(schema, vec![batches]).map_err(plan)?))
-        .map_err(plan)?;
-    let frame = ctx.sql(sql).await.map_err(plan)?;
-    frame.collect().await.map_err(|source| SqlError::Execute {
-        query: sql.to_string(),
-        source,
-    })
-}
-
-fn plan_schema(schema: SchemaRef, sql: &str) -> Result<SchemaRef, SqlError> {
-    let plan = |source| SqlError::Plan {
-        query: sql.to_string(),
-        source,
-    };
-    let ctx = session();
-    ctx.register_table(INPUT, Arc::new(MemTable::try_new(schema, vec![vec![]]).map_err(plan)?))
-        .map_err(plan)?;
-    // Planning over an in-memory table waits on nothing.
-    let frame = futures::executor::block_on(ctx.sql(sql)).map_err(plan)?;
-    Ok(Arc::new(frame.schema().as_arrow().clone()))
 }
 
 /// `array` as `data_type`, failing (never nulling) on a value that does not
@@ -468,7 +435,7 @@ impl Aggregation {
                 }
             }
         }
-        plan_schema(self.assigned_schema(input), &self.partial_sql())
+        planned_schema(&self.partial_sql(), &[(INPUT, self.assigned_schema(input))])
     }
 
     /// The output rows of `partial` rows (keys, then partials).
@@ -589,7 +556,7 @@ impl Aggregation {
             Some(w) => input.iter().map(|b| w.assign(b)).collect::<Result<_, _>>()?,
             None => input,
         };
-        let partials = run_sql(self.assigned_schema(input_schema), assigned, &self.partial_sql()).await?;
+        let partials = run_on_input(&self.partial_sql(), self.assigned_schema(input_schema), assigned).await?;
         conform(partial_schema, &partials)
     }
 
@@ -612,7 +579,7 @@ impl Aggregation {
             if window.len() == 1 {
                 rows.extend(window);
             } else {
-                let merged = run_sql(partial_schema.clone(), window, &self.merge_sql()).await?;
+                let merged = run_on_input(&self.merge_sql(), partial_schema.clone(), window).await?;
                 rows.push(conform(partial_schema, &merged)?);
             }
         }
@@ -666,7 +633,7 @@ impl Aggregation {
                 let indices = arrow_array::UInt32Array::from_iter_values(rows.iter().map(|&i| i as u32));
                 arrow_select::take::take_record_batch(&batch, &indices)
             };
-            let merged = run_sql(partial_schema.clone(), vec![old, take(&held)?], &self.merge_sql()).await?;
+            let merged = run_on_input(&self.merge_sql(), partial_schema.clone(), vec![old, take(&held)?]).await?;
             let rows = conform(partial_schema, &[take(&new)?, conform(partial_schema, &merged)?])?;
             let keys = state.encode_keys(&rows.columns()[..nkeys])?;
             (rows, keys)
@@ -763,45 +730,38 @@ impl StatefulOperator for Aggregation {
             output.retain(|b| b.num_rows() > 0);
             return Ok(output);
         }
+        // Append keeps bins (above); the keyed state serves Update and
+        // Complete.
+        if ctx.output_mode == OutputMode::Append {
+            return Err(SqlError::InvalidAggregation {
+                operator: self.name.clone(),
+                reason: "Append mode needs a watermark on the event-time column of the window".into(),
+            }
+            .into());
+        }
         let mut merged: Option<RecordBatch> = None;
         if input.iter().any(|b| b.num_rows() > 0) {
             merged = Some(self.fold(state, input, &ctx.input_schema, &partial_schema).await?);
         }
-        // Windows close by a watermark on their own column; Complete mode
-        // keeps and emits every group.
-        let closes = self
-            .window
-            .as_ref()
-            .is_some_and(|w| ctx.event_time_column.as_deref() == Some(&w.column));
-        // A closed window is final: Append emits it, Update emitted its
-        // last change. Complete keeps every group.
-        let closed = match ctx.watermark_ms {
-            Some(wm) if closes && ctx.output_mode != OutputMode::Complete => self.take_closed(state, wm)?,
-            _ => None,
-        };
         let mut output = Vec::new();
         match ctx.output_mode {
-            OutputMode::Update => {
+            OutputMode::Complete => {
+                // Complete keeps and emits every group.
+                let all = state.sorted()?.with_schema(partial_schema.clone())?;
+                output.push(self.finish(&all, &ctx.input_schema, &output_schema)?);
+            }
+            _ => {
                 if let Some(rows) = &merged {
                     output.push(self.finish(rows, &ctx.input_schema, &output_schema)?);
                 }
-            }
-            OutputMode::Complete => {
-                let mut keys: Vec<&[u8]> = state.iter().map(|(k, _)| k).collect();
-                keys.sort_unstable();
-                output.push(self.finish(
-                    &state.batch_of(&keys)?.with_schema(partial_schema.clone())?,
-                    &ctx.input_schema,
-                    &output_schema,
-                )?);
-            }
-            OutputMode::Append => {
-                if let Some(closed) = closed {
-                    output.push(self.finish(
-                        &closed.with_schema(partial_schema.clone())?,
-                        &ctx.input_schema,
-                        &output_schema,
-                    )?);
+                // Update emitted a closed window's last change: a window the
+                // watermark closed (on its own column) is forgotten.
+                let closes = self
+                    .window
+                    .as_ref()
+                    .is_some_and(|w| ctx.event_time_column.as_deref() == Some(&w.column));
+                if let (Some(wm), true) = (ctx.watermark_ms, closes) {
+                    self.take_closed(state, wm)?;
                 }
             }
         }

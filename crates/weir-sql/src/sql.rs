@@ -30,42 +30,67 @@ impl Sql {
     pub fn new(query: impl Into<String>) -> Self {
         Sql { query: query.into() }
     }
+}
 
-    fn context() -> SessionContext {
-        // One partition: a micro-batch is already in memory, and its rows
-        // keep their order through a projection or a filter.
-        SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1))
-    }
+/// A DataFusion session for one query. One partition: a micro-batch is
+/// already in memory, and its rows keep their order through a projection
+/// or a filter.
+fn session() -> SessionContext {
+    SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1))
+}
 
-    async fn run(&self, schema: SchemaRef, input: Vec<RecordBatch>) -> Result<Vec<RecordBatch>, SqlError> {
-        let plan = |source| SqlError::Plan {
-            query: self.query.clone(),
-            source,
-        };
-        let ctx = Self::context();
-        let table = MemTable::try_new(schema, vec![input]).map_err(plan)?;
-        ctx.register_table(INPUT, Arc::new(table)).map_err(plan)?;
-        let frame = ctx.sql(&self.query).await.map_err(plan)?;
-        frame.collect().await.map_err(|source| SqlError::Execute {
-            query: self.query.clone(),
-            source,
-        })
+fn plan_error(query: &str) -> impl Fn(datafusion::error::DataFusionError) -> SqlError + '_ {
+    move |source| SqlError::Plan {
+        query: query.to_string(),
+        source,
     }
+}
+
+/// An in-memory table of `rows`, for `query`'s errors.
+pub(crate) fn memory(query: &str, schema: SchemaRef, rows: Vec<RecordBatch>) -> Result<Arc<MemTable>, SqlError> {
+    Ok(Arc::new(
+        MemTable::try_new(schema, vec![rows]).map_err(plan_error(query))?,
+    ))
+}
+
+/// The columns of `query` over (empty) tables of these names and columns.
+pub(crate) fn planned_schema(query: &str, tables: &[(&str, SchemaRef)]) -> Result<SchemaRef, SqlError> {
+    let ctx = session();
+    for (name, schema) in tables {
+        ctx.register_table(*name, memory(query, schema.clone(), Vec::new())?)
+            .map_err(plan_error(query))?;
+    }
+    // Planning over in-memory tables waits on nothing.
+    let frame = futures::executor::block_on(ctx.sql(query)).map_err(plan_error(query))?;
+    Ok(Arc::new(frame.schema().as_arrow().clone()))
+}
+
+/// Runs `query` over these in-memory tables.
+pub(crate) async fn run_query(query: &str, tables: Vec<(&str, Arc<MemTable>)>) -> Result<Vec<RecordBatch>, SqlError> {
+    let ctx = session();
+    for (name, table) in tables {
+        ctx.register_table(name, table).map_err(plan_error(query))?;
+    }
+    let frame = ctx.sql(query).await.map_err(plan_error(query))?;
+    frame.collect().await.map_err(|source| SqlError::Execute {
+        query: query.to_string(),
+        source,
+    })
+}
+
+/// Runs `query` over `rows` of `schema` as the table `input`.
+pub(crate) async fn run_on_input(
+    query: &str,
+    schema: SchemaRef,
+    rows: Vec<RecordBatch>,
+) -> Result<Vec<RecordBatch>, SqlError> {
+    run_query(query, vec![(INPUT, memory(query, schema, rows)?)]).await
 }
 
 #[async_trait]
 impl BatchTransform for Sql {
     fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef, BoxError> {
-        let ctx = Self::context();
-        let plan = |source| SqlError::Plan {
-            query: self.query.clone(),
-            source,
-        };
-        let table = MemTable::try_new(input.clone(), vec![vec![]]).map_err(plan)?;
-        ctx.register_table(INPUT, Arc::new(table)).map_err(plan)?;
-        // Planning a query over an in-memory table waits on nothing.
-        let frame = futures::executor::block_on(ctx.sql(&self.query)).map_err(plan)?;
-        Ok(Arc::new(frame.schema().as_arrow().clone()))
+        Ok(planned_schema(&self.query, &[(INPUT, input.clone())])?)
     }
 
     async fn transform(&self, input: Vec<RecordBatch>, _batch_id: BatchId) -> Result<Vec<RecordBatch>, BoxError> {
@@ -73,6 +98,6 @@ impl BatchTransform for Sql {
             Some(b) => b.schema(),
             None => return Ok(Vec::new()),
         };
-        Ok(self.run(schema, input).await?)
+        Ok(run_on_input(&self.query, schema, input).await?)
     }
 }

@@ -8,13 +8,12 @@ use arrow_array::RecordBatch;
 use arrow_schema::{Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::datasource::MemTable;
-use datafusion::execution::context::SessionContext;
-use datafusion::prelude::SessionConfig;
 use futures::lock::Mutex;
 use weir_core::operator::BatchTransform;
 use weir_core::{BatchId, BoxError, Transient};
 
 use crate::error::SqlError;
+use crate::sql::{memory, planned_schema, run_query};
 use crate::INPUT;
 
 /// A table a stream joins with (a Delta or Iceberg table: see the `weir`
@@ -58,10 +57,6 @@ impl fmt::Debug for StaticJoin {
             .field("query", &self.query)
             .finish_non_exhaustive()
     }
-}
-
-fn context() -> SessionContext {
-    SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1))
 }
 
 /// Columns by name and type, without their metadata (readers put field ids
@@ -116,13 +111,6 @@ impl StaticJoin {
         }
     }
 
-    fn plan_err(&self) -> impl Fn(datafusion::error::DataFusionError) -> SqlError + '_ {
-        move |source| SqlError::Plan {
-            query: self.query.clone(),
-            source,
-        }
-    }
-
     /// The table's rows as of now: those read before if the version is
     /// the same.
     async fn rows(&self) -> Result<Arc<MemTable>, BoxError> {
@@ -153,7 +141,7 @@ impl StaticJoin {
             .iter()
             .map(|b| planned_columns(b, &schema).map_err(|reason| err(reason.into())))
             .collect::<Result<Vec<_>, _>>()?;
-        let rows = Arc::new(MemTable::try_new(schema, vec![batches]).map_err(self.plan_err())?);
+        let rows = memory(&self.query, schema, batches)?;
         *cached = Some((version, rows.clone()));
         Ok(rows)
     }
@@ -162,15 +150,11 @@ impl StaticJoin {
 #[async_trait]
 impl BatchTransform for StaticJoin {
     fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef, BoxError> {
-        let ctx = context();
-        let input = MemTable::try_new(input.clone(), vec![vec![]]).map_err(self.plan_err())?;
-        let table = MemTable::try_new(plain(&self.table.schema()), vec![vec![]]).map_err(self.plan_err())?;
-        ctx.register_table(INPUT, Arc::new(input)).map_err(self.plan_err())?;
-        ctx.register_table(self.name.as_str(), Arc::new(table))
-            .map_err(self.plan_err())?;
-        // Planning over in-memory tables waits on nothing.
-        let frame = futures::executor::block_on(ctx.sql(&self.query)).map_err(self.plan_err())?;
-        Ok(Arc::new(frame.schema().as_arrow().clone()))
+        let tables = [
+            (INPUT, input.clone()),
+            (self.name.as_str(), plain(&self.table.schema())),
+        ];
+        Ok(planned_schema(&self.query, &tables)?)
     }
 
     async fn transform(&self, input: Vec<RecordBatch>, _batch_id: BatchId) -> Result<Vec<RecordBatch>, BoxError> {
@@ -178,14 +162,7 @@ impl BatchTransform for StaticJoin {
             return Ok(Vec::new());
         };
         let table = self.rows().await?;
-        let ctx = context();
-        let input = MemTable::try_new(schema, vec![input]).map_err(self.plan_err())?;
-        ctx.register_table(INPUT, Arc::new(input)).map_err(self.plan_err())?;
-        ctx.register_table(self.name.as_str(), table).map_err(self.plan_err())?;
-        let frame = ctx.sql(&self.query).await.map_err(self.plan_err())?;
-        Ok(frame.collect().await.map_err(|source| SqlError::Execute {
-            query: self.query.clone(),
-            source,
-        })?)
+        let input = memory(&self.query, schema, input)?;
+        Ok(run_query(&self.query, vec![(INPUT, input), (self.name.as_str(), table)]).await?)
     }
 }

@@ -84,6 +84,23 @@ fn joined(sink: &MemorySink) -> Vec<(i64, String)> {
     rows
 }
 
+/// Payments joined with the merchants table, by `merchant_id`.
+fn joining(input: &MemoryStream, merchants: Arc<dyn StaticTable>, chk: &std::path::Path) -> StreamWriter {
+    read_stream(input.clone())
+        .join_static(
+            "merchants",
+            merchants,
+            "SELECT p.event_id, m.name FROM input p JOIN merchants m ON p.merchant_id = m.id",
+        )
+        .write_stream()
+        .checkpoint_location(chk)
+}
+
+/// The joined rows of payments `ids`: (event id, merchant name).
+fn named(ids: impl Iterator<Item = i64>) -> Vec<(i64, String)> {
+    ids.map(|i| (i, format!("merchant {}", i % 6))).collect()
+}
+
 async fn wait_for_batches(q: &StreamingQuery, n: usize) {
     for _ in 0..2000 {
         if q.recent_progress().len() >= n {
@@ -117,14 +134,7 @@ async fn join_sees_each_version(options: TableOptions, by_path: bool) {
     assert_eq!(table.schema().fields().len(), 2);
     let input = MemoryStream::new(payments_schema());
     let sink = MemorySink::new("joined");
-    let q = read_stream(input.clone())
-        .join_static(
-            "merchants",
-            table,
-            "SELECT p.event_id, m.name FROM input p JOIN merchants m ON p.merchant_id = m.id",
-        )
-        .write_stream()
-        .checkpoint_location(lake.path().join("chk"))
+    let q = joining(&input, table, &lake.path().join("chk"))
         .trigger(Trigger::processing_time(Duration::ZERO))
         .start(sink.clone())
         .await
@@ -132,17 +142,13 @@ async fn join_sees_each_version(options: TableOptions, by_path: bool) {
     input.add_batch(payments(0..12)).unwrap();
     wait_for_batches(&q, 1).await;
     // Merchant 5 is not in the table yet: its payments (5 and 11) join nothing.
-    let first: Vec<(i64, String)> = (0..12)
-        .filter(|i| i % 6 != 5)
-        .map(|i| (i, format!("merchant {}", i % 6)))
-        .collect();
+    let first = named((0..12).filter(|i| i % 6 != 5));
     assert_eq!(joined(&sink), first, "{format:?}");
     append(&catalogs, &dim("second"), "dim.merchants", options, merchants(5..6)).await;
     input.add_batch(payments(12..24)).unwrap();
     wait_for_batches(&q, 2).await;
     q.stop_and_wait().await.unwrap();
-    let mut all = first;
-    all.extend((12..24).map(|i| (i, format!("merchant {}", i % 6))));
+    let all = named((0..24).filter(|i| *i >= 12 || i % 6 != 5));
     assert_eq!(joined(&sink), all, "{format:?}: the second batch reads the new version");
 }
 
@@ -213,21 +219,13 @@ async fn a_delta_table_with_a_cleaned_log_is_read_and_a_missing_one_refused() {
     let input = MemoryStream::new(payments_schema());
     input.add_batch(payments(0..12)).unwrap();
     let sink = MemorySink::new("joined");
-    let q = read_stream(input)
-        .join_static(
-            "merchants",
-            table,
-            "SELECT p.event_id, m.name FROM input p JOIN merchants m ON p.merchant_id = m.id",
-        )
-        .write_stream()
-        .checkpoint_location(lake.path().join("chk"))
+    let q = joining(&input, table, &lake.path().join("chk"))
         .trigger(Trigger::available_now())
         .start(sink.clone())
         .await
         .unwrap();
     q.await_termination().await.unwrap();
-    let all: Vec<(i64, String)> = (0..12).map(|i| (i, format!("merchant {}", i % 6))).collect();
-    assert_eq!(joined(&sink), all);
+    assert_eq!(joined(&sink), named(0..12));
 
     let missing = lake.path().join("no-such-table");
     let err = weir::static_delta_table(missing.to_str().unwrap()).await.unwrap_err();

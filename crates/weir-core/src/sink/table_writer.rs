@@ -22,7 +22,7 @@ use uuid::Uuid;
 use super::{BatchContext, Close, CommitOutcome, OutputMode, QueryInfo, Sink};
 use crate::error::{Error, Result};
 use crate::ids::{BatchId, QueryId, QueryName, RunId};
-use crate::protocol::{decide_commit, CommitDecision, CommitFacts};
+use crate::protocol::{decide_commit, CommitDecision, CommitFacts, SinkMarker};
 
 /// What [`TableWriter::write`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,15 +165,11 @@ impl TableWriter {
 
     /// The newest version the table holds for the application id.
     pub async fn last_version(&self) -> Result<Option<BatchId>> {
-        Ok(self.marker().await?.map(|m| m.0))
+        Ok(self.marker().await?.map(|m| m.batch_id))
     }
 
-    async fn marker(&self) -> Result<Option<(BatchId, crate::protocol::SinkMarker)>> {
-        Ok(self
-            .sink
-            .marker(&self.app_id, &[self.owner])
-            .await?
-            .map(|m| (m.batch_id, m)))
+    async fn marker(&self) -> Result<Option<SinkMarker>> {
+        self.sink.marker(&self.app_id, &[self.owner]).await
     }
 
     /// Writes `rows` as `version` of the application id, unless the table
@@ -221,7 +217,7 @@ impl TableWriter {
             batch_id: version,
             taken_over: None,
         };
-        if let CommitDecision::AlreadyCommitted(m) = decide_commit(self.marker().await?.map(|m| m.1), facts)? {
+        if let CommitDecision::AlreadyCommitted(m) = decide_commit(self.marker().await?, facts)? {
             return Ok(self.skipped(m.batch_id, version));
         }
         let ctx = BatchContext {

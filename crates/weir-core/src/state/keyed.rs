@@ -383,6 +383,12 @@ impl KeyedState {
     pub(crate) fn snapshot(&mut self) -> Result<RecordBatch, ArrowError> {
         self.changed.clear();
         self.removed_before = None;
+        self.sorted()
+    }
+
+    /// Every key and value, sorted by key, as a batch of the key columns
+    /// then the value columns.
+    pub fn sorted(&self) -> Result<RecordBatch, ArrowError> {
         let mut entries: Vec<(&[u8], &[u8])> = self.map.iter().map(|(k, v)| (&**k, &**v)).collect();
         sort_by_bytes(&mut entries, |(k, _)| k);
         self.batch_of_entries(entries.into_iter())

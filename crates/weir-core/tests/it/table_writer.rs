@@ -1,25 +1,20 @@
 //! Idempotent table writes by (application id, version).
 
-use std::sync::Arc;
-
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
-use arrow_array::{Int64Array, RecordBatch};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_array::RecordBatch;
 use weir_core::prelude::*;
 use weir_core::sink::{ConsoleSink, TableWriter, WriteOutcome};
+use weir_test_support::event_ids;
 
+use crate::common::{rows, schema};
+
+/// One version's rows: event ids `from..to`.
 fn ids(from: i64, to: i64) -> Vec<RecordBatch> {
-    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
-    vec![RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(from..to))]).unwrap()]
+    vec![rows(from..to)]
 }
 
+/// The event ids the table holds, sorted.
 fn held(sink: &MemorySink) -> Vec<i64> {
-    let mut all: Vec<i64> = sink
-        .batches()
-        .iter()
-        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
-        .collect();
+    let mut all = event_ids(&sink.batches());
     all.sort_unstable();
     all
 }
@@ -70,7 +65,7 @@ async fn a_version_lands_once_and_older_versions_are_skipped() {
 #[tokio::test]
 async fn an_overwrite_replaces_the_rows_and_one_of_no_rows_empties_the_table() {
     let table = MemorySink::new("t");
-    let schema = ids(0, 1)[0].schema();
+    let schema = schema();
     let writer = TableWriter::new(table.clone(), "latest").unwrap().overwrite();
     // No rows and no schema: refused, nothing written.
     let err = writer.write(Vec::new(), BatchId(0)).await.unwrap_err();
@@ -109,8 +104,8 @@ async fn what_cannot_be_written_once_is_refused_before_anything_is_written() {
 async fn a_name_a_streaming_query_writes_under_is_refused() {
     let chk = tempfile::tempdir().unwrap();
     let table = MemorySink::new("t");
-    let input = MemoryStream::new(ids(0, 1)[0].schema());
-    input.add_batch(ids(0, 2).remove(0)).unwrap();
+    let input = MemoryStream::new(schema());
+    input.add_batch(rows(0..2)).unwrap();
     let q = read_stream(input.clone())
         .write_stream()
         .query_name("payments")
