@@ -186,6 +186,16 @@ pub enum Refusal {
         planned: Option<BatchId>,
     },
 
+    /// I4 for a [`crate::sink::TableWriter`]: the table holds a later
+    /// version of the application id than the one written.
+    #[error("the {sink} holds version {committed} of application id {app_id:?}, later than version {version} written now: the versions went back (a foreach_batch query restarted on a new checkpoint, or another writer uses the id). Nothing was written. Use a new application id, or build the writer with skip_older_versions() to skip every version the table is past, as Delta's txnVersion does")]
+    VersionBehind {
+        app_id: QueryName,
+        sink: SinkIdentity,
+        version: BatchId,
+        committed: BatchId,
+    },
+
     /// I4 (T < C): the sink is behind the checkpoint.
     #[error("checkpoint {checkpoint} recorded batch {committed} of query {name:?} as committed, but the {sink} holds {}. The table was probably restored or replaced; the missing batches are lost from it. Restore the table, or set accept_lost_batches to go on without them", marker.map(|b| format!("only up to batch {b}")).unwrap_or_else(|| "no batch of it".into()))]
     SinkBehind {

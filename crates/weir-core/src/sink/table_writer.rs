@@ -22,7 +22,7 @@ use uuid::Uuid;
 use super::{BatchContext, Close, CommitOutcome, OutputMode, QueryInfo, Sink};
 use crate::error::{Error, Result};
 use crate::ids::{BatchId, QueryId, QueryName, RunId};
-use crate::protocol::{decide_commit, CommitDecision, CommitFacts, SinkMarker};
+use crate::protocol::{decide_commit, CommitDecision, CommitFacts, Refusal, SinkMarker};
 
 /// What [`TableWriter::write`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,8 +34,9 @@ pub enum WriteOutcome {
         /// The table's version after the commit.
         table_version: Option<i64>,
     },
-    /// The table already held this version, or a later one, of the
-    /// application id: nothing was written.
+    /// The table already held this version of the application id (or a
+    /// later one, with [`TableWriter::skip_older_versions`]): nothing was
+    /// written.
     Skipped {
         /// The newest version the table holds for the application id.
         committed: BatchId,
@@ -70,6 +71,8 @@ pub struct TableWriter {
     keys: Vec<String>,
     /// The rows' schema, if given.
     schema: Option<SchemaRef>,
+    /// Whether a version older than the table's is skipped, not refused.
+    skip_older: bool,
     /// The schema the table was prepared for, held while a write runs.
     prepared: Arc<Mutex<Option<SchemaRef>>>,
 }
@@ -126,6 +129,7 @@ impl TableWriter {
             mode: OutputMode::Append,
             keys: Vec::new(),
             schema: None,
+            skip_older: false,
             prepared: Arc::new(Mutex::new(None)),
         })
     }
@@ -135,6 +139,16 @@ impl TableWriter {
     /// the table).
     pub fn with_schema(mut self, schema: SchemaRef) -> Self {
         self.schema = Some(schema);
+        self
+    }
+
+    /// Skips a version older than the newest the table holds for the
+    /// application id, with a warning, as Delta's `txnVersion` does. By
+    /// default such a write is refused ([`Refusal::VersionBehind`]): the
+    /// versions going back means the id was reused or its query restarted
+    /// on a new checkpoint, and skipping would drop the rows silently.
+    pub fn skip_older_versions(mut self) -> Self {
+        self.skip_older = true;
         self
     }
 
@@ -218,7 +232,7 @@ impl TableWriter {
             taken_over: None,
         };
         if let CommitDecision::AlreadyCommitted(m) = decide_commit(self.marker().await?, facts)? {
-            return Ok(self.skipped(m.batch_id, version));
+            return self.skipped(m.batch_id, version);
         }
         let ctx = BatchContext {
             query_id: self.owner,
@@ -250,15 +264,24 @@ impl TableWriter {
                 if let Err(cleanup) = self.sink.abort(&ctx, vec![message]).await {
                     tracing::warn!(app_id = %self.app_id, %version, error = %cleanup, "could not remove a skipped write's files");
                 }
-                Ok(self.skipped(m.batch_id, version))
+                self.skipped(m.batch_id, version)
             }
         }
     }
 
-    /// A skip, with a warning when the table holds a later version than
-    /// the one written: the id was reused, or its versions went back.
-    fn skipped(&self, committed: BatchId, version: BatchId) -> WriteOutcome {
+    /// A skip of a version the table holds; a refusal when it holds a later
+    /// one (the id was reused, or its versions went back), unless older
+    /// versions are skipped.
+    fn skipped(&self, committed: BatchId, version: BatchId) -> Result<WriteOutcome> {
         if committed > version {
+            if !self.skip_older {
+                return Err(Error::Refused(Box::new(Refusal::VersionBehind {
+                    app_id: self.app_id.clone(),
+                    sink: self.sink.identity(),
+                    version,
+                    committed,
+                })));
+            }
             tracing::warn!(
                 app_id = %self.app_id,
                 %version,
@@ -266,7 +289,7 @@ impl TableWriter {
                 "the table holds a later version of this application id, so this one is skipped; if the versions started again (a new checkpoint), use a new application id"
             );
         }
-        WriteOutcome::Skipped { committed }
+        Ok(WriteOutcome::Skipped { committed })
     }
 
     async fn prepare(&self, schema: &SchemaRef) -> Result<()> {

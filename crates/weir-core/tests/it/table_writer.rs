@@ -2,6 +2,7 @@
 
 use arrow_array::RecordBatch;
 use weir_core::prelude::*;
+use weir_core::protocol::Refusal;
 use weir_core::sink::{ConsoleSink, TableWriter, WriteOutcome};
 use weir_test_support::event_ids;
 
@@ -20,7 +21,7 @@ fn held(sink: &MemorySink) -> Vec<i64> {
 }
 
 #[tokio::test]
-async fn a_version_lands_once_and_older_versions_are_skipped() {
+async fn a_version_lands_once_and_an_older_version_is_refused_or_skipped() {
     let table = MemorySink::new("t");
     let writer = TableWriter::new(table.clone(), "fanout").unwrap();
     assert_eq!(writer.last_version().await.unwrap(), None);
@@ -37,8 +38,24 @@ async fn a_version_lands_once_and_older_versions_are_skipped() {
         writer.write(ids(3, 5), BatchId(5)).await.unwrap(),
         WriteOutcome::Written { .. }
     ));
+    // An older version means the versions went back: refused, nothing
+    // written, unless the writer skips older versions.
+    let err = writer.write(ids(100, 101), BatchId(2)).await.unwrap_err();
+    assert!(
+        matches!(
+            err.refusal(),
+            Some(Refusal::VersionBehind {
+                version: BatchId(2),
+                committed: BatchId(5),
+                ..
+            })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("skip_older_versions"), "{err}");
+    let skipping = TableWriter::new(table.clone(), "fanout").unwrap().skip_older_versions();
     assert_eq!(
-        writer.write(ids(100, 101), BatchId(2)).await.unwrap(),
+        skipping.write(ids(100, 101), BatchId(2)).await.unwrap(),
         WriteOutcome::Skipped { committed: BatchId(5) }
     );
     // A second writer under the same id (another process) knows the versions.
