@@ -640,7 +640,7 @@ impl Aggregation {
         };
         if let Some(values) = state.encode_values(&rows.columns()[nkeys..])? {
             for (k, v) in keys.iter().zip(values.iter()) {
-                state.put(k.data(), v.data());
+                state.put(k.data(), v);
             }
         }
         Ok(rows)

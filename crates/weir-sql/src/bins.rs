@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{ArrayRef, Int64Array, LargeBinaryArray, RecordBatch, UInt32Array, UInt64Array};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, UInt32Array, UInt64Array};
 use arrow_ipc::reader::StreamReader;
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
@@ -87,11 +87,9 @@ pub(crate) fn put(state: &mut KeyedState, rows: &RecordBatch, batch: BatchId) ->
         Arc::new(Int64Array::from_iter_values(windows.keys().copied())) as ArrayRef,
         Arc::new(UInt64Array::from_iter_values(windows.keys().map(|_| batch.0))),
     ])?;
-    let values = state
-        .encode_values(&[Arc::new(LargeBinaryArray::from_iter_values(&blobs)) as ArrayRef])?
-        .expect("the bins have a value column");
-    for (k, v) in keys.iter().zip(values.iter()) {
-        state.put(k.data(), v.data());
+    // The value is one binary column: the state holds the bytes as they are.
+    for (k, blob) in keys.iter().zip(&blobs) {
+        state.put(k.data(), blob);
     }
     Ok(windows.into_keys().collect())
 }

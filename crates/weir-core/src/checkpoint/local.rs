@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::store::{CheckpointStore, Lease, LeaseOwner, PutOutcome};
+use super::store::{CheckpointStore, Lease, LeaseOwner, PutOutcome, WriteContents};
 use crate::error::{Error, Result};
 
 const LEASE_FILE: &str = "lease";
@@ -53,11 +53,16 @@ impl LocalStore {
     }
 
     /// Writes `bytes` to a synced temporary file beside `target`.
-    fn write_temp(target: &Path, bytes: &[u8]) -> io::Result<PathBuf> {
+    /// A new temporary name beside `target` (its directory created).
+    fn temp_beside(target: &Path) -> io::Result<PathBuf> {
         let dir = target.parent().unwrap_or(Path::new("."));
         fs::create_dir_all(dir)?;
         let name = target.file_name().and_then(|n| n.to_str()).unwrap_or("entry");
-        let tmp = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4()));
+        Ok(dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4())))
+    }
+
+    fn write_temp(target: &Path, bytes: &[u8]) -> io::Result<PathBuf> {
+        let tmp = Self::temp_beside(target)?;
         let mut file = File::create(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
@@ -91,8 +96,28 @@ impl LocalStore {
 
     fn put_blocking(target: &Path, bytes: &[u8]) -> io::Result<()> {
         let tmp = Self::write_temp(target, bytes)?;
-        if let Err(e) = fs::rename(&tmp, target) {
+        Self::replace(&tmp, target)
+    }
+
+    fn put_written_blocking(target: &Path, contents: WriteContents) -> io::Result<()> {
+        let tmp = Self::temp_beside(target)?;
+        // Written through a small buffer: a large file is never gathered.
+        let written = (|| {
+            let mut file = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+            contents(&mut file)?;
+            file.into_inner().map_err(io::IntoInnerError::into_error)?.sync_all()
+        })();
+        if let Err(e) = written {
             let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        Self::replace(&tmp, target)
+    }
+
+    /// Moves the written temporary file `tmp` to `target`, durably.
+    fn replace(tmp: &Path, target: &Path) -> io::Result<()> {
+        if let Err(e) = fs::rename(tmp, target) {
+            let _ = fs::remove_file(tmp);
             return Err(e);
         }
         Self::sync_dir(target)
@@ -132,6 +157,13 @@ impl CheckpointStore for LocalStore {
     async fn put(&self, path: &str, bytes: Bytes) -> Result<()> {
         let full = self.full(path);
         blocking(move || Self::put_blocking(&full, &bytes))
+            .await
+            .map_err(self.io_err(path))
+    }
+
+    async fn put_written(&self, path: &str, contents: WriteContents) -> Result<()> {
+        let full = self.full(path);
+        blocking(move || Self::put_written_blocking(&full, contents))
             .await
             .map_err(self.io_err(path))
     }
@@ -259,6 +291,35 @@ mod tests {
         store.delete("offsets/0").await.unwrap();
         assert_eq!(store.get("offsets/0").await.unwrap(), None);
         assert!(store.list("missing").await.unwrap().is_empty());
+    }
+
+    /// A written file replaces the old one whole; contents that fail leave
+    /// the old file and no temporary one, with the failure's kind kept.
+    #[tokio::test]
+    async fn a_written_file_replaces_the_old_one_or_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::open(dir.path()).unwrap();
+        store.put("state/0.delta", Bytes::from("old")).await.unwrap();
+        let big = vec![7u8; 3 << 20];
+        let expected = big.clone();
+        store
+            .put_written("state/0.delta", Box::new(move |out| out.write_all(&big)))
+            .await
+            .unwrap();
+        assert_eq!(store.get("state/0.delta").await.unwrap().unwrap(), expected);
+        let err = store
+            .put_written(
+                "state/0.delta",
+                Box::new(|out| {
+                    out.write_all(b"half")?;
+                    Err(io::Error::new(io::ErrorKind::InvalidData, "bad rows"))
+                }),
+            )
+            .await
+            .unwrap_err();
+        assert!(!err.retryable(), "{err}");
+        assert_eq!(store.get("state/0.delta").await.unwrap().unwrap(), expected);
+        assert_eq!(store.list("state").await.unwrap(), vec!["0.delta".to_string()]);
     }
 
     #[tokio::test]

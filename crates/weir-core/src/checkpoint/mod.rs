@@ -25,7 +25,7 @@ pub(crate) use format::decode;
 pub use format::{CheckpointMetadata, CommitEntry, OffsetEntry, SourceOffset, FORMAT_VERSION};
 pub use local::LocalStore;
 pub use log::BatchLog;
-pub use store::{CheckpointStore, Lease, LeaseOwner, PutOutcome};
+pub use store::{CheckpointStore, Lease, LeaseOwner, PutOutcome, WriteContents};
 
 use crate::error::Result;
 use crate::ids::BatchId;

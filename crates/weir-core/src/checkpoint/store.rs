@@ -40,6 +40,11 @@ impl fmt::Display for LeaseOwner {
     }
 }
 
+/// Writes a file's contents into a writer, for
+/// [`CheckpointStore::put_written`]. An error that is not the writer's own
+/// (the contents could not be made) is of kind `InvalidData`.
+pub type WriteContents = Box<dyn FnOnce(&mut dyn std::io::Write) -> std::io::Result<()> + Send>;
+
 /// A held lease; dropping it releases the lease.
 pub trait Lease: Send + Sync + fmt::Debug {}
 
@@ -67,6 +72,20 @@ pub trait CheckpointStore: Send + Sync + fmt::Debug {
 
     /// Creates or replaces `path` with `bytes` (atomic, durable).
     async fn put(&self, path: &str, bytes: Bytes) -> Result<()>;
+
+    /// Creates or replaces `path` with what `contents` writes (atomic,
+    /// durable, as [`CheckpointStore::put`]). A store that can takes the
+    /// contents as they are written, so a large state file is not gathered
+    /// in memory first; by default they are gathered and put.
+    async fn put_written(&self, path: &str, contents: WriteContents) -> Result<()> {
+        let mut bytes = Vec::new();
+        contents(&mut bytes).map_err(|source| crate::Error::CheckpointIo {
+            location: self.location().to_string(),
+            path: path.to_string(),
+            source,
+        })?;
+        self.put(path, Bytes::from(bytes)).await
+    }
 
     /// The names of the files directly under `dir` (empty if `dir` is
     /// missing), without files being written.

@@ -1,6 +1,6 @@
 //! State files: one Arrow IPC file each.
 
-use std::io::Cursor;
+use std::io::{Cursor, Write};
 
 use arrow_array::RecordBatch;
 use arrow_ipc::reader::FileReader;
@@ -8,14 +8,16 @@ use arrow_ipc::writer::FileWriter;
 use arrow_schema::ArrowError;
 use bytes::Bytes;
 
-/// The bytes of an IPC file holding `batch`.
-pub(crate) fn encode(batch: &RecordBatch) -> Result<Bytes, ArrowError> {
-    let mut buf = Vec::with_capacity(batch.get_array_memory_size() + 1024);
-    let mut writer = FileWriter::try_new(&mut buf, &batch.schema())?;
-    writer.write(batch)?;
-    writer.finish()?;
-    drop(writer);
-    Ok(Bytes::from(buf))
+/// Writes an IPC file holding `batch` into `out`; an error of Arrow's own
+/// (not the writer's) is of kind `InvalidData`.
+pub(crate) fn write(batch: &RecordBatch, out: &mut dyn Write) -> std::io::Result<()> {
+    let ipc = |e: ArrowError| match e {
+        ArrowError::IoError(_, source) => source,
+        other => std::io::Error::new(std::io::ErrorKind::InvalidData, other),
+    };
+    let mut writer = FileWriter::try_new(out, &batch.schema()).map_err(ipc)?;
+    writer.write(batch).map_err(ipc)?;
+    writer.finish().map_err(ipc)
 }
 
 /// The batches of an IPC file.

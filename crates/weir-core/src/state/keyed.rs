@@ -7,7 +7,8 @@ use foldhash::fast::RandomState;
 use std::fmt;
 use std::sync::Arc;
 
-use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch};
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, BinaryArray, BooleanArray, LargeBinaryArray, RecordBatch};
 use arrow_row::{RowConverter, RowParser, Rows, SortField};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 
@@ -20,6 +21,58 @@ pub(crate) const REMOVED_BEFORE: &str = "weir.removed_before";
 
 /// A key and its value, as the state holds them.
 type Entry = (Box<[u8]>, Box<[u8]>);
+
+/// How values are held as bytes.
+enum ValueCodec {
+    /// No value columns.
+    None,
+    /// Arrow rows of the value columns.
+    Rows(RowConverter, RowParser),
+    /// One non-null binary column, held as its bytes: an operator that
+    /// keeps encoded blobs (Arrow IPC) pays no row encoding for them.
+    Blob(DataType),
+}
+
+/// Values encoded for a state, one per row: see
+/// [`KeyedState::encode_values`].
+#[derive(Debug)]
+pub enum Values {
+    /// Arrow rows of the value columns.
+    Rows(Rows),
+    /// The bytes of a single binary value column, as they are.
+    Blobs(ArrayRef),
+}
+
+impl Values {
+    /// The number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            Values::Rows(r) => r.num_rows(),
+            Values::Blobs(a) => a.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes of value `i`.
+    pub fn value(&self, i: usize) -> &[u8] {
+        match self {
+            Values::Rows(r) => r.row(i).data(),
+            Values::Blobs(a) => match a.data_type() {
+                DataType::LargeBinary => a.as_binary::<i64>().value(i),
+                _ => a.as_binary::<i32>().value(i),
+            },
+        }
+    }
+
+    /// The bytes of each value, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        (0..self.len()).map(|i| self.value(i))
+    }
+}
 
 /// The key and value columns of an operator's state.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,7 +119,7 @@ pub struct KeyedState {
     schema: StateSchema,
     keys: RowConverter,
     key_parser: RowParser,
-    values: Option<(RowConverter, RowParser)>,
+    values: ValueCodec,
     // Keys are row-encoded bytes: a fast hash (seeded per process) rather
     // than SipHash, which was a tenth of an aggregation's time.
     map: HashMap<Box<[u8]>, Box<[u8]>, RandomState>,
@@ -121,12 +174,17 @@ impl KeyedState {
         }
         let keys = converter(&schema.key)?;
         let key_parser = keys.parser();
-        let values = if schema.value.fields().is_empty() {
-            None
-        } else {
-            let c = converter(&schema.value)?;
-            let p = c.parser();
-            Some((c, p))
+        let fields = schema.value.fields();
+        let values = match fields.first().map(|f| (f.data_type(), f.is_nullable())) {
+            None => ValueCodec::None,
+            Some((t @ (DataType::Binary | DataType::LargeBinary), false)) if fields.len() == 1 => {
+                ValueCodec::Blob(t.clone())
+            }
+            Some(_) => {
+                let c = converter(&schema.value)?;
+                let p = c.parser();
+                ValueCodec::Rows(c, p)
+            }
         };
         Ok(KeyedState {
             schema,
@@ -151,12 +209,31 @@ impl KeyedState {
     }
 
     /// The values of `columns` (the value columns, in order), one row each;
-    /// `None` when the state has no value columns.
-    pub fn encode_values(&self, columns: &[ArrayRef]) -> Result<Option<Rows>, ArrowError> {
-        self.values
-            .as_ref()
-            .map(|(c, _)| c.convert_columns(columns))
-            .transpose()
+    /// `None` when the state has no value columns. A state whose value is
+    /// one non-null binary column holds each value as its bytes, so its
+    /// operator may also pass those bytes to [`KeyedState::put`] directly.
+    pub fn encode_values(&self, columns: &[ArrayRef]) -> Result<Option<Values>, ArrowError> {
+        self.values_of(columns, false)
+    }
+
+    /// [`KeyedState::encode_values`]; a delta's deleted keys have null
+    /// values, which `nulls` lets through.
+    fn values_of(&self, columns: &[ArrayRef], nulls: bool) -> Result<Option<Values>, ArrowError> {
+        match &self.values {
+            ValueCodec::None => Ok(None),
+            ValueCodec::Rows(c, _) => c.convert_columns(columns).map(|r| Some(Values::Rows(r))),
+            ValueCodec::Blob(t) => match columns {
+                [c] if c.data_type() == t && (nulls || c.null_count() == 0) => Ok(Some(Values::Blobs(c.clone()))),
+                _ => Err(ArrowError::InvalidArgumentError(format!(
+                    "the state's value is one non-null {t} column; got {}",
+                    columns
+                        .iter()
+                        .map(|c| c.data_type().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))),
+            },
+        }
     }
 
     /// Key columns for the given encoded keys.
@@ -169,8 +246,12 @@ impl KeyedState {
     /// no value columns).
     pub fn decode_values<'a>(&self, values: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<ArrayRef>, ArrowError> {
         match &self.values {
-            Some((c, p)) => c.convert_rows(values.into_iter().map(|v| p.parse(v))),
-            None => Ok(Vec::new()),
+            ValueCodec::Rows(c, p) => c.convert_rows(values.into_iter().map(|v| p.parse(v))),
+            ValueCodec::Blob(DataType::LargeBinary) => {
+                Ok(vec![Arc::new(LargeBinaryArray::from_iter_values(values)) as ArrayRef])
+            }
+            ValueCodec::Blob(_) => Ok(vec![Arc::new(BinaryArray::from_iter_values(values)) as ArrayRef]),
+            ValueCodec::None => Ok(Vec::new()),
         }
     }
 
@@ -188,6 +269,22 @@ impl KeyedState {
             )));
         }
         // Encoded as the whole key's leading columns are.
+        converter(&Schema::new(fields[..columns.len()].to_vec()))?.convert_columns(columns)
+    }
+
+    /// The encoding of the leading value columns `columns` (one row each):
+    /// a value's bytes start with its leading columns' encoding, and
+    /// compare as their values do, so an operator can find the entries
+    /// whose first value column is at most a bound without decoding them.
+    pub fn value_prefix(&self, columns: &[ArrayRef]) -> Result<Rows, ArrowError> {
+        let fields = self.schema.value.fields();
+        if columns.is_empty() || columns.len() > fields.len() {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "a value prefix of {} columns for a value of {}",
+                columns.len(),
+                fields.len()
+            )));
+        }
         converter(&Schema::new(fields[..columns.len()].to_vec()))?.convert_columns(columns)
     }
 
@@ -309,9 +406,9 @@ impl KeyedState {
         sort_by_bytes(&mut keys, |k| k);
         let deleted = BooleanArray::from(keys.iter().map(|k| !self.map.contains_key(k)).collect::<Vec<_>>());
         let mut columns = self.decode_keys(keys.iter().map(|k| &**k))?;
-        if let Some((conv, parser)) = &self.values {
+        if !matches!(self.values, ValueCodec::None) {
             let present: Vec<&[u8]> = keys.iter().filter_map(|k| self.map.get(k).map(|v| &**v)).collect();
-            let values = conv.convert_rows(present.iter().map(|v| parser.parse(v)))?;
+            let values = self.decode_values(present.iter().copied())?;
             if present.len() == keys.len() {
                 columns.extend(values);
             } else {
@@ -411,7 +508,7 @@ impl KeyedState {
             ),
             None => None,
         };
-        let values = self.encode_values(&batch.columns()[nkeys..nkeys + nvalues])?;
+        let values = self.values_of(&batch.columns()[nkeys..nkeys + nvalues], true)?;
         for (name, value) in batch.schema().metadata() {
             match name.as_str() {
                 REMOVED_BEFORE => {
@@ -443,7 +540,7 @@ impl KeyedState {
                 }
             } else {
                 let value: &[u8] = match &values {
-                    Some(v) => v.row(i).data(),
+                    Some(v) => v.value(i),
                     None => &[],
                 };
                 self.put(key.as_ref(), value);

@@ -25,10 +25,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-pub use keyed::{KeyedState, StateSchema};
+pub use keyed::{KeyedState, StateSchema, Values};
 pub use manifest::{OperatorFiles, StateManifest};
 
-use crate::checkpoint::{decode, CheckpointStore, FORMAT_VERSION};
+use crate::checkpoint::{decode, CheckpointStore, WriteContents, FORMAT_VERSION};
 use crate::error::{Error, Result};
 use crate::ids::BatchId;
 
@@ -174,16 +174,21 @@ impl StateStore {
             let mut files = before.map(|b| b.files.clone()).unwrap_or_default();
             let dir = Self::dir(name, 0);
             let context = || format!("writing the state of operator {name} for batch {batch}");
-            if before.map_or(0, |b| b.deltas()) + 1 >= self.snapshot_every && state.changed() > 0 {
+            let written = if before.map_or(0, |b| b.deltas()) + 1 >= self.snapshot_every && state.changed() > 0 {
                 let snapshot = state.snapshot().map_err(|e| Error::arrow(context(), e))?;
-                let bytes = files::encode(&snapshot).map_err(|e| Error::arrow(context(), e))?;
-                let file = format!("{}.snapshot", batch.0);
-                self.store.put(&format!("{dir}/{file}"), bytes).await?;
-                files = vec![file];
-            } else if let Some(changes) = state.take_changes().map_err(|e| Error::arrow(context(), e))? {
-                let bytes = files::encode(&changes).map_err(|e| Error::arrow(context(), e))?;
-                let file = format!("{}.delta", batch.0);
-                self.store.put(&format!("{dir}/{file}"), bytes).await?;
+                Some((format!("{}.snapshot", batch.0), snapshot))
+            } else {
+                let changes = state.take_changes().map_err(|e| Error::arrow(context(), e))?;
+                changes.map(|c| (format!("{}.delta", batch.0), c))
+            };
+            if let Some((file, rows)) = written {
+                // Streamed into the store: a large delta is not copied
+                // into one buffer first.
+                let contents: WriteContents = Box::new(move |out| files::write(&rows, out));
+                self.store.put_written(&format!("{dir}/{file}"), contents).await?;
+                if file.ends_with(".snapshot") {
+                    files.clear();
+                }
                 files.push(file);
             }
             operators.push(OperatorFiles {

@@ -31,7 +31,7 @@ fn put(state: &mut KeyedState, k: i64, v: i64) {
         .encode_values(&[Arc::new(Int64Array::from(vec![v])) as ArrayRef])
         .unwrap()
         .unwrap();
-    state.put(keys.row(0).as_ref(), values.row(0).as_ref());
+    state.put(keys.row(0).as_ref(), values.value(0));
 }
 
 fn remove(state: &mut KeyedState, k: i64) {
@@ -250,7 +250,7 @@ fn keys_before_a_prefix_are_those_whose_first_column_is_below_it() {
         .unwrap()
         .unwrap();
     for (k, v) in keys.iter().zip(values.iter()) {
-        state.put(k.data(), v.data());
+        state.put(k.data(), v);
     }
     let bound = state
         .key_prefix(&[Arc::new(Int64Array::from(vec![20])) as ArrayRef])
@@ -314,4 +314,65 @@ fn keys_sort_by_their_bytes_past_the_inline_prefix() {
     want.sort();
     sort_by_bytes(&mut keys, |k| k);
     assert_eq!(keys, want);
+}
+
+#[test]
+fn a_value_prefix_compares_as_the_leading_value_does() {
+    let mut state = KeyedState::new(schema()).unwrap();
+    for (k, v) in [(1, -7), (2, 0), (3, 5), (4, 6), (5, i64::MIN)] {
+        put(&mut state, k, v);
+    }
+    let bound = state
+        .value_prefix(&[Arc::new(Int64Array::from(vec![5])) as ArrayRef])
+        .unwrap();
+    let bound = bound.row(0);
+    let mut at_most: Vec<i64> = state
+        .iter()
+        .filter(|(_, v)| v[..bound.as_ref().len()] <= *bound.as_ref())
+        .map(|(_, v)| {
+            state.decode_values([v]).unwrap()[0]
+                .as_primitive::<Int64Type>()
+                .value(0)
+        })
+        .collect();
+    at_most.sort_unstable();
+    assert_eq!(at_most, [i64::MIN, -7, 0, 5]);
+    assert!(state.value_prefix(&[]).is_err());
+}
+
+/// A state whose value is one binary column holds the bytes as they are,
+/// and its deltas (with a removed key, whose value is null) restore it.
+#[test]
+fn a_binary_value_is_held_as_its_bytes_and_restored_from_deltas() {
+    let schema = StateSchema::new(
+        Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)])),
+        Arc::new(Schema::new(vec![Field::new("blob", DataType::LargeBinary, false)])),
+    );
+    let mut state = KeyedState::new(schema.clone()).unwrap();
+    let keys = state
+        .encode_keys(&[Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef])
+        .unwrap();
+    let blobs: Vec<&[u8]> = vec![b"one", b"", b"three"];
+    let values = state
+        .encode_values(&[Arc::new(arrow_array::LargeBinaryArray::from_iter_values(&blobs)) as ArrayRef])
+        .unwrap()
+        .unwrap();
+    for (k, v) in keys.iter().zip(values.iter()) {
+        state.put(k.data(), v);
+    }
+    assert_eq!(state.get(keys.row(2).data()), Some(&b"three"[..]));
+    let mut restored = KeyedState::new(schema.clone()).unwrap();
+    restored.apply(&state.take_changes().unwrap().unwrap()).unwrap();
+    state.remove(keys.row(0).data());
+    restored.apply(&state.take_changes().unwrap().unwrap()).unwrap();
+    assert_eq!(restored.len(), 2);
+    assert_eq!(restored.get(keys.row(1).data()), Some(&b""[..]));
+    assert_eq!(restored.get(keys.row(2).data()), Some(&b"three"[..]));
+    assert_eq!(restored.bytes(), state.bytes());
+    // A null blob, or a column of another type, is refused.
+    let null = arrow_array::LargeBinaryArray::from(vec![None::<&[u8]>]);
+    assert!(state.encode_values(&[Arc::new(null) as ArrayRef]).is_err());
+    assert!(state
+        .encode_values(&[Arc::new(Int64Array::from(vec![1])) as ArrayRef])
+        .is_err());
 }
