@@ -1,5 +1,6 @@
 //! Streaming aggregation: `group_by(keys).agg(aggregates)`, by plain
-//! columns and by event-time windows, in Append, Update and Complete modes.
+//! columns, by event-time windows and by sessions, in Append, Update and
+//! Complete modes.
 //!
 //! Each batch, DataFusion folds the batch's rows into one partial row per
 //! group (a sum, a count, ...); those are merged with the groups' partial
@@ -25,6 +26,7 @@ use weir_core::{BoxError, OutputMode};
 
 use crate::bins;
 use crate::error::SqlError;
+use crate::session::{self, SessionWindow, EVENT_MS, SESSION_END, SESSION_START};
 use crate::sql::{planned_schema, run_on_input};
 use crate::window::{Window, WINDOW_END, WINDOW_START};
 use crate::{quoted, INPUT};
@@ -36,6 +38,8 @@ pub enum GroupKey {
     Column(String),
     /// Event-time windows of a timestamp column.
     Window(Window),
+    /// Sessions of events of a timestamp column.
+    Session(SessionWindow),
 }
 
 impl From<&str> for GroupKey {
@@ -72,6 +76,19 @@ pub fn sliding_window(column: impl Into<String>, size: Duration, slide: Duration
         column: column.into(),
         size,
         slide,
+    })
+}
+
+/// Groups by sessions over the timestamp `column`: a session of a key
+/// lasts while its events follow each other within `gap` (an event at `t`
+/// keeps it open until `t + gap`). The output gets `session_start` and
+/// `session_end` columns. Sessions merge, so their aggregation works in
+/// Append mode (each session once, when the watermark passed its end) and
+/// Complete mode, not in Update mode.
+pub fn session_window(column: impl Into<String>, gap: Duration) -> GroupKey {
+    GroupKey::Session(SessionWindow {
+        column: column.into(),
+        gap,
     })
 }
 
@@ -212,6 +229,7 @@ impl Aggregate {
 pub struct Aggregation {
     name: String,
     window: Option<Window>,
+    session: Option<SessionWindow>,
     keys: Vec<String>,
     aggregates: Vec<Aggregate>,
     /// Why the grouping cannot run, reported when the query starts.
@@ -289,17 +307,22 @@ impl Aggregation {
     /// Groups by `keys` (at most one window) and computes `aggregates`.
     pub fn new(keys: Vec<GroupKey>, aggregates: Vec<Aggregate>) -> Self {
         let mut window: Option<Window> = None;
+        let mut session: Option<SessionWindow> = None;
         let mut columns = Vec::new();
         let mut invalid = None;
         for key in keys {
+            if !matches!(key, GroupKey::Column(_)) && (window.is_some() || session.is_some()) {
+                invalid = Some("group by at most one window or session".to_string());
+            }
             match key {
                 GroupKey::Column(c) => columns.push(c),
                 GroupKey::Window(w) => {
-                    if window.is_some() {
-                        invalid = Some("group by at most one window".to_string());
-                    }
                     invalid = invalid.or_else(|| w.invalid());
                     window = Some(w);
+                }
+                GroupKey::Session(s) => {
+                    invalid = invalid.or_else(|| s.invalid());
+                    session = Some(s);
                 }
             }
         }
@@ -310,6 +333,9 @@ impl Aggregation {
         outputs.extend(columns.iter().cloned());
         if window.is_some() {
             outputs.extend([WINDOW_START.to_string(), WINDOW_END.to_string()]);
+        }
+        if session.is_some() {
+            outputs.extend([SESSION_START.to_string(), SESSION_END.to_string()]);
         }
         outputs.sort();
         if let Some(twice) = outputs.windows(2).find(|w| w[0] == w[1]) {
@@ -324,6 +350,9 @@ impl Aggregation {
             if w.slide != w.size {
                 name.push_str(&format!("-every-{}ms", w.slide.as_millis()));
             }
+        }
+        if let Some(s) = &session {
+            name.push_str(&format!("-session-{}-{}ms", s.column, s.gap.as_millis()));
         }
         for c in &columns {
             name.push('-');
@@ -343,6 +372,7 @@ impl Aggregation {
         Aggregation {
             name,
             window,
+            session,
             keys: columns,
             aggregates,
             invalid,
@@ -356,16 +386,37 @@ impl Aggregation {
         self
     }
 
-    /// The key columns of the partial rows.
+    /// The key columns of the partial rows: a window's start first (so
+    /// closed windows are a range of keys), a session's start last (so a
+    /// key's sessions share a prefix). A session's end follows its start.
     fn key_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.window.iter().map(|_| WINDOW_START.to_string()).collect();
+        names.extend(self.keys.iter().cloned());
+        names.extend(self.session.iter().map(|_| SESSION_START.to_string()));
+        names
+    }
+
+    /// The event-time column of the window or sessions.
+    fn event_column(&self) -> Option<&str> {
         self.window
-            .iter()
-            .map(|_| WINDOW_START.to_string())
-            .chain(self.keys.iter().cloned())
-            .collect()
+            .as_ref()
+            .map(|w| w.column.as_str())
+            .or(self.session.as_ref().map(|s| s.column.as_str()))
     }
 
     fn partial_sql(&self) -> String {
+        if let Some(s) = &self.session {
+            let (mut carried, mut aggregates) = (Vec::new(), Vec::new());
+            for (i, agg) in self.aggregates.iter().enumerate() {
+                carried.extend(agg.argument(i));
+                for (j, (expr, _)) in agg.partials(i).into_iter().enumerate() {
+                    aggregates.push(format!("{expr} AS {}", quoted(&agg.partial_name(i, j))));
+                }
+            }
+            let t = quoted(EVENT_MS);
+            let keys: Vec<String> = self.keys.iter().map(|k| quoted(k)).collect();
+            return session::sessions_sql(&keys, &t, &format!("{t} + {}", s.gap_ms()), &carried, &aggregates);
+        }
         let keys: Vec<String> = self.key_names().iter().map(|k| quoted(k)).collect();
         let mut arguments = keys.clone();
         let mut select = keys.clone();
@@ -384,6 +435,19 @@ impl Aggregation {
     }
 
     fn merge_sql(&self) -> String {
+        if self.session.is_some() {
+            let (mut carried, mut aggregates) = (Vec::new(), Vec::new());
+            for (i, agg) in self.aggregates.iter().enumerate() {
+                for (j, (_, merge)) in agg.partials(i).into_iter().enumerate() {
+                    let p = quoted(&agg.partial_name(i, j));
+                    aggregates.push(format!("{} AS {p}", merge.replace('$', &p)));
+                    carried.push(p);
+                }
+            }
+            let keys: Vec<String> = self.keys.iter().map(|k| quoted(k)).collect();
+            let (start, end) = (quoted(SESSION_START), quoted(SESSION_END));
+            return session::sessions_sql(&keys, &start, &end, &carried, &aggregates);
+        }
         let keys: Vec<String> = self.key_names().iter().map(|k| quoted(k)).collect();
         let mut select = keys.clone();
         for (i, agg) in self.aggregates.iter().enumerate() {
@@ -401,6 +465,9 @@ impl Aggregation {
         if self.window.is_some() {
             fields.push(Arc::new(Field::new(WINDOW_START, DataType::Int64, false)));
         }
+        if self.session.is_some() {
+            fields.push(Arc::new(Field::new(EVENT_MS, DataType::Int64, true)));
+        }
         fields.extend(input.fields().iter().cloned());
         Arc::new(Schema::new(fields))
     }
@@ -417,19 +484,19 @@ impl Aggregation {
                 operator: self.name.clone(),
             });
         }
-        if let Some(w) = &self.window {
-            match input.field_with_name(&w.column).map(|f| f.data_type()) {
+        if let Some(column) = self.event_column() {
+            match input.field_with_name(column).map(|f| f.data_type()) {
                 Ok(DataType::Timestamp(..)) => {}
                 Ok(other) => {
                     return Err(SqlError::InvalidAggregation {
                         operator: self.name.clone(),
-                        reason: format!("the window's column {:?} is {other}, not a timestamp", w.column),
+                        reason: format!("the window's column {column:?} is {other}, not a timestamp"),
                     })
                 }
                 Err(_) => {
                     return Err(SqlError::MissingColumn {
                         operator: self.name.clone(),
-                        column: w.column.clone(),
+                        column: column.to_string(),
                         available: input.fields().iter().map(|f| f.name().clone()).collect(),
                     })
                 }
@@ -441,19 +508,25 @@ impl Aggregation {
     /// The output rows of `partial` rows (keys, then partials).
     fn finish(&self, partial: &RecordBatch, input: &Schema, output: &SchemaRef) -> Result<RecordBatch, BoxError> {
         let mut columns: Vec<ArrayRef> = Vec::new();
-        let mut at = 0;
-        if let Some(w) = &self.window {
-            let starts = partial.column(0).as_primitive::<Int64Type>().values().to_vec();
-            let ends: Vec<i64> = starts.iter().map(|s| s + w.size_ms()).collect();
-            let ty = input.field_with_name(&w.column)?.data_type().clone();
+        let millis = |c: usize| partial.column(c).as_primitive::<Int64Type>().values().to_vec();
+        let nkeys = self.keys.len();
+        let (at, mut p, times) = match (&self.window, &self.session) {
+            (Some(w), _) => {
+                let starts = millis(0);
+                let ends: Vec<i64> = starts.iter().map(|s| s + w.size_ms()).collect();
+                (1, 1 + nkeys, Some((&w.column, starts, ends)))
+            }
+            (None, Some(s)) => (0, nkeys + 2, Some((&s.column, millis(nkeys), millis(nkeys + 1)))),
+            (None, None) => (0, nkeys, None),
+        };
+        if let Some((column, starts, ends)) = times {
+            let ty = input.field_with_name(column)?.data_type().clone();
             columns.push(timestamps(&starts, &ty)?);
             columns.push(timestamps(&ends, &ty)?);
-            at = 1;
         }
-        for i in 0..self.keys.len() {
+        for i in 0..nkeys {
             columns.push(partial.column(at + i).clone());
         }
-        let mut p = at + self.keys.len();
         for agg in &self.aggregates {
             match agg.func {
                 Func::Avg => {
@@ -498,17 +571,20 @@ impl Aggregation {
     /// The output's schema, from the input's and the partial rows'.
     fn output_schema_of(&self, input: &Schema, partial: &Schema) -> Result<SchemaRef, BoxError> {
         let mut fields: Vec<Field> = Vec::new();
-        let mut at = 0;
-        if let Some(w) = &self.window {
-            let ty = input.field_with_name(&w.column)?.data_type().clone();
-            fields.push(Field::new(WINDOW_START, ty.clone(), false));
-            fields.push(Field::new(WINDOW_END, ty, false));
-            at = 1;
+        let nkeys = self.keys.len();
+        let (at, mut p, names) = match (&self.window, &self.session) {
+            (Some(w), _) => (1, 1 + nkeys, Some((&w.column, WINDOW_START, WINDOW_END))),
+            (None, Some(s)) => (0, nkeys + 2, Some((&s.column, SESSION_START, SESSION_END))),
+            (None, None) => (0, nkeys, None),
+        };
+        if let Some((column, start, end)) = names {
+            let ty = input.field_with_name(column)?.data_type().clone();
+            fields.push(Field::new(start, ty.clone(), false));
+            fields.push(Field::new(end, ty, false));
         }
-        for i in 0..self.keys.len() {
+        for i in 0..nkeys {
             fields.push(partial.field(at + i).clone());
         }
-        let mut p = at + self.keys.len();
         for agg in &self.aggregates {
             let name = agg.output_name();
             match agg.func {
@@ -552,9 +628,10 @@ impl Aggregation {
         input_schema: &Schema,
         partial_schema: &SchemaRef,
     ) -> Result<RecordBatch, BoxError> {
-        let assigned: Vec<RecordBatch> = match &self.window {
-            Some(w) => input.iter().map(|b| w.assign(b)).collect::<Result<_, _>>()?,
-            None => input,
+        let assigned: Vec<RecordBatch> = match (&self.window, &self.session) {
+            (Some(w), _) => input.iter().map(|b| w.assign(b)).collect::<Result<_, _>>()?,
+            (None, Some(s)) => input.iter().map(|b| s.assign(b)).collect::<Result<_, _>>()?,
+            (None, None) => input,
         };
         let partials = run_on_input(&self.partial_sql(), self.assigned_schema(input_schema), assigned).await?;
         conform(partial_schema, &partials)
@@ -606,6 +683,47 @@ impl Aggregation {
             bins::put(state, &merged, batch)?;
         }
         Ok(())
+    }
+
+    /// A batch of a session aggregation: the batch's sessions are merged
+    /// with the open sessions of their groups, then Append mode emits (and
+    /// forgets) the sessions the watermark ended and Complete mode every
+    /// session.
+    async fn process_sessions(
+        &self,
+        state: &mut KeyedState,
+        input: Vec<RecordBatch>,
+        ctx: &OperatorContext,
+        partial_schema: &SchemaRef,
+        output_schema: &SchemaRef,
+    ) -> Result<Vec<RecordBatch>, BoxError> {
+        let n = self.key_names().len();
+        if input.iter().any(|b| b.num_rows() > 0) {
+            let rows = self.partial_rows(input, &ctx.input_schema, partial_schema).await?;
+            let rows = match session::take_sessions_of(state, &rows, self.keys.len())? {
+                Some(held) => {
+                    let held = held.with_schema(partial_schema.clone())?;
+                    let merged = run_on_input(&self.merge_sql(), partial_schema.clone(), vec![held, rows]).await?;
+                    conform(partial_schema, &merged)?
+                }
+                None => rows,
+            };
+            let keys = state.encode_keys(&rows.columns()[..n])?;
+            if let Some(values) = state.encode_values(&rows.columns()[n..])? {
+                for (k, v) in keys.iter().zip(values.iter()) {
+                    state.put(k.data(), v);
+                }
+            }
+        }
+        let done = match (ctx.output_mode, ctx.watermark_ms) {
+            (OutputMode::Complete, _) => state.sorted()?,
+            (_, Some(watermark)) => session::take_ended(state, watermark)?,
+            (_, None) => return Ok(Vec::new()),
+        };
+        let done = done.with_schema(partial_schema.clone())?;
+        let mut output = vec![self.finish(&done, &ctx.input_schema, output_schema)?];
+        output.retain(|b| b.num_rows() > 0);
+        Ok(output)
     }
 
     /// Folds `input` into the state's partial rows; returns the groups it
@@ -674,7 +792,8 @@ impl StatefulOperator for Aggregation {
 
     fn kind(&self) -> OperatorKind {
         OperatorKind::Aggregation {
-            event_time: self.window.as_ref().map(|w| w.column.clone()),
+            event_time: self.event_column().map(str::to_string),
+            sessions: self.session.is_some(),
         }
     }
 
@@ -710,6 +829,11 @@ impl StatefulOperator for Aggregation {
     ) -> Result<Vec<RecordBatch>, BoxError> {
         let partial_schema = self.planned_partial_schema(&ctx.input_schema)?;
         let output_schema = self.output_schema_of(&ctx.input_schema, &partial_schema)?;
+        if self.session.is_some() {
+            return self
+                .process_sessions(state, input, ctx, &partial_schema, &output_schema)
+                .await;
+        }
         if self.binned(ctx.output_mode, ctx.event_time_column.as_deref()) {
             if input.iter().any(|b| b.num_rows() > 0) {
                 let rows = self.partial_rows(input, &ctx.input_schema, &partial_schema).await?;

@@ -28,7 +28,11 @@
 //!   partial rows per window, merged when the window closes). Append
 //!   emits each window once, when the watermark has passed its end, with
 //!   its final values; Update emits the groups a batch changed; Complete
-//!   every group. A replayed batch starts from the state of the batch
+//!   every group. Sessions ([`session_window`]) keep a row per open
+//!   session, merged with the sessions a batch's events reach; Append
+//!   emits each session once the watermark passed its end, and Update is
+//!   refused at start (a session that merges into another would leave its
+//!   row behind). A replayed batch starts from the state of the batch
 //!   before it, so the output is that of a run without the crash.
 //! - **Deduplication** ([`DropDuplicates`]) passes each key's first row
 //!   once, across batches and restarts: its keys are state that weir-core
@@ -51,16 +55,19 @@ mod bins;
 mod dedup;
 mod error;
 mod json;
+mod session;
 mod sql;
 mod static_join;
 mod window;
 
 pub use aggregate::{
-    avg, col, count, count_distinct, count_of, max, min, sliding_window, sum, window, Aggregate, Aggregation, GroupKey,
+    avg, col, count, count_distinct, count_of, max, min, session_window, sliding_window, sum, window, Aggregate,
+    Aggregation, GroupKey,
 };
 pub use dedup::DropDuplicates;
 pub use error::SqlError;
 pub use json::FromJson;
+pub use session::SessionWindow;
 pub use sql::{Sql, INPUT};
 pub use static_join::{StaticJoin, StaticTable};
 pub use window::Window;
@@ -123,7 +130,8 @@ pub trait StreamSqlExt: Sized {
         I: IntoIterator<Item = S>,
         S: Into<String>;
 
-    /// Groups the rows by `keys` (columns, and at most one [`window`]);
+    /// Groups the rows by `keys` (columns, and at most one [`window`] or
+    /// [`session_window`]);
     /// [`Grouped::agg`] says what to compute per group.
     fn group_by<I, K>(self, keys: I) -> Grouped
     where

@@ -95,7 +95,7 @@ impl Window {
 
 /// Event times in milliseconds, rounded down (so -1 µs is in the window
 /// before 0, not the one after).
-fn event_millis(times: &ArrayRef) -> Result<Vec<Option<i64>>, arrow_schema::ArrowError> {
+pub(crate) fn event_millis(times: &ArrayRef) -> Result<Vec<Option<i64>>, arrow_schema::ArrowError> {
     let per_ms: i64 = match times.data_type() {
         DataType::Timestamp(TimeUnit::Second, _) => {
             let ms = cast(times, &DataType::Timestamp(TimeUnit::Millisecond, None))?;

@@ -50,7 +50,10 @@ impl StatefulOperator for CountByKey {
     }
 
     fn kind(&self) -> OperatorKind {
-        OperatorKind::Aggregation { event_time: None }
+        OperatorKind::Aggregation {
+            event_time: None,
+            sessions: false,
+        }
     }
 
     fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef, BoxError> {

@@ -30,10 +30,14 @@ use crate::state::{KeyedState, StateSchema};
 pub enum OperatorKind {
     /// Groups rows and folds each group into a value.
     Aggregation {
-        /// The event-time column whose windows it groups by: when the
-        /// watermark is on that column, the watermark closes windows, and
-        /// Append mode can emit them.
+        /// The event-time column whose windows (or sessions) it groups by:
+        /// when the watermark is on that column, the watermark closes
+        /// windows, and Append mode can emit them.
         event_time: Option<String>,
+        /// Whether its groups are sessions, which merge: a group emitted
+        /// once can become part of another with a new key, so Update mode,
+        /// which replaces a group's row by its key, would keep both.
+        sessions: bool,
     },
     /// Passes the first row of each key and drops the rest.
     Deduplication {

@@ -21,6 +21,13 @@ pub enum QueryRule {
         /// The aggregation.
         operator: String,
     },
+    /// Sessions merge, and a merged session has a new start: the row
+    /// Update mode emitted for a session before it merged would stay.
+    #[error("Update mode with the session aggregation {operator:?}: a session that later merges with another gets a new start, and the row emitted for it before would stay beside the merged one. Use Append (with a watermark on the sessions' column) to emit each session once it ended, or Complete")]
+    UpdateWithSessions {
+        /// The aggregation.
+        operator: String,
+    },
     /// A deduplication that forgets keys behind the watermark needs one.
     #[error("{operator:?} keeps each key until the watermark passes it, and the query has no watermark. Add with_watermark(column, delay) before it, or use drop_duplicates")]
     DedupWithinWatermarkWithoutWatermark {
@@ -95,7 +102,12 @@ pub fn check_query_mode(shape: &QueryShape, mode: OutputMode) -> Result<(), Quer
                     operator: op.name.clone(),
                 })
             }
-            OperatorKind::Aggregation { event_time }
+            OperatorKind::Aggregation { sessions: true, .. } if mode == OutputMode::Update => {
+                return Err(QueryRule::UpdateWithSessions {
+                    operator: op.name.clone(),
+                })
+            }
+            OperatorKind::Aggregation { event_time, .. }
                 if mode == OutputMode::Append && (watermark.is_none() || event_time.as_deref() != watermark) =>
             {
                 return Err(QueryRule::AppendAggregationWithoutWatermark {
@@ -130,6 +142,17 @@ mod tests {
             name: "totals".into(),
             kind: OperatorKind::Aggregation {
                 event_time: event_time.map(Into::into),
+                sessions: false,
+            },
+        }
+    }
+
+    fn sessions(event_time: Option<&str>) -> OperatorFacts {
+        OperatorFacts {
+            name: "sessions".into(),
+            kind: OperatorKind::Aggregation {
+                event_time: event_time.map(Into::into),
+                sessions: true,
             },
         }
     }
@@ -175,6 +198,9 @@ mod tests {
             (vec![agg(ts), dedup(true)], true, [true, false, false]),
             (vec![agg(ts), dedup(false)], true, [true, false, false]),
             (vec![dedup(false), agg(ts)], true, [true, true, true]),
+            // sessions: as an aggregation, but never Update
+            (vec![sessions(ts)], true, [true, true, false]),
+            (vec![sessions(ts)], false, [false, true, false]),
         ];
         for (ops, wm, allowed) in cases {
             let s = shape(ops.clone(), wm);
@@ -196,6 +222,8 @@ mod tests {
         assert!(e.to_string().contains("drop_duplicates"), "{e}");
         let e = check_query_mode(&shape(vec![agg(Some("ts")), dedup(false)], true), Update).unwrap_err();
         assert!(e.to_string().contains("Append mode only"), "{e}");
+        let e = check_query_mode(&shape(vec![sessions(Some("ts"))], true), Update).unwrap_err();
+        assert!(e.to_string().contains("Use Append"), "{e}");
         let late = QueryShape {
             operators: vec![agg(Some("ts"))],
             watermark: Some(("ts".into(), 1)),

@@ -3,5 +3,6 @@
 
 mod aggregate;
 mod distinct;
+mod session;
 mod sql;
 mod static_join;
