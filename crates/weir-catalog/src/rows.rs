@@ -67,6 +67,15 @@ impl TableReader {
         })
     }
 
+    /// The table's columns now, as [`TableReader::rows`] reports them,
+    /// without reading its rows.
+    pub async fn schema(&self) -> Result<SchemaRef, CatalogError> {
+        Ok(match self {
+            TableReader::Delta { location, storage } => weir_delta::table_schema(location, storage).await?,
+            TableReader::Iceberg { catalog, ident } => weir_iceberg::table_schema(catalog.as_ref(), ident).await?,
+        })
+    }
+
     /// Every live row of the table now.
     pub async fn rows(&self) -> Result<TableRows, CatalogError> {
         Ok(match self {

@@ -104,6 +104,6 @@ pub use describe::{describe, history, DeltaCommit, DeltaQueryMarker, DeltaTableS
 pub use error::{DeltaSinkError, LogCheckpointError};
 pub use maintenance::{checkpoint_log, LogReport, Vacuum, VacuumReport, DEFAULT_VACUUM_RETENTION};
 pub use options::{Compression, DeltaSinkOptions};
-pub use read::{latest_version, read_rows, TableRows};
+pub use read::{latest_version, read_rows, table_schema, TableRows};
 pub use sink::DeltaSink;
 pub use weir_core::maintenance::{CompactGroup, CompactOptions, CompactProgress, CompactReport};

@@ -79,6 +79,15 @@ pub async fn latest_version(location: &str, storage: &HashMap<String, String>) -
     on_snapshot(location, storage, |snapshot, _| Ok(snapshot.version())).await
 }
 
+/// The columns of the table at `location` at its newest version, as
+/// [`read_rows`] reports them, without reading its files.
+pub async fn table_schema(location: &str, storage: &HashMap<String, String>) -> Result<SchemaRef, DeltaSinkError> {
+    on_snapshot(location, storage, |snapshot, _| {
+        Ok(Arc::new(Schema::try_from_kernel(snapshot.schema().as_ref())?))
+    })
+    .await
+}
+
 /// Every live row of the table at `location`, at its newest version. The
 /// Delta kernel reads them: deletion vectors, partition values and column
 /// mapping are applied, and a reader feature it does not know is refused.

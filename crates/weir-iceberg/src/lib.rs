@@ -106,7 +106,7 @@ pub use error::IcebergSinkError;
 pub use expire::{ExpireReport, ExpireSnapshots};
 pub use manifests::{ManifestReport, RewriteManifests};
 pub use orphans::{OrphanReport, RemoveOrphanFiles, DEFAULT_ORPHAN_AGE};
-pub use read::{current_snapshot, read_rows, TableRows};
+pub use read::{current_snapshot, read_rows, table_schema, TableRows};
 pub use sink::{ExpiryPolicy, IcebergSink};
 pub use storage::{file_io, is_secret_setting, object_file_io, object_store_at, ObjectStorage, ObjectStoreFactory};
 pub use table::DEFAULT_TARGET_FILE_SIZE;

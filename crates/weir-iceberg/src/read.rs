@@ -6,6 +6,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use futures::TryStreamExt;
 use iceberg::arrow::schema_to_arrow_schema;
+use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 use iceberg::{Runtime, TableIdent};
 
@@ -30,6 +31,31 @@ pub async fn current_snapshot(catalog: &dyn Catalog, ident: &TableIdent) -> Resu
     Ok(load_existing(catalog, ident).await?.metadata.current_snapshot_id())
 }
 
+/// The columns of the table's current snapshot, as [`read_rows`] reports
+/// them, without reading its files.
+pub async fn table_schema(catalog: &dyn Catalog, ident: &TableIdent) -> Result<SchemaRef, IcebergSinkError> {
+    let LoadedTable { metadata, .. } = load_existing(catalog, ident).await?;
+    snapshot_columns(&metadata, ident)
+}
+
+/// The arrow columns of `metadata`'s current snapshot (its table's schema
+/// before the first snapshot): a column added since, without a new
+/// snapshot, is not among them, as a scan does not read it.
+fn snapshot_columns(metadata: &TableMetadata, ident: &TableIdent) -> Result<SchemaRef, IcebergSinkError> {
+    let err = |context: &str, source: iceberg::Error| IcebergSinkError::Iceberg {
+        table: shown(ident),
+        context: context.to_string(),
+        source: Box::new(source),
+    };
+    let columns = match metadata.current_snapshot() {
+        Some(snapshot) => snapshot.schema(metadata).map_err(|e| err("its snapshot's schema", e))?,
+        None => metadata.current_schema().clone(),
+    };
+    Ok(Arc::new(
+        schema_to_arrow_schema(&columns).map_err(|e| err("its schema", e))?,
+    ))
+}
+
 /// Every live row of the table at its current snapshot, read by the
 /// iceberg crate's scan: position and equality delete files are applied,
 /// and what it cannot read is an error, never rows left out.
@@ -47,13 +73,7 @@ pub async fn read_rows(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Tabl
         metadata,
         metadata_location,
     } = load_existing(catalog, ident).await?;
-    // The scan reads the snapshot's columns, which a column added since
-    // (without a new snapshot) is not among.
-    let columns = match metadata.current_snapshot() {
-        Some(snapshot) => snapshot.schema(&metadata).map_err(err("its snapshot's schema"))?,
-        None => metadata.current_schema().clone(),
-    };
-    let schema = Arc::new(schema_to_arrow_schema(&columns).map_err(err("its schema"))?);
+    let schema = snapshot_columns(&metadata, ident)?;
     let table = Table::builder()
         .metadata(metadata)
         .metadata_location(metadata_location)

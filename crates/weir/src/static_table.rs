@@ -44,8 +44,9 @@ fn judged(error: CatalogError) -> BoxError {
 }
 
 async fn of(reader: TableReader) -> Result<Arc<dyn StaticTable>, Error> {
-    // The columns the query is planned with, from the table as it is now.
-    let schema = reader.rows().await?.schema;
+    // The columns the query is planned with, from the table as it is now
+    // (its metadata: the rows are read by the first batch).
+    let schema = reader.schema().await?;
     Ok(Arc::new(ReadTable { reader, schema }))
 }
 
