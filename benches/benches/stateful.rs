@@ -85,6 +85,12 @@ async fn weir_rows_per_second(rows: u64, batch_rows: u64, keys: i64) -> f64 {
         phase(|d| d.commit),
         phase(|d| d.total)
     );
+    let batch_ms: f64 = phases.iter().map(|p| p.durations_ms.total).sum();
+    println!(
+        "   weir: {} batches, {batch_ms:.0} ms in batches, {:.0} ms from start to end",
+        phases.len(),
+        weir_benches::ms(elapsed)
+    );
     assert!(sink.rows() > 0, "closed windows were emitted");
     rows as f64 / elapsed.as_secs_f64()
 }
