@@ -326,6 +326,13 @@ impl Aggregation {
                 }
             }
         }
+        if session.is_some() {
+            if let Some(c) = columns.iter().find(|c| session::RESERVED.contains(&c.as_str())) {
+                invalid = invalid.or(Some(format!(
+                    "the key column {c:?} has a name sessions use for their own; rename it first"
+                )));
+            }
+        }
         if aggregates.is_empty() {
             invalid = invalid.or(Some("name at least one aggregate in agg([...])".to_string()));
         }
@@ -698,6 +705,12 @@ impl Aggregation {
         output_schema: &SchemaRef,
     ) -> Result<Vec<RecordBatch>, BoxError> {
         let n = self.key_names().len();
+        let input = match (ctx.output_mode, ctx.watermark_ms, &self.session) {
+            (OutputMode::Append, Some(watermark), Some(s)) => {
+                input.iter().map(|b| s.after(b, watermark)).collect::<Result<_, _>>()?
+            }
+            _ => input,
+        };
         if input.iter().any(|b| b.num_rows() > 0) {
             let rows = self.partial_rows(input, &ctx.input_schema, partial_schema).await?;
             let rows = match session::take_sessions_of(state, &rows, self.keys.len())? {

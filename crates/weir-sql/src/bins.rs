@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{ArrayRef, Int64Array, RecordBatch, UInt32Array, UInt64Array};
+use arrow_array::{ArrayRef, Int64Array, LargeBinaryArray, RecordBatch, UInt32Array, UInt64Array};
+use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_ipc::reader::StreamReader;
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
@@ -73,23 +74,32 @@ pub(crate) fn put(state: &mut KeyedState, rows: &RecordBatch, batch: BatchId) ->
     for (i, start) in starts.values().iter().enumerate() {
         windows.entry(*start).or_default().push(i as u32);
     }
-    let mut blobs = Vec::with_capacity(windows.len());
+    // Each window's rows as Arrow IPC, one after the other in one buffer:
+    // a binary column of the blobs, without copying them again.
+    let mut bytes = Vec::with_capacity(rows.get_array_memory_size() + 512 * windows.len());
+    let mut offsets = vec![0i64];
     for indices in windows.values() {
         let rows = arrow_select::take::take_record_batch(rows, &UInt32Array::from(indices.clone()))?;
-        let mut bytes = Vec::with_capacity(rows.get_array_memory_size() + 512);
         let mut writer = StreamWriter::try_new(&mut bytes, &rows.schema())?;
         writer.write(&rows)?;
         writer.finish()?;
         drop(writer);
-        blobs.push(bytes);
+        offsets.push(bytes.len() as i64);
     }
+    let blobs = LargeBinaryArray::new(
+        OffsetBuffer::new(ScalarBuffer::from(offsets)),
+        Buffer::from_vec(bytes),
+        None,
+    );
     let keys = state.encode_keys(&[
         Arc::new(Int64Array::from_iter_values(windows.keys().copied())) as ArrayRef,
         Arc::new(UInt64Array::from_iter_values(windows.keys().map(|_| batch.0))),
     ])?;
-    // The value is one binary column: the state holds the bytes as they are.
-    for (k, blob) in keys.iter().zip(&blobs) {
-        state.put(k.data(), blob);
+    let values = state
+        .encode_values(&[Arc::new(blobs) as ArrayRef])?
+        .expect("the bins have a value column");
+    for (k, v) in keys.iter().zip(values.iter()) {
+        state.put(k.data(), v);
     }
     Ok(windows.into_keys().collect())
 }

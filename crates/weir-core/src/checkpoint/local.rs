@@ -52,7 +52,6 @@ impl LocalStore {
         self.root.join(path)
     }
 
-    /// Writes `bytes` to a synced temporary file beside `target`.
     /// A new temporary name beside `target` (its directory created).
     fn temp_beside(target: &Path) -> io::Result<PathBuf> {
         let dir = target.parent().unwrap_or(Path::new("."));
@@ -61,6 +60,7 @@ impl LocalStore {
         Ok(dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4())))
     }
 
+    /// Writes `bytes` to a synced temporary file beside `target`.
     fn write_temp(target: &Path, bytes: &[u8]) -> io::Result<PathBuf> {
         let tmp = Self::temp_beside(target)?;
         let mut file = File::create(&tmp)?;
@@ -101,16 +101,22 @@ impl LocalStore {
 
     fn put_written_blocking(target: &Path, contents: WriteContents) -> io::Result<()> {
         let tmp = Self::temp_beside(target)?;
-        // Written through a small buffer: a large file is never gathered.
-        let written = (|| {
-            let mut file = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
-            contents(&mut file)?;
-            file.into_inner().map_err(io::IntoInnerError::into_error)?.sync_all()
-        })();
-        if let Err(e) = written {
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
+        // Removed unless it was moved into place, also when `contents`
+        // fails or panics.
+        struct Unfinished<'a>(&'a Path, bool);
+        impl Drop for Unfinished<'_> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    let _ = fs::remove_file(self.0);
+                }
+            }
         }
+        let mut guard = Unfinished(&tmp, false);
+        // Written through a small buffer: a large file is never gathered.
+        let mut file = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+        contents(&mut file)?;
+        file.into_inner().map_err(io::IntoInnerError::into_error)?.sync_all()?;
+        guard.1 = true;
         Self::replace(&tmp, target)
     }
 

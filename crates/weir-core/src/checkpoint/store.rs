@@ -76,7 +76,9 @@ pub trait CheckpointStore: Send + Sync + fmt::Debug {
     /// Creates or replaces `path` with what `contents` writes (atomic,
     /// durable, as [`CheckpointStore::put`]). A store that can takes the
     /// contents as they are written, so a large state file is not gathered
-    /// in memory first; by default they are gathered and put.
+    /// in memory first. By default they are gathered in memory, on the
+    /// calling task, and put: a store on a network overrides it (writing
+    /// the contents off the async runtime, a part at a time).
     async fn put_written(&self, path: &str, contents: WriteContents) -> Result<()> {
         let mut bytes = Vec::new();
         contents(&mut bytes).map_err(|source| crate::Error::CheckpointIo {

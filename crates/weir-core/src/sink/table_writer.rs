@@ -5,8 +5,9 @@
 //! for any sink that keeps markers: a Delta or Iceberg table, by path or by
 //! name. The application id plays the part of a query name and the version
 //! that of a batch id, so the table's commit path is the streaming sink's
-//! own: a write whose version the table already holds for that id (or a
-//! later one) writes nothing, and a write that lands records the version in
+//! own: a write whose version the table already holds for that id writes
+//! nothing, one older than the table's newest is refused (unless the writer
+//! skips older versions), and a write that lands records the version in
 //! the same atomic commit. One `foreach_batch` function can then write its
 //! batch to several tables, each exactly once, without idempotency logic of
 //! its own: a replayed batch calls it with the same batch id, and each
@@ -187,8 +188,10 @@ impl TableWriter {
     }
 
     /// Writes `rows` as `version` of the application id, unless the table
-    /// holds that version or a later one. An append or merge of no rows
-    /// writes nothing ([`WriteOutcome::Empty`]); an overwrite of no rows
+    /// holds that version (skipped) or a later one (refused, see
+    /// [`TableWriter::skip_older_versions`]). An append or merge of no rows
+    /// writes nothing and reads no marker ([`WriteOutcome::Empty`], whatever
+    /// the version); an overwrite of no rows
     /// empties the table, and needs the rows' schema from an earlier write
     /// or [`TableWriter::with_schema`].
     pub async fn write(&self, rows: Vec<RecordBatch>, version: BatchId) -> Result<WriteOutcome> {

@@ -109,7 +109,8 @@ impl StateSchema {
     }
 }
 
-/// One operator's state: values by key, held as Arrow rows.
+/// One operator's state: values by key, held as Arrow rows (a value of one
+/// binary column as its bytes).
 ///
 /// Operators read and change it during a batch; the engine writes what
 /// changed to the checkpoint before the sink commits, and restores it when
@@ -273,10 +274,17 @@ impl KeyedState {
     }
 
     /// The encoding of the leading value columns `columns` (one row each):
-    /// a value's bytes start with its leading columns' encoding, and
-    /// compare as their values do, so an operator can find the entries
-    /// whose first value column is at most a bound without decoding them.
+    /// a value's bytes start with its leading columns' encoding, and when
+    /// those are fixed-width (integers, timestamps) the first bytes compare
+    /// as the values do, so an operator can find the entries whose first
+    /// value column is at most a bound without decoding them. A value of
+    /// one binary column is held as its bytes and has no such prefix.
     pub fn value_prefix(&self, columns: &[ArrayRef]) -> Result<Rows, ArrowError> {
+        if matches!(self.values, ValueCodec::Blob(_)) {
+            return Err(ArrowError::InvalidArgumentError(
+                "a value of one binary column is held as its bytes, without a row prefix".into(),
+            ));
+        }
         let fields = self.schema.value.fields();
         if columns.is_empty() || columns.len() > fields.len() {
             return Err(ArrowError::InvalidArgumentError(format!(

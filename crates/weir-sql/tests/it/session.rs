@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, TimestampMillisecondType};
-use arrow_array::{Int64Array, RecordBatch, TimestampMillisecondArray};
+use arrow_array::{Array, Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use weir_core::crash::{CrashPoint, CrashPoints};
 use weir_core::prelude::*;
@@ -275,4 +275,97 @@ async fn append_needs_a_watermark_on_the_sessions_column() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("watermark"), "{err}");
+}
+
+/// Sessions keyed by a string column with nulls: each key's sessions apart,
+/// a null key a key of its own.
+#[tokio::test]
+async fn string_and_null_keys_keep_their_sessions_apart() {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("page", DataType::Utf8, true),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+    ]));
+    let batch = |rows: &[(Option<&str>, i64)]| {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(arrow_array::StringArray::from_iter(rows.iter().map(|r| r.0))),
+                Arc::new(TimestampMillisecondArray::from_iter_values(rows.iter().map(|r| r.1))),
+            ],
+        )
+        .unwrap()
+    };
+    let chk = tempfile::tempdir().unwrap();
+    let table = MemorySink::new("t");
+    let input = MemoryStream::new(schema.clone());
+    // "a" and "ab" share a prefix; the null key and "" differ.
+    input
+        .add_batch(batch(&[
+            (Some("a"), 1_000),
+            (Some("ab"), 1_500),
+            (None, 2_000),
+            (Some(""), 2_500),
+        ]))
+        .unwrap();
+    input
+        .add_batch(batch(&[(Some("a"), 3_000), (None, 9_000), (Some("ab"), 20_000)]))
+        .unwrap();
+    input.add_batch(batch(&[(Some("z"), 100_000)])).unwrap();
+    input.add_batch(batch(&[(Some("z"), 100_001)])).unwrap();
+    let q = read_stream(input.clone())
+        .with_watermark("ts", Duration::ZERO)
+        .group_by([session_window("ts", Duration::from_millis(GAP_MS as u64)), col("page")])
+        .agg([count()])
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .output_mode(OutputMode::Append)
+        .trigger(Trigger::available_now())
+        .start(table.clone())
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+    let mut got = Vec::new();
+    for b in table.batches() {
+        let starts = b.column(0).as_primitive::<TimestampMillisecondType>();
+        let ends = b.column(1).as_primitive::<TimestampMillisecondType>();
+        let pages = b.column(2).as_string::<i32>();
+        let counts = b.column(3).as_primitive::<Int64Type>();
+        for r in 0..b.num_rows() {
+            let page = pages.is_valid(r).then(|| pages.value(r).to_string());
+            got.push((page, starts.value(r), ends.value(r), counts.value(r)));
+        }
+    }
+    got.sort();
+    let s = |p: Option<&str>, start, end, n| (p.map(str::to_string), start, end, n);
+    assert_eq!(
+        got,
+        vec![
+            s(None, 2_000, 5_000, 1),
+            s(None, 9_000, 12_000, 1),
+            s(Some(""), 2_500, 5_500, 1),
+            s(Some("a"), 1_000, 6_000, 2),
+            s(Some("ab"), 1_500, 4_500, 1),
+            s(Some("ab"), 20_000, 23_000, 1),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_key_named_as_a_sessions_own_column_is_refused() {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("__start", DataType::Int64, false),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+    ]));
+    let chk = tempfile::tempdir().unwrap();
+    let err = read_stream(MemoryStream::new(schema))
+        .with_watermark("ts", Duration::ZERO)
+        .group_by([session_window("ts", Duration::from_secs(1)), col("__start")])
+        .agg([count()])
+        .write_stream()
+        .checkpoint_location(chk.path())
+        .output_mode(OutputMode::Append)
+        .start(MemorySink::new("t"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("rename it"), "{err}");
 }
