@@ -43,7 +43,12 @@ pub const DEFAULT_SNAPSHOT_EVERY: usize = 10;
 pub struct StateStore {
     store: Arc<dyn CheckpointStore>,
     snapshot_every: usize,
+    /// About how many bytes of a state file go in one record batch.
+    chunk_bytes: usize,
 }
+
+/// About how many bytes of a state file go in one of its record batches.
+const CHUNK_BYTES: usize = 4 << 20;
 
 /// Whether `name` can name an operator's state directory.
 pub(crate) fn valid_operator_name(name: &str) -> bool {
@@ -69,7 +74,15 @@ impl StateStore {
         StateStore {
             store,
             snapshot_every: snapshot_every.max(1),
+            chunk_bytes: CHUNK_BYTES,
         }
+    }
+
+    /// Writes state files in record batches of about `bytes` each.
+    #[cfg(test)]
+    pub(crate) fn with_chunk_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_bytes = bytes;
+        self
     }
 
     fn dir(name: &str, partition: u32) -> String {
@@ -126,7 +139,18 @@ impl StateStore {
                 .await?
                 .ok_or_else(|| self.corrupt(&path, "a state file the manifest names is missing"))?;
             let batches = files::decode(bytes).map_err(|e| self.corrupt(&path, e.to_string()))?;
-            for batch in &batches {
+            for (i, batch) in batches.iter().enumerate() {
+                // A file's metadata (a range of removed keys) is its
+                // schema's, which every record batch of it carries: it
+                // applies once, before the first batch's rows.
+                let batch = if i == 0 {
+                    batch.clone()
+                } else {
+                    let plain = batch.schema().as_ref().clone().with_metadata(Default::default());
+                    arrow_array::RecordBatch::try_new(Arc::new(plain), batch.columns().to_vec())
+                        .map_err(|e| self.corrupt(&path, e.to_string()))?
+                };
+                let batch = &batch;
                 let expected = if file.ends_with(".delta") {
                     state.schema().delta()
                 } else {
@@ -184,7 +208,8 @@ impl StateStore {
             if let Some((file, rows)) = written {
                 // Streamed into the store: a large delta is not copied
                 // into one buffer first.
-                let contents: WriteContents = Box::new(move |out| files::write(&rows, out));
+                let chunk_bytes = self.chunk_bytes;
+                let contents: WriteContents = Box::new(move |out| files::write(&rows, out, chunk_bytes));
                 self.store.put_written(&format!("{dir}/{file}"), contents).await?;
                 if file.ends_with(".snapshot") {
                     files.clear();
