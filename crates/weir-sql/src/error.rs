@@ -102,3 +102,36 @@ pub enum SqlError {
         source: arrow_schema::ArrowError,
     },
 }
+
+impl SqlError {
+    /// Whether running the batch again may succeed: only when the static
+    /// table of a join did not answer and its reader judged that passing
+    /// ([`weir_core::Transient`]). A query that fails on a batch's rows
+    /// fails the same way on a replay, which reads the same rows.
+    pub fn retryable(&self) -> bool {
+        match self {
+            SqlError::StaticTable { source, .. } => source.downcast_ref::<weir_core::Transient>().is_some(),
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_static_table_that_did_not_answer_is_retryable() {
+        let table = |source: weir_core::BoxError| SqlError::StaticTable {
+            name: "merchants".into(),
+            source,
+        };
+        assert!(table(weir_core::transient(std::io::Error::other("timed out"))).retryable());
+        assert!(!table("its column \"id\" is gone".into()).retryable());
+        let plan = SqlError::Plan {
+            query: "SELECT".into(),
+            source: DataFusionError::Plan("no".into()),
+        };
+        assert!(!plan.retryable());
+    }
+}
