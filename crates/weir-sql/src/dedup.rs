@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int64Type, TimestampMillisecondType};
+use arrow_array::types::TimestampMillisecondType;
 use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
@@ -213,16 +213,18 @@ impl StatefulOperator for DropDuplicates {
     }
 }
 
-/// Forgets the keys whose expiry the watermark reached.
+/// Forgets the keys whose expiry the watermark reached. The expiry is the
+/// value's one column, so its encoded bytes are compared with the
+/// watermark's, without decoding the state; a null expiry (a key kept for
+/// good) encodes below every time and is passed over.
 fn evict(state: &mut KeyedState, watermark: i64) -> Result<usize, BoxError> {
-    let entries: Vec<(&[u8], &[u8])> = state.iter().collect();
-    let values = state.decode_values(entries.iter().map(|e| e.1))?;
-    let expiries = values[0].as_primitive::<Int64Type>();
-    let expired: Vec<Box<[u8]>> = entries
+    let bounds = state.value_prefix(&[Arc::new(Int64Array::from(vec![Some(watermark), None])) as ArrayRef])?;
+    let (bound, null) = (bounds.row(0), bounds.row(1));
+    let (bound, null) = (bound.as_ref(), null.as_ref());
+    let expired: Vec<Box<[u8]>> = state
         .iter()
-        .enumerate()
-        .filter(|(i, _)| expiries.is_valid(*i) && expiries.value(*i) <= watermark)
-        .map(|(_, e)| Box::<[u8]>::from(e.0))
+        .filter(|(_, v)| v.len() >= bound.len() && v[..bound.len()] <= *bound && v[..null.len()] != *null)
+        .map(|(k, _)| Box::<[u8]>::from(k))
         .collect();
     for key in &expired {
         state.remove(key);
