@@ -216,14 +216,15 @@ impl StatefulOperator for DropDuplicates {
 /// Forgets the keys whose expiry the watermark reached. The expiry is the
 /// value's one column, so its encoded bytes are compared with the
 /// watermark's, without decoding the state; a null expiry (a key kept for
-/// good) encodes below every time and is passed over.
+/// good) encodes below every time, its first byte the null mark, and is
+/// passed over.
 fn evict(state: &mut KeyedState, watermark: i64) -> Result<usize, BoxError> {
     let bounds = state.value_prefix(&[Arc::new(Int64Array::from(vec![Some(watermark), None])) as ArrayRef])?;
     let (bound, null) = (bounds.row(0), bounds.row(1));
     let (bound, null) = (bound.as_ref(), null.as_ref());
     let expired: Vec<Box<[u8]>> = state
         .iter()
-        .filter(|(_, v)| v.len() >= bound.len() && v[..bound.len()] <= *bound && v[..null.len()] != *null)
+        .filter(|(_, v)| v.len() >= bound.len() && v[..bound.len()] <= *bound && v[0] != null[0])
         .map(|(k, _)| Box::<[u8]>::from(k))
         .collect();
     for key in &expired {
