@@ -56,7 +56,7 @@ fn contents(state: &KeyedState) -> BTreeMap<i64, i64> {
 fn store(dir: &std::path::Path, every: usize) -> StateStore {
     // Files of many record batches (one row each, or a few) are read as
     // their rows in order, the removed range once.
-    let chunk = if every % 2 == 0 { 64 } else { 2048 };
+    let chunk = if every.is_multiple_of(2) { 64 } else { 2048 };
     StateStore::new(Arc::new(LocalStore::open(dir).unwrap()), every).with_chunk_bytes(chunk)
 }
 
