@@ -72,6 +72,18 @@ impl Window {
             .column_by_name(&self.column)
             .ok_or_else(|| arrow_schema::ArrowError::SchemaError(format!("no column {:?}", self.column)))?;
         let times = event_millis(times)?;
+        let mut fields = vec![Arc::new(Field::new(WINDOW_START, DataType::Int64, false))];
+        fields.extend(batch.schema().fields().iter().cloned());
+        let schema = Arc::new(Schema::new(fields));
+        if self.slide == self.size && times.iter().all(Option::is_some) {
+            // Tumbling windows: each row is in one window, so the rows stay
+            // as they are (no copy) beside their windows' starts.
+            let size = self.size_ms();
+            let starts = Int64Array::from_iter_values(times.iter().flatten().map(|t| t - t.rem_euclid(size)));
+            let mut columns: Vec<ArrayRef> = vec![Arc::new(starts)];
+            columns.extend(batch.columns().iter().cloned());
+            return RecordBatch::try_new(schema, columns);
+        }
         let mut rows = Vec::with_capacity(batch.num_rows());
         let mut starts = Vec::with_capacity(batch.num_rows());
         for (i, t) in times.into_iter().enumerate() {
@@ -87,9 +99,7 @@ impl Window {
         for c in batch.columns() {
             columns.push(arrow_select::take::take(c, &rows, None)?);
         }
-        let mut fields = vec![Arc::new(Field::new(WINDOW_START, DataType::Int64, false))];
-        fields.extend(batch.schema().fields().iter().cloned());
-        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        RecordBatch::try_new(schema, columns)
     }
 }
 
@@ -139,5 +149,40 @@ mod tests {
         assert_eq!(w(60, 20).starts(61).collect::<Vec<_>>(), [60, 40, 20]);
         assert_eq!(w(60, 20).starts(60).collect::<Vec<_>>(), [60, 40, 20]);
         assert_eq!(w(50, 20).starts(45).collect::<Vec<_>>(), [40, 20, 0]);
+    }
+
+    /// Tumbling windows keep the rows as they are; sliding windows repeat
+    /// a row per window; a row without a time is in none.
+    #[test]
+    fn rows_get_the_starts_of_their_windows() {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            true,
+        )]));
+        let batch = |times: Vec<Option<i64>>| {
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![Arc::new(arrow_array::TimestampMillisecondArray::from(times)) as ArrayRef],
+            )
+            .unwrap()
+        };
+        let starts = |b: &RecordBatch| {
+            b.column(0)
+                .as_primitive::<arrow_array::types::Int64Type>()
+                .values()
+                .to_vec()
+        };
+        let whole = batch(vec![Some(61), Some(-1), Some(60)]);
+        let tumbling = w(60, 60).assign(&whole).unwrap();
+        assert_eq!(starts(&tumbling), [60, -60, 60]);
+        assert!(
+            Arc::ptr_eq(tumbling.column(1), whole.column(0)),
+            "the rows are not copied"
+        );
+        let with_null = w(60, 60).assign(&batch(vec![Some(61), None])).unwrap();
+        assert_eq!(starts(&with_null), [60]);
+        let sliding = w(60, 30).assign(&whole).unwrap();
+        assert_eq!(starts(&sliding), [60, 30, -30, -60, 60, 30]);
     }
 }
