@@ -376,8 +376,9 @@ async fn main() {
             );
             let mut ratios = Vec::new();
             let mut df_rates = Vec::new();
-            // Five rounds, alternating: this machine's disk and memory are
-            // noisy, and the median of five steadies the ratio.
+            // Five rounds, alternating: disk syncs and page faults vary
+            // from round to round, and the median of five steadies the
+            // ratio.
             for round in 0..5 {
                 let w = weir_rows_per_second(rows, batch, keys).await;
                 let d = datafusion_rows_per_second(rows, batch, keys).await;
