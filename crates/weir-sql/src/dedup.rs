@@ -222,13 +222,5 @@ fn evict(state: &mut KeyedState, watermark: i64) -> Result<usize, BoxError> {
     let bounds = state.value_prefix(&[Arc::new(Int64Array::from(vec![Some(watermark), None])) as ArrayRef])?;
     let (bound, null) = (bounds.row(0), bounds.row(1));
     let (bound, null) = (bound.as_ref(), null.as_ref());
-    let expired: Vec<Box<[u8]>> = state
-        .iter()
-        .filter(|(_, v)| v.len() >= bound.len() && v[..bound.len()] <= *bound && v[0] != null[0])
-        .map(|(k, _)| Box::<[u8]>::from(k))
-        .collect();
-    for key in &expired {
-        state.remove(key);
-    }
-    Ok(expired.len())
+    Ok(state.retain(|_, v| !(v.len() >= bound.len() && v[..bound.len()] <= *bound && v[0] != null[0])))
 }

@@ -170,24 +170,16 @@ pub(crate) fn take_sessions_of(
     if state.is_empty() || rows.num_rows() == 0 {
         return Ok(None);
     }
-    let mut held: Vec<Box<[u8]>> = if groups == 0 {
-        state.iter().map(|(k, _)| Box::from(k)).collect()
+    let held = if groups == 0 {
+        state.take_if(|_, _| true)?
     } else {
         let prefixes = state.key_prefix(&rows.columns()[..groups])?;
         let whole = state.encode_keys(&rows.columns()[..=groups])?;
         let start_len = whole.row(0).as_ref().len() - prefixes.row(0).as_ref().len();
         let wanted: HashSet<&[u8]> = prefixes.iter().map(|r| r.data()).collect();
-        state
-            .iter()
-            .filter(|(k, _)| k.len() >= start_len && wanted.contains(&k[..k.len() - start_len]))
-            .map(|(k, _)| Box::from(k))
-            .collect()
+        state.take_if(|k, _| k.len() >= start_len && wanted.contains(&k[..k.len() - start_len]))?
     };
-    if held.is_empty() {
-        return Ok(None);
-    }
-    held.sort_unstable();
-    take(state, &held).map(Some)
+    Ok((held.num_rows() > 0).then_some(held))
 }
 
 /// Removes from `state` the sessions that ended at or before `watermark`
@@ -197,23 +189,7 @@ pub(crate) fn take_ended(state: &mut KeyedState, watermark: i64) -> Result<Recor
     let bound = state.value_prefix(&[Arc::new(Int64Array::from(vec![watermark])) as ArrayRef])?;
     let bound = bound.row(0);
     let bound = bound.as_ref();
-    let mut ended: Vec<Box<[u8]>> = state
-        .iter()
-        .filter(|(_, v)| v.len() >= bound.len() && v[..bound.len()] <= *bound)
-        .map(|(k, _)| Box::from(k))
-        .collect();
-    ended.sort_unstable();
-    take(state, &ended)
-}
-
-/// Removes `keys` from `state` and returns them with their values.
-fn take(state: &mut KeyedState, keys: &[Box<[u8]>]) -> Result<RecordBatch, ArrowError> {
-    let refs: Vec<&[u8]> = keys.iter().map(|k| &**k).collect();
-    let taken = state.batch_of(&refs)?;
-    for key in &refs {
-        state.remove(key);
-    }
-    Ok(taken)
+    state.take_if(|_, v| v.len() >= bound.len() && v[..bound.len()] <= *bound)
 }
 
 #[cfg(test)]

@@ -261,16 +261,7 @@ impl KeyedState {
     /// sort before the prefix's values, so [`KeyedState::take_before`]
     /// can find every key whose first column is below a bound.
     pub fn key_prefix(&self, columns: &[ArrayRef]) -> Result<Rows, ArrowError> {
-        let fields = self.schema.key.fields();
-        if columns.len() > fields.len() {
-            return Err(ArrowError::InvalidArgumentError(format!(
-                "a key prefix of {} columns for a key of {}",
-                columns.len(),
-                fields.len()
-            )));
-        }
-        // Encoded as the whole key's leading columns are.
-        converter(&Schema::new(fields[..columns.len()].to_vec()))?.convert_columns(columns)
+        prefix(&self.schema.key, columns, "key")
     }
 
     /// The encoding of the leading value columns `columns` (one row each):
@@ -285,15 +276,10 @@ impl KeyedState {
                 "a value of one binary column is held as its bytes, without a row prefix".into(),
             ));
         }
-        let fields = self.schema.value.fields();
-        if columns.is_empty() || columns.len() > fields.len() {
-            return Err(ArrowError::InvalidArgumentError(format!(
-                "a value prefix of {} columns for a value of {}",
-                columns.len(),
-                fields.len()
-            )));
+        if columns.is_empty() {
+            return Err(ArrowError::InvalidArgumentError("a value prefix of no columns".into()));
         }
-        converter(&Schema::new(fields[..columns.len()].to_vec()))?.convert_columns(columns)
+        prefix(&self.schema.value, columns, "value")
     }
 
     /// Removes every key that sorts before `bound` (a
@@ -308,6 +294,19 @@ impl KeyedState {
         }
         if !taken.is_empty() && self.removed_before.as_deref().is_none_or(|b| b < bound) {
             self.removed_before = Some(bound.into());
+        }
+        sort_by_bytes(&mut taken, |(k, _)| k);
+        self.batch_of_entries(taken.iter().map(|(k, v)| (&**k, &**v)))
+    }
+
+    /// Removes every entry for which `take` returns true and returns them,
+    /// sorted by key, as a batch of the key columns then the value
+    /// columns; each removal goes into the next delta.
+    pub fn take_if(&mut self, mut take: impl FnMut(&[u8], &[u8]) -> bool) -> Result<RecordBatch, ArrowError> {
+        let mut taken: Vec<Entry> = self.map.extract_if(|k, v| take(k, v)).collect();
+        for (k, v) in &taken {
+            self.bytes -= k.len() + v.len();
+            self.mark(k);
         }
         sort_by_bytes(&mut taken, |(k, _)| k);
         self.batch_of_entries(taken.iter().map(|(k, v)| (&**k, &**v)))
@@ -557,6 +556,19 @@ impl KeyedState {
         self.changed.clear();
         Ok(())
     }
+}
+
+/// The encoding of `columns` as the leading columns of `schema`'s rows.
+fn prefix(schema: &Schema, columns: &[ArrayRef], what: &str) -> Result<Rows, ArrowError> {
+    let fields = schema.fields();
+    if columns.len() > fields.len() {
+        return Err(ArrowError::InvalidArgumentError(format!(
+            "a {what} prefix of {} columns for a {what} of {}",
+            columns.len(),
+            fields.len()
+        )));
+    }
+    converter(&Schema::new(fields[..columns.len()].to_vec()))?.convert_columns(columns)
 }
 
 /// Sorts `items` by their key bytes. A 24-byte prefix of each key is
