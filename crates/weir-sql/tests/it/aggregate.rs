@@ -70,7 +70,7 @@ fn totals(batches: &[RecordBatch], latest: bool) -> Totals {
     t
 }
 
-fn event_schema() -> SchemaRef {
+pub(crate) fn event_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("merchant_id", DataType::Int64, false),
         Field::new("amount", DataType::Int64, false),
@@ -79,9 +79,9 @@ fn event_schema() -> SchemaRef {
 }
 
 /// (merchant, amount, event time ms)
-type Event = (i64, i64, i64);
+pub(crate) type Event = (i64, i64, i64);
 
-fn events(rows: &[Event]) -> RecordBatch {
+pub(crate) fn events(rows: &[Event]) -> RecordBatch {
     RecordBatch::try_new(
         event_schema(),
         vec![
@@ -94,24 +94,29 @@ fn events(rows: &[Event]) -> RecordBatch {
 }
 
 /// Ten minutes of payments of five merchants, each chunk's event times out
-/// of order by up to 20 seconds, in chunks of 60 events.
+/// of order by up to 20 seconds, in chunks of 60.
 fn payments() -> Vec<Vec<Event>> {
-    let mut chunks = Vec::new();
-    let mut seed = 7u64;
+    ten_minutes(7, 1000)
+}
+
+/// Ten minutes of events of five keys (amounts below `amounts`), a second
+/// apart, each chunk's event times out of order by up to 20 seconds, in
+/// chunks of 60; `seed` picks them.
+pub(crate) fn ten_minutes(mut seed: u64, amounts: u64) -> Vec<Vec<Event>> {
     let mut next = || {
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         seed >> 33
     };
-    for c in 0..10i64 {
-        let chunk = (0..60)
-            .map(|i| {
-                let t = c * 60_000 + i * 1000 - (next() % 20_000) as i64;
-                ((next() % 5) as i64, (next() % 1000) as i64, t.max(0))
-            })
-            .collect();
-        chunks.push(chunk);
-    }
-    chunks
+    (0..10i64)
+        .map(|c| {
+            (0..60)
+                .map(|i| {
+                    let t = c * 60_000 + i * 1000 - (next() % 20_000) as i64;
+                    ((next() % 5) as i64, (next() % amounts) as i64, t.max(0))
+                })
+                .collect()
+        })
+        .collect()
 }
 
 fn golden(chunks: &[Vec<Event>]) -> Totals {

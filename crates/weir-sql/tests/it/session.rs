@@ -7,60 +7,25 @@ use std::time::Duration;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, TimestampMillisecondType};
-use arrow_array::{Array, Int64Array, RecordBatch, TimestampMillisecondArray};
-use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_array::{Array, RecordBatch, TimestampMillisecondArray};
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use weir_core::crash::{CrashPoint, CrashPoints};
 use weir_core::prelude::*;
 use weir_sql::{col, count, count_distinct, session_window, sum, StreamSqlExt};
+
+use crate::aggregate::{event_schema, events, ten_minutes, Event};
 
 /// (user, session start ms) -> (session end ms, sum, count, distinct amounts).
 type Sessions = BTreeMap<(i64, i64), (i64, i64, i64, i64)>;
 
 const GAP_MS: i64 = 3_000;
 
-fn event_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("user_id", DataType::Int64, false),
-        Field::new("amount", DataType::Int64, false),
-        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false),
-    ]))
-}
-
-/// (user, amount, event time ms)
-type Event = (i64, i64, i64);
-
-fn events(rows: &[Event]) -> RecordBatch {
-    RecordBatch::try_new(
-        event_schema(),
-        vec![
-            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
-            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
-            Arc::new(TimestampMillisecondArray::from_iter_values(rows.iter().map(|r| r.2))),
-        ],
-    )
-    .unwrap()
-}
-
-/// Ten minutes of clicks of five users, out of order by up to 20 seconds,
-/// in chunks of 60: a user's events are about five seconds apart, so with
-/// a three-second gap sessions both end and reach across chunks, and late
-/// events join sessions apart before.
+/// Ten minutes of clicks of five users (the events' first column), out of
+/// order by up to 20 seconds, in chunks of 60: a user's events are about
+/// five seconds apart, so with a three-second gap sessions both end and
+/// reach across chunks, and out-of-order events join sessions apart before.
 fn clicks() -> Vec<Vec<Event>> {
-    let mut seed = 11u64;
-    let mut next = || {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        seed >> 33
-    };
-    (0..10i64)
-        .map(|c| {
-            (0..60)
-                .map(|i| {
-                    let t = c * 60_000 + i * 1000 - (next() % 20_000) as i64;
-                    ((next() % 5) as i64, (next() % 4) as i64, t.max(0))
-                })
-                .collect()
-        })
-        .collect()
+    ten_minutes(11, 4)
 }
 
 /// The sessions of `events` computed at once: a user's events sorted by
@@ -103,7 +68,7 @@ fn golden(events: &[Event]) -> Sessions {
     out
 }
 
-/// The sessions in output rows (session_start, session_end, user_id,
+/// The sessions in output rows (session_start, session_end, merchant_id,
 /// sum_amount, count, count_distinct_amount), each at most once.
 fn sessions(batches: &[RecordBatch]) -> Sessions {
     let mut out = Sessions::new();
@@ -114,7 +79,7 @@ fn sessions(batches: &[RecordBatch]) -> Sessions {
             [
                 "session_start",
                 "session_end",
-                "user_id",
+                "merchant_id",
                 "sum_amount",
                 "count",
                 "count_distinct_amount"
@@ -143,7 +108,7 @@ fn user_sessions(input: &MemoryStream, chk: &std::path::Path, mode: OutputMode) 
         .with_watermark("ts", Duration::from_secs(30))
         .group_by([
             session_window("ts", Duration::from_millis(GAP_MS as u64)),
-            col("user_id"),
+            col("merchant_id"),
         ])
         .agg([sum("amount"), count(), count_distinct("amount")])
         .write_stream()
@@ -246,35 +211,51 @@ async fn an_event_between_two_sessions_merges_them() {
     );
 }
 
-/// Update mode would leave a session's emitted row behind when it merges
-/// into another with a new start: refused when the query starts.
+/// Each refusal comes when the query starts, before the checkpoint is
+/// written, and names the fix: Update mode (a session that merges into
+/// another gets a new start, and its emitted row would stay), Append
+/// without a watermark, a key named as a column sessions use.
 #[tokio::test]
-async fn update_mode_is_refused_with_sessions() {
-    let chk = tempfile::tempdir().unwrap();
-    let input = MemoryStream::new(event_schema());
-    input.add_batch(events(&clicks()[0])).unwrap();
-    let err = user_sessions(&input, chk.path(), OutputMode::Update)
-        .start(MemorySink::new("t"))
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("session"), "{err}");
-    assert!(err.to_string().contains("Append"), "{err}");
-    assert!(!chk.path().join("metadata").exists());
-}
-
-#[tokio::test]
-async fn append_needs_a_watermark_on_the_sessions_column() {
-    let chk = tempfile::tempdir().unwrap();
-    let err = read_stream(MemoryStream::new(event_schema()))
-        .group_by([session_window("ts", Duration::from_secs(3)), col("user_id")])
-        .agg([count()])
-        .write_stream()
-        .checkpoint_location(chk.path())
-        .output_mode(OutputMode::Append)
-        .start(MemorySink::new("t"))
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("watermark"), "{err}");
+async fn each_refusal_names_the_fix_before_anything_is_written() {
+    let sessions = || session_window("ts", Duration::from_secs(3));
+    let reserved = Arc::new(Schema::new(vec![
+        Field::new("__start", DataType::Int64, false),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+    ]));
+    let cases = [
+        (
+            read_stream(MemoryStream::new(event_schema())).with_watermark("ts", Duration::from_secs(30)),
+            "merchant_id",
+            OutputMode::Update,
+            "Use Append",
+        ),
+        (
+            read_stream(MemoryStream::new(event_schema())),
+            "merchant_id",
+            OutputMode::Append,
+            "watermark",
+        ),
+        (
+            read_stream(MemoryStream::new(reserved)).with_watermark("ts", Duration::ZERO),
+            "__start",
+            OutputMode::Append,
+            "rename it",
+        ),
+    ];
+    for (stream, key, mode, expected) in cases {
+        let chk = tempfile::tempdir().unwrap();
+        let err = stream
+            .group_by([sessions(), col(key)])
+            .agg([count()])
+            .write_stream()
+            .checkpoint_location(chk.path())
+            .output_mode(mode)
+            .start(MemorySink::new("t"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(expected), "{mode}: {err}");
+        assert!(!chk.path().join("metadata").exists(), "{mode}: {err}");
+    }
 }
 
 /// Sessions keyed by a string column with nulls: each key's sessions apart,
@@ -348,24 +329,4 @@ async fn string_and_null_keys_keep_their_sessions_apart() {
             s(Some("ab"), 20_000, 23_000, 1),
         ]
     );
-}
-
-#[tokio::test]
-async fn a_key_named_as_a_sessions_own_column_is_refused() {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("__start", DataType::Int64, false),
-        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false),
-    ]));
-    let chk = tempfile::tempdir().unwrap();
-    let err = read_stream(MemoryStream::new(schema))
-        .with_watermark("ts", Duration::ZERO)
-        .group_by([session_window("ts", Duration::from_secs(1)), col("__start")])
-        .agg([count()])
-        .write_stream()
-        .checkpoint_location(chk.path())
-        .output_mode(OutputMode::Append)
-        .start(MemorySink::new("t"))
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("rename it"), "{err}");
 }
