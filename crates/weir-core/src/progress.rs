@@ -42,7 +42,8 @@ pub struct QueryProgress {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub watermark: Option<DateTime<Utc>>,
     /// Rows dropped because their event time was at or before the
-    /// watermark.
+    /// watermark: late input rows, and rows a stage emitted that are at or
+    /// before the previous batch's watermark at a later stateful operator.
     pub late_rows: u64,
     /// The state of each stateful operator after the batch.
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -5,7 +5,11 @@
 //! `offsets/N` before the batch runs, so a replay uses the same value; the
 //! latest event time seen is recorded with the operators' state. A row
 //! whose event time is at or before the batch's watermark is late: the
-//! engine drops it (and counts it) before the first stateful operator. A
+//! engine drops it (and counts it) before the first stateful operator.
+//! Before a later operator (whose input has the event-time column) it drops
+//! the rows at or before the previous batch's watermark, as Spark does:
+//! rows a stage moved back in time cannot reach a window emitted already,
+//! and the windows an earlier aggregation closed in this batch pass. A
 //! watermark of 0 means none yet: no row is late.
 
 use std::time::Duration;

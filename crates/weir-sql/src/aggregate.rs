@@ -705,12 +705,6 @@ impl Aggregation {
         output_schema: &SchemaRef,
     ) -> Result<Vec<RecordBatch>, BoxError> {
         let n = self.key_names().len();
-        let input = match (ctx.output_mode, ctx.watermark_ms, &self.session) {
-            (OutputMode::Append, Some(watermark), Some(s)) => {
-                input.iter().map(|b| s.after(b, watermark)).collect::<Result<_, _>>()?
-            }
-            _ => input,
-        };
         if input.iter().any(|b| b.num_rows() > 0) {
             let rows = self.partial_rows(input, &ctx.input_schema, partial_schema).await?;
             let rows = match session::take_sessions_of(state, &rows, self.keys.len())? {

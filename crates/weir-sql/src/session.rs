@@ -65,24 +65,6 @@ impl SessionWindow {
         None
     }
 
-    /// `batch`'s rows whose event time is after `watermark` (ms). The
-    /// engine drops late rows before the first stateful operator; rows an
-    /// operator before this one emits (an earlier aggregation's windows)
-    /// may be older, and would make a session that ended already.
-    pub(crate) fn after(&self, batch: &RecordBatch, watermark: i64) -> Result<RecordBatch, ArrowError> {
-        let times = batch
-            .column_by_name(&self.column)
-            .ok_or_else(|| ArrowError::SchemaError(format!("no column {:?}", self.column)))?;
-        let keep: arrow_array::BooleanArray = event_millis(times)?
-            .into_iter()
-            .map(|t| Some(t.is_some_and(|t| t > watermark)))
-            .collect();
-        if keep.true_count() == batch.num_rows() {
-            return Ok(batch.clone());
-        }
-        arrow_select::filter::filter_record_batch(batch, &keep)
-    }
-
     /// The gap in milliseconds.
     pub(crate) fn gap_ms(&self) -> i64 {
         i64::try_from(self.gap.as_millis()).unwrap_or(i64::MAX).max(1)
@@ -207,23 +189,5 @@ mod tests {
         assert!(s(Duration::from_secs(30)).invalid().is_none());
         assert_eq!(s(Duration::from_secs(30)).gap_ms(), 30_000);
         assert!(s(Duration::MAX).invalid().is_some());
-    }
-
-    #[test]
-    fn rows_at_or_before_the_watermark_are_left_out() {
-        let schema = Arc::new(Schema::new(vec![Field::new(
-            "ts",
-            DataType::Timestamp(arrow_schema::TimeUnit::Millisecond, None),
-            true,
-        )]));
-        let times = arrow_array::TimestampMillisecondArray::from(vec![Some(5), Some(10), None, Some(11)]);
-        let batch = RecordBatch::try_new(schema, vec![Arc::new(times)]).unwrap();
-        let s = SessionWindow {
-            column: "ts".into(),
-            gap: Duration::from_secs(1),
-        };
-        let kept = s.after(&batch, 10).unwrap();
-        assert_eq!(kept.num_rows(), 1);
-        assert_eq!(s.after(&batch, 4).unwrap().num_rows(), 3, "a null time is left out too");
     }
 }

@@ -219,7 +219,7 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
                 &checkpoint,
                 &options.stream,
                 first,
-                previous.map(|(id, _)| id),
+                previous.map(|(id, entry)| (id, entry.watermark_ms)),
                 options.output_mode,
             )
             .await?,

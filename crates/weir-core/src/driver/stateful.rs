@@ -9,7 +9,7 @@ use arrow_schema::SchemaRef;
 
 use super::stream::{ReadStream, Stage};
 use crate::checkpoint::Checkpoint;
-use crate::error::{Error, Result};
+use crate::error::{BoxError, Error, Result, Transient};
 use crate::ids::BatchId;
 use crate::operator::{OperatorContext, StateContext, StatefulOperator};
 use crate::progress::StateProgress;
@@ -28,6 +28,9 @@ pub(crate) struct Stateful {
     manifest: Option<StateManifest>,
     /// The latest event time seen up to the state's batch.
     max_event_ms: Option<i64>,
+    /// The watermark of the state's batch (0 for none): rows reaching an
+    /// operator after the first are late when at or before it.
+    previous_watermark_ms: i64,
 }
 
 /// What the stateful part made of a batch's rows.
@@ -39,14 +42,18 @@ pub(crate) struct Processed {
 impl Stateful {
     /// The operators with the state after the newest batch before `first`
     /// (the first batch this run executes). `previous` is the newest batch
-    /// in the offset log before `first`.
+    /// in the offset log before `first`, with its watermark.
     pub(crate) async fn restore(
         checkpoint: &Checkpoint,
         stream: &ReadStream,
         first: BatchId,
-        previous: Option<BatchId>,
+        previous: Option<(BatchId, i64)>,
         output_mode: OutputMode,
     ) -> Result<Self> {
+        let (previous, previous_watermark_ms) = match previous {
+            Some((id, watermark)) => (Some(id), watermark),
+            None => (None, 0),
+        };
         let state_ctx = StateContext::new(output_mode, stream.watermark.as_ref().map(|(w, _)| w.column.clone()));
         let store = StateStore::new(checkpoint.store().clone(), DEFAULT_SNAPSHOT_EVERY);
         let mut input = stream.schemas()?.prefix;
@@ -113,6 +120,7 @@ impl Stateful {
             max_event_ms: manifest.as_ref().and_then(|m| m.max_event_time_ms),
             manifest,
             operators,
+            previous_watermark_ms,
         })
     }
 
@@ -143,7 +151,8 @@ impl Stateful {
         }
     }
 
-    /// Drops late rows, then runs every stage from the first operator on.
+    /// Runs every stage from the first operator on, each operator's late
+    /// input rows dropped.
     pub(crate) async fn process(
         &mut self,
         stream: &ReadStream,
@@ -179,24 +188,37 @@ impl Stateful {
                     .await
                     .map_err(|source| Error::Transform { batch_id, source })?,
                 Stage::Operator(_) => {
-                    // Complete mode takes late rows too, as Spark does: its
-                    // groups are emitted whole every batch, never final.
-                    if next == 0 && mode != OutputMode::Complete {
-                        let (kept, late) = self.drop_late(rows, watermark_ms)?;
+                    // Every operator whose input has the event-time column
+                    // drops late rows, as Spark's stateful operators do: the
+                    // first those at or before the batch's watermark, the
+                    // others those at or before the previous batch's, so a
+                    // stage before them cannot put rows into windows emitted
+                    // already, while the windows an earlier aggregation
+                    // closed in this batch pass. Complete mode takes late
+                    // rows too, as Spark does: its groups are emitted whole
+                    // every batch, never final.
+                    if mode != OutputMode::Complete && self.has_event_time(&self.operators[next].1) {
+                        let late_at = if next == 0 {
+                            watermark_ms
+                        } else {
+                            self.previous_watermark_ms
+                        };
+                        let (kept, late) = self.drop_late(rows, late_at)?;
                         rows = kept;
-                        late_rows = late;
+                        late_rows += late;
                     }
                     let (op, input, state) = &mut self.operators[next];
                     next += 1;
                     ctx.input_schema = input.clone();
                     op.process(state, rows, &ctx).await.map_err(|source| Error::Transform {
                         batch_id,
-                        source: format!("operator {:?}: {source}", op.name()).into(),
+                        source: OperatorFailed::wrap(op.name(), source),
                     })?
                 }
             };
         }
         rows.retain(|b| b.num_rows() > 0);
+        self.previous_watermark_ms = watermark_ms;
         Ok(Processed {
             output: rows,
             late_rows,
@@ -211,6 +233,16 @@ impl Stateful {
             }
         }
         Ok(())
+    }
+
+    /// Whether rows of `schema` have the watermark's event-time column, as a
+    /// timestamp.
+    fn has_event_time(&self, schema: &arrow_schema::Schema) -> bool {
+        self.watermark.as_ref().is_some_and(|w| {
+            schema
+                .field_with_name(&w.column)
+                .is_ok_and(|f| matches!(f.data_type(), arrow_schema::DataType::Timestamp(..)))
+        })
     }
 
     /// Drops the rows at or before `watermark_ms`; returns the rest and how
@@ -277,4 +309,30 @@ fn check_names(checkpoint: &Checkpoint, manifest: &StateManifest, current: &[&st
         });
     }
     Ok(())
+}
+
+/// A stateful operator's error, naming the operator.
+#[derive(Debug, thiserror::Error)]
+#[error("operator {operator:?}: {source}")]
+pub(crate) struct OperatorFailed {
+    operator: String,
+    #[source]
+    source: BoxError,
+}
+
+impl OperatorFailed {
+    /// `source` as the error of `operator`, still [`Transient`] if it was,
+    /// so the query's error is retryable exactly when the operator's is.
+    fn wrap(operator: &str, source: BoxError) -> BoxError {
+        let transient = source.downcast_ref::<Transient>().is_some();
+        let failed = OperatorFailed {
+            operator: operator.to_string(),
+            source,
+        };
+        if transient {
+            crate::transient(failed)
+        } else {
+            Box::new(failed)
+        }
+    }
 }

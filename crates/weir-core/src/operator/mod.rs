@@ -62,7 +62,8 @@ pub struct OperatorContext {
     /// The event-time watermark of this batch in milliseconds since the
     /// Unix epoch (recorded in `offsets/N`, so a replay sees the same), if
     /// the query has a watermark. Rows at or before it are late; the engine
-    /// dropped them before the first operator.
+    /// dropped them before the first operator, and before a later one
+    /// those at or before the previous batch's watermark.
     pub watermark_ms: Option<i64>,
     /// How far behind the latest event time the watermark stays, if the
     /// query has a watermark.

@@ -369,3 +369,77 @@ async fn a_replayed_batch_uses_its_recorded_watermark() {
         190_000
     );
 }
+
+/// [`CountByKey`] failing on every batch, with a transient error or not.
+#[derive(Debug)]
+struct FailingCount {
+    inner: CountByKey,
+    transient: bool,
+}
+
+#[async_trait::async_trait]
+impl weir_core::operator::StatefulOperator for FailingCount {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn kind(&self) -> weir_core::operator::OperatorKind {
+        self.inner.kind()
+    }
+
+    fn output_schema(&self, input: &SchemaRef) -> std::result::Result<SchemaRef, BoxError> {
+        self.inner.output_schema(input)
+    }
+
+    fn key_columns(&self, input: &SchemaRef) -> Option<Vec<String>> {
+        self.inner.key_columns(input)
+    }
+
+    fn state_schema(
+        &self,
+        input: &SchemaRef,
+        ctx: &weir_core::operator::StateContext,
+    ) -> std::result::Result<weir_core::state::StateSchema, BoxError> {
+        self.inner.state_schema(input, ctx)
+    }
+
+    async fn process(
+        &self,
+        _state: &mut weir_core::state::KeyedState,
+        _input: Vec<RecordBatch>,
+        _ctx: &weir_core::operator::OperatorContext,
+    ) -> std::result::Result<Vec<RecordBatch>, BoxError> {
+        let error = std::io::Error::other("the lookup service did not answer");
+        Err(if self.transient {
+            weir_core::transient(error)
+        } else {
+            Box::new(error)
+        })
+    }
+}
+
+#[tokio::test]
+async fn an_operators_error_is_retryable_exactly_when_the_operator_says_so() {
+    for transient in [true, false] {
+        let chk = tempfile::tempdir().unwrap();
+        let table = MemorySink::new("t");
+        let q = read_stream(input(1).clone())
+            .map_batches(with_key)
+            .with_operator(FailingCount {
+                inner: CountByKey::new("counts", "k"),
+                transient,
+            })
+            .write_stream()
+            .query_name("failing")
+            .checkpoint_location(chk.path())
+            .output_mode(OutputMode::Update)
+            .trigger(Trigger::available_now())
+            .start(table.clone())
+            .await
+            .unwrap();
+        let error = q.await_termination().await.unwrap_err();
+        assert_eq!(error.retryable(), transient, "{error}");
+        assert!(error.to_string().contains("operator \"counts\""), "{error}");
+        assert!(table.batches().is_empty(), "nothing was committed");
+    }
+}
