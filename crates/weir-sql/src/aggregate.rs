@@ -26,8 +26,9 @@ use weir_core::{BoxError, OutputMode};
 
 use crate::bins;
 use crate::error::SqlError;
+use crate::parts;
 use crate::session::{self, SessionWindow, EVENT_MS, SESSION_END, SESSION_START};
-use crate::sql::{planned_schema, run_on_input};
+use crate::sql::planned_schema;
 use crate::window::{Window, WINDOW_END, WINDOW_START};
 use crate::{quoted, INPUT};
 
@@ -403,6 +404,32 @@ impl Aggregation {
         names
     }
 
+    /// The columns of `schema` whose values keep a group's rows together
+    /// when an aggregation is split (see `parts`): the keys with the
+    /// window's start; a session's keys alone, since its rows make one
+    /// session or several only together.
+    fn split_columns(&self, schema: &Schema) -> Vec<usize> {
+        let names = match self.session {
+            Some(_) => self.keys.clone(),
+            None => self.key_names(),
+        };
+        names.iter().filter_map(|n| schema.index_of(n).ok()).collect()
+    }
+
+    /// Runs the aggregation `query` over `rows` of `schema`, on every core
+    /// when they are many.
+    async fn aggregate(
+        &self,
+        query: &str,
+        schema: SchemaRef,
+        rows: Vec<RecordBatch>,
+    ) -> Result<Vec<RecordBatch>, BoxError> {
+        let columns = self.split_columns(&schema);
+        parts::aggregate(query, &columns, schema, rows)
+            .await
+            .map_err(SqlError::boxed)
+    }
+
     /// The event-time column of the window or sessions.
     fn event_column(&self) -> Option<&str> {
         self.window
@@ -640,7 +667,9 @@ impl Aggregation {
             (None, Some(s)) => input.iter().map(|b| s.assign(b)).collect::<Result<_, _>>()?,
             (None, None) => input,
         };
-        let partials = run_on_input(&self.partial_sql(), self.assigned_schema(input_schema), assigned).await?;
+        let partials = self
+            .aggregate(&self.partial_sql(), self.assigned_schema(input_schema), assigned)
+            .await?;
         conform(partial_schema, &partials)
     }
 
@@ -655,17 +684,23 @@ impl Aggregation {
     }
 
     /// The final partial rows of closed windows taken from bins: a window
-    /// one batch saw is final as it is; the partial rows of a window
-    /// several batches saw are merged.
+    /// one batch saw is final as it is; the partial rows of the windows
+    /// several batches saw are merged, in one aggregation (the window's
+    /// start is a group column).
     async fn merge_bins(&self, taken: &RecordBatch, partial_schema: &SchemaRef) -> Result<RecordBatch, BoxError> {
-        let mut rows = Vec::new();
+        let (mut rows, mut several) = (Vec::new(), Vec::new());
         for window in bins::windows(taken, partial_schema)? {
-            if window.len() == 1 {
-                rows.extend(window);
+            if window.bins == 1 {
+                rows.extend(window.rows);
             } else {
-                let merged = run_on_input(&self.merge_sql(), partial_schema.clone(), window).await?;
-                rows.push(conform(partial_schema, &merged)?);
+                several.extend(window.rows);
             }
+        }
+        if !several.is_empty() {
+            let merged = self
+                .aggregate(&self.merge_sql(), partial_schema.clone(), several)
+                .await?;
+            rows.push(conform(partial_schema, &merged)?);
         }
         Ok(arrow_select::concat::concat_batches(partial_schema, &rows)?)
     }
@@ -710,7 +745,9 @@ impl Aggregation {
             let rows = match session::take_sessions_of(state, &rows, self.keys.len())? {
                 Some(held) => {
                     let held = held.with_schema(partial_schema.clone())?;
-                    let merged = run_on_input(&self.merge_sql(), partial_schema.clone(), vec![held, rows]).await?;
+                    let merged = self
+                        .aggregate(&self.merge_sql(), partial_schema.clone(), vec![held, rows])
+                        .await?;
                     conform(partial_schema, &merged)?
                 }
                 None => rows,
@@ -758,7 +795,9 @@ impl Aggregation {
                 let indices = arrow_array::UInt32Array::from_iter_values(rows.iter().map(|&i| i as u32));
                 arrow_select::take::take_record_batch(&batch, &indices)
             };
-            let merged = run_on_input(&self.merge_sql(), partial_schema.clone(), vec![old, take(&held)?]).await?;
+            let merged = self
+                .aggregate(&self.merge_sql(), partial_schema.clone(), vec![old, take(&held)?])
+                .await?;
             let rows = conform(partial_schema, &[take(&new)?, conform(partial_schema, &merged)?])?;
             let keys = state.encode_keys(&rows.columns()[..nkeys])?;
             (rows, keys)

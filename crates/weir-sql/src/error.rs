@@ -92,6 +92,14 @@ pub enum SqlError {
         #[source]
         source: weir_core::BoxError,
     },
+    /// A part of an aggregation run on another core was cancelled (the
+    /// runtime is shutting down). The batch was not committed; running it
+    /// again computes it whole.
+    #[error("the SQL query {query:?} was cancelled on one of its parts (the runtime is shutting down). Nothing of the batch was committed; a restart runs it again")]
+    Cancelled {
+        /// The query.
+        query: String,
+    },
     /// An Arrow operation failed.
     #[error("{context}: {source}")]
     Arrow {
@@ -104,14 +112,27 @@ pub enum SqlError {
 }
 
 impl SqlError {
-    /// Whether running the batch again may succeed: only when the static
-    /// table of a join did not answer and its reader judged that passing
-    /// ([`weir_core::Transient`]). A query that fails on a batch's rows
-    /// fails the same way on a replay, which reads the same rows.
+    /// Whether running the batch again may succeed: when the static table
+    /// of a join did not answer and its reader judged that passing
+    /// ([`weir_core::Transient`]), or when a part of the batch was
+    /// cancelled. A query that fails on a batch's rows fails the same way
+    /// on a replay, which reads the same rows.
     pub fn retryable(&self) -> bool {
         match self {
             SqlError::StaticTable { source, .. } => source.downcast_ref::<weir_core::Transient>().is_some(),
+            SqlError::Cancelled { .. } => true,
             _ => false,
+        }
+    }
+
+    /// This error for the engine, marked [`weir_core::Transient`] when
+    /// running the batch again may succeed, so the engine's judgement is
+    /// [`SqlError::retryable`]'s.
+    pub(crate) fn boxed(self) -> weir_core::BoxError {
+        if self.retryable() {
+            weir_core::transient(self)
+        } else {
+            Box::new(self)
         }
     }
 }
@@ -121,7 +142,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_static_table_that_did_not_answer_is_retryable() {
+    fn a_static_table_that_did_not_answer_and_a_cancelled_part_are_retryable() {
         let table = |source: weir_core::BoxError| SqlError::StaticTable {
             name: "merchants".into(),
             source,
@@ -133,5 +154,9 @@ mod tests {
             source: DataFusionError::Plan("no".into()),
         };
         assert!(!plan.retryable());
+        let cancelled = SqlError::Cancelled { query: "SELECT".into() };
+        assert!(cancelled.retryable());
+        assert!(cancelled.boxed().downcast_ref::<weir_core::Transient>().is_some());
+        assert!(plan.boxed().downcast_ref::<weir_core::Transient>().is_none());
     }
 }

@@ -33,7 +33,12 @@
 //!   emits each session once the watermark passed its end, and Update is
 //!   refused at start (a session that merges into another would leave its
 //!   row behind). A replayed batch starts from the state of the batch
-//!   before it, so the output is that of a run without the crash.
+//!   before it, so the output is that of a run without the crash. A
+//!   batch of many rows is aggregated on every core, split by a hash of
+//!   its group columns; each group's rows stay together in input order, so
+//!   its values (a floating-point sum too) are those of one partition
+//!   (for sessions, up to the order of a key's events at the same
+//!   millisecond).
 //! - **Deduplication** ([`DropDuplicates`]) passes each key's first row
 //!   once, across batches and restarts: its keys are state that weir-core
 //!   writes to the checkpoint before the sink commits and restores to the
@@ -55,6 +60,7 @@ mod bins;
 mod dedup;
 mod error;
 mod json;
+mod parts;
 mod session;
 mod sql;
 mod static_join;

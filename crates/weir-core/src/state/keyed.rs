@@ -324,7 +324,13 @@ impl KeyedState {
 
     /// Sets the value of `key` (empty when the state has no value columns).
     pub fn put(&mut self, key: &[u8], value: &[u8]) {
-        let value: Box<[u8]> = value.into();
+        self.put_owned(key, value.into());
+    }
+
+    /// Sets the value of `key` to `value` as it is, without copying it: for
+    /// a value the operator made whole, as the bytes of a state whose value
+    /// is one binary column.
+    pub fn put_owned(&mut self, key: &[u8], value: Box<[u8]>) {
         self.bytes += value.len();
         match self.map.get_mut(key) {
             Some(old) => {
