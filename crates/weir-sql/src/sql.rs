@@ -34,7 +34,8 @@ impl Sql {
 
 /// A DataFusion session for one query. One partition: a micro-batch is
 /// already in memory, and its rows keep their order through a projection
-/// or a filter.
+/// or a filter. An aggregation of many rows splits them into parts itself
+/// (see `parts`), each group whole in one part.
 fn session() -> SessionContext {
     SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1))
 }
