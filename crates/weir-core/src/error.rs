@@ -31,6 +31,25 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// Reading or writing a checkpoint file on object storage failed.
+    #[error("checkpoint {location}: cannot access {path}: {source}")]
+    CheckpointStore {
+        location: String,
+        path: String,
+        #[source]
+        source: object_store::Error,
+    },
+
+    /// This run lost the checkpoint's lease (invariant I5): it writes
+    /// nothing more to the checkpoint.
+    #[error("checkpoint {location}: this run's lease (epoch {epoch}) {loss}, so {path} was not written. Batches recorded before stand, and a restart replays the rest exactly once")]
+    LeaseLost {
+        location: String,
+        path: String,
+        epoch: u64,
+        loss: crate::checkpoint::LeaseLoss,
+    },
+
     /// A checkpoint file exists but cannot be understood.
     #[error("checkpoint {location}: {path} is corrupt: {reason}. Nothing was written; inspect or restore the checkpoint before restarting")]
     CorruptCheckpoint {
@@ -188,6 +207,13 @@ impl Error {
     pub fn retryable(&self) -> bool {
         match self {
             Error::CheckpointIo { source, .. } => permanent_io_kind(source).is_none(),
+            Error::CheckpointStore { source, .. } => {
+                matches!(
+                    source,
+                    object_store::Error::Generic { .. } | object_store::Error::JoinError { .. }
+                )
+            }
+            Error::LeaseLost { loss, .. } => loss.retryable(),
             Error::Sink { retryable, .. } | Error::Source { retryable, .. } | Error::QueryFailed { retryable, .. } => {
                 *retryable
             }

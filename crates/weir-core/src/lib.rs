@@ -26,7 +26,10 @@
 //! - **A deleted checkpoint is caught (I4b)**: a new checkpoint whose query
 //!   name has output under another query id is refused.
 //! - **One running query per checkpoint (I5)**: an exclusive lease, released
-//!   when its holder dies.
+//!   when its holder dies. On object storage the lease has an epoch and an
+//!   expiry; a run stops writing to the checkpoint (and committing) once its
+//!   lease may have passed to another run ([`checkpoint::LeaseTiming`] says
+//!   what timing that assumes).
 //! - **One sink per checkpoint (I6)**: the sink's identity is recorded and
 //!   checked.
 //!

@@ -10,6 +10,10 @@
 //!
 //! where `async fn my_harness() -> impl SinkHarness` makes a new table.
 //!
+//! A checkpoint store runs [`checkpoint_store::check_store`] on handles of
+//! one checkpoint; [`faults::FaultyStore`] wraps an object store to fail,
+//! delay, or land-then-fail its calls.
+//!
 //! # Guarantees
 //!
 //! - Every conformance test asserts on the rows the sink's table holds, as
@@ -21,8 +25,10 @@
 //!   skips with a notice outside CI; with `CI` set, [`service`] fails it,
 //!   so a CI run never passes by skipping.
 
+pub mod checkpoint_store;
 pub mod conformance;
 mod data;
+pub mod faults;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod kill;

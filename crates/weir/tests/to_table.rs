@@ -1,5 +1,5 @@
 //! `to_table`: a stream into a table by name, created when missing, read
-//! back by other engines.
+//! back by other engines; with the checkpoint on S3 too.
 
 use weir::prelude::*;
 use weir_test_support::assert_exactly_once;
@@ -71,4 +71,87 @@ async fn to_table_in_takes_a_format_and_a_query_name() {
     let d = iceberg(&["describe", db, "silver.events"]).expect("readers present");
     assert_eq!(d["properties"]["weir.query.events-to-silver.batch-id"], "1");
     assert_eq!(d["partition_spec"][0][1], "bucket[4]");
+}
+
+/// The checkpoint of a query on S3 (SeaweedFS, started by scripts/test.sh),
+/// opened by its URL, with a short lease for the tests.
+struct S3Checkpoint {
+    url: String,
+    options: Vec<(String, String)>,
+}
+
+fn s3_checkpoint(name: &str) -> Option<S3Checkpoint> {
+    let endpoint = weir_test_support::service("WEIR_TEST_S3_ENDPOINT")?;
+    let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
+    let options = [
+        ("aws_endpoint", endpoint.as_str()),
+        ("aws_allow_http", "true"),
+        ("lease_ttl_ms", "3000"),
+        ("lease_renew_ms", "500"),
+        ("lease_clock_skew_ms", "500"),
+    ];
+    Some(S3Checkpoint {
+        url: format!("s3://{bucket}/checkpoints/{}/{name}/", uuid::Uuid::new_v4()),
+        options: options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+    })
+}
+
+impl S3Checkpoint {
+    fn open(&self) -> std::sync::Arc<dyn weir::checkpoint::CheckpointStore> {
+        let options = self.options.iter().cloned().collect();
+        weir::checkpoint::Checkpoint::open(&self.url, &options)
+            .unwrap()
+            .store()
+            .clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_on_s3_passes_the_store_suite() {
+    let Some(chk) = s3_checkpoint("suite") else { return };
+    weir_test_support::checkpoint_store::check_store(&|| chk.open()).await;
+}
+
+/// A query whose checkpoint is on S3: a second run on the checkpoint is
+/// refused while the first runs, a restart resumes where the first stopped,
+/// and the table holds every id once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_with_its_checkpoint_on_s3_lands_every_id_once() {
+    let Some(chk) = s3_checkpoint("payments") else { return };
+    if python().is_none() {
+        return;
+    }
+    let lake = tempfile::tempdir().unwrap();
+    let catalogs = Catalogs::new(weir::catalog::Config::embedded(lake.path()));
+    let writer = |stop: u64| {
+        read_stream(RateSource::rows_per_batch(100))
+            .write_stream()
+            .checkpoint_location(&chk.url)
+            .checkpoint_options(chk.options.clone())
+            .stop_after_batch(BatchId(stop))
+    };
+    let first = writer(1_000)
+        .trigger(Trigger::processing_time(std::time::Duration::from_millis(200)))
+        .to_table_in(&catalogs, "bronze.payments", TableOptions::new())
+        .await
+        .unwrap();
+    let refused = writer(1_000)
+        .to_table_in(&catalogs, "bronze.payments", TableOptions::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("in use") && refused.contains("checkpoints/"),
+        "{refused}"
+    );
+    first.stop_and_wait().await.unwrap();
+
+    run(writer(9), "bronze.payments", Some((&catalogs, TableOptions::new())))
+        .await
+        .unwrap();
+    let table = lake.path().join("warehouse/bronze/payments");
+    let ids = json_ids(&read(&["ids", "deltalake", table.to_str().unwrap()]).expect("readers present"));
+    assert_exactly_once(&ids, 0..1_000);
+    let status = weir::checkpoint::Checkpoint::new(chk.open()).status().await.unwrap();
+    assert_eq!(status.last_committed, Some(BatchId(9)));
 }

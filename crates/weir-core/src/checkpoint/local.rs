@@ -10,8 +10,6 @@ use bytes::Bytes;
 use super::store::{CheckpointStore, Lease, LeaseOwner, PutOutcome, WriteContents};
 use crate::error::{Error, Result};
 
-const LEASE_FILE: &str = "lease";
-
 /// A checkpoint in a directory of the local file system.
 ///
 /// Conditional creates write a temporary file, sync it, and hard-link it into
@@ -211,7 +209,7 @@ impl CheckpointStore for LocalStore {
     }
 
     async fn acquire_lease(&self, owner: &LeaseOwner) -> Result<Box<dyn Lease>> {
-        let full = self.full(LEASE_FILE);
+        let full = self.full(super::LEASE);
         let owner_json = serde_json::to_vec(owner).expect("a lease owner serialises");
         let held = blocking(move || {
             let mut file = OpenOptions::new()
@@ -236,7 +234,7 @@ impl CheckpointStore for LocalStore {
             }
         })
         .await
-        .map_err(self.io_err(LEASE_FILE))?;
+        .map_err(self.io_err(super::LEASE))?;
         match held {
             Ok(lease) => Ok(Box::new(lease)),
             Err(holder) => {

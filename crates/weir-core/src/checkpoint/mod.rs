@@ -12,10 +12,14 @@
 //! ```
 
 mod format;
+mod lease;
 mod local;
+mod location;
 mod log;
+mod object;
 mod store;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -23,14 +27,17 @@ use serde::Serialize;
 
 pub(crate) use format::decode;
 pub use format::{CheckpointMetadata, CommitEntry, OffsetEntry, SourceOffset, FORMAT_VERSION};
+pub use lease::{LeaseLoss, LeaseTiming};
 pub use local::LocalStore;
 pub use log::BatchLog;
+pub use object::ObjectStoreCheckpoint;
 pub use store::{CheckpointStore, Lease, LeaseOwner, PutOutcome, WriteContents};
 
 use crate::error::Result;
 use crate::ids::BatchId;
 
 const METADATA: &str = "metadata";
+const LEASE: &str = "lease";
 
 /// A query's checkpoint on some [`CheckpointStore`].
 #[derive(Debug, Clone)]
@@ -63,6 +70,16 @@ impl Checkpoint {
             commits: BatchLog::new(store.clone(), "commits"),
             store,
         }
+    }
+
+    /// The checkpoint at `location`: a local directory (created if
+    /// missing), or a URL of object storage (`s3://bucket/prefix`,
+    /// `gs://`, `az://`, `abfss://`) whose store is configured from the
+    /// environment and then `options` (named as `object_store` names them,
+    /// such as `aws_endpoint`; plus the lease's `lease_ttl_ms`,
+    /// `lease_renew_ms` and `lease_clock_skew_ms`).
+    pub fn open(location: &str, options: &HashMap<String, String>) -> Result<Self> {
+        Ok(Self::new(location::open(location, options)?))
     }
 
     /// A checkpoint in a local directory, created if missing.

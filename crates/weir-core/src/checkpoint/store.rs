@@ -45,8 +45,43 @@ impl fmt::Display for LeaseOwner {
 /// (the contents could not be made) is of kind `InvalidData`.
 pub type WriteContents = Box<dyn FnOnce(&mut dyn std::io::Write) -> std::io::Result<()> + Send>;
 
-/// A held lease; dropping it releases the lease.
-pub trait Lease: Send + Sync + fmt::Debug {}
+impl LeaseOwner {
+    /// This process, running `run_id`.
+    pub fn this_process(run_id: impl Into<String>) -> Self {
+        LeaseOwner {
+            run_id: run_id.into(),
+            pid: std::process::id(),
+            host: Self::this_host(),
+            since: chrono::Utc::now().to_rfc3339(),
+        }
+    }
+
+    /// This machine's host name, as leases record it.
+    pub fn this_host() -> String {
+        std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "unknown host".into())
+    }
+}
+
+/// A held lease; dropping it releases the lease (in the background, where
+/// releasing takes a request).
+#[async_trait]
+pub trait Lease: Send + Sync + fmt::Debug {
+    /// Fails with [`crate::Error::LeaseLost`] once this run may no longer
+    /// hold the lease: the driver asks before each sink commit.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Releases the lease, so the next run takes it at once.
+    async fn release(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}
 
 /// The storage of one checkpoint directory. Paths are `/`-separated and
 /// relative to the checkpoint's root.

@@ -3,6 +3,7 @@
 //! ([`StreamWriter`]'s setters in `writer.rs`) gathered them and the batch
 //! loop (`run.rs`) reads them.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,7 +22,8 @@ pub(crate) type ProgressListener = dyn Fn(&QueryProgress) + Send + Sync;
 /// Where a checkpoint lives.
 #[derive(Debug, Clone)]
 pub(crate) enum CheckpointLocation {
-    Local(PathBuf),
+    /// A local path or an object store URL, with the store's options.
+    Location(PathBuf, HashMap<String, String>),
     Store(Arc<dyn CheckpointStore>),
 }
 

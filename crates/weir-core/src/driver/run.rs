@@ -78,7 +78,8 @@ pub(crate) struct Driver {
     last_end: Option<Offset>,
     last_batch_started: Option<Instant>,
     shared: Arc<QueryShared>,
-    _lease: Box<dyn Lease>,
+    /// Taken before anything is written; released when the query ends.
+    lease: Option<Box<dyn Lease>>,
 }
 
 /// Runs the start-up sequence and spawns the batch loop.
@@ -255,7 +256,7 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
         last_end,
         last_batch_started: None,
         shared: shared.clone(),
-        _lease: lease,
+        lease: Some(lease),
     };
     if let Some(batch) = plan.record_only {
         // The sink holds the batch in flight: record it without running it.
@@ -268,6 +269,11 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
         async move {
             let result = driver.run(plan, stop_rx).await;
             let result = close_sink(driver.sink.as_ref(), result, stopping).await;
+            if let Some(lease) = driver.lease.take() {
+                if let Err(e) = lease.release().await {
+                    tracing::warn!(error = %e, "could not release the checkpoint's lease; it lapses instead");
+                }
+            }
             if let Err(e) = &result {
                 tracing::error!(error = %e, "query stopped with an error");
                 task_shared.set_error(e);
@@ -380,18 +386,7 @@ async fn offset_of(checkpoint: &Checkpoint, batch: BatchId, source: &str) -> Res
 }
 
 fn lease_owner(run_id: RunId) -> LeaseOwner {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown host".into());
-    LeaseOwner {
-        run_id: run_id.to_string(),
-        pid: std::process::id(),
-        host,
-        since: Utc::now().to_rfc3339(),
-    }
+    LeaseOwner::this_process(run_id.to_string())
 }
 
 impl Driver {
@@ -613,6 +608,11 @@ impl Driver {
         // No abort after a failed commit: the error may hide a commit that
         // landed (a timeout after the swap), and deleting its files would lose
         // rows. Files of a commit that did not land are orphans for vacuum.
+        // A run whose lease lapsed (a paused process) leaves the batch to
+        // the run that holds it now.
+        if let Some(lease) = &self.lease {
+            lease.check()?;
+        }
         let outcome = self.sink.commit(&ctx, messages.clone()).await?;
         let commit_time = commit_started.elapsed();
         let version = match outcome {

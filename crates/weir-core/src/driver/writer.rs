@@ -1,5 +1,6 @@
 //! The builder that starts a streaming query.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -7,7 +8,7 @@ use super::handle::StreamingQuery;
 use super::options::{CheckpointLocation, StreamWriter};
 use super::stream::ReadStream;
 use super::trigger::Trigger;
-use crate::checkpoint::{Checkpoint, CheckpointStore};
+use crate::checkpoint::{Checkpoint, CheckpointStore, LocalStore};
 use crate::crash::CrashPoints;
 use crate::error::{BoxError, Error, Result};
 use crate::ids::{BatchId, QueryName};
@@ -32,9 +33,35 @@ impl StreamWriter {
         self
     }
 
-    /// The checkpoint directory (required).
-    pub fn checkpoint_location(mut self, path: impl Into<PathBuf>) -> Self {
-        self.checkpoint = Some(CheckpointLocation::Local(path.into()));
+    /// The checkpoint's location (required): a local directory, or a URL
+    /// of object storage such as `s3://chk/payments-bronze/` (also `gs://`,
+    /// `az://`, `abfss://`), configured from the environment and
+    /// [`StreamWriter::checkpoint_options`].
+    pub fn checkpoint_location(mut self, location: impl Into<PathBuf>) -> Self {
+        let options = match self.checkpoint.take() {
+            Some(CheckpointLocation::Location(_, options)) => options,
+            _ => HashMap::new(),
+        };
+        self.checkpoint = Some(CheckpointLocation::Location(location.into(), options));
+        self
+    }
+
+    /// Options of the object store that holds the checkpoint, named as
+    /// `object_store` names them (`aws_endpoint`, `aws_allow_http`,
+    /// `google_service_account`, `azure_storage_account_name`, ...), and the
+    /// lease's `lease_ttl_ms`, `lease_renew_ms` and `lease_clock_skew_ms`
+    /// (see [`crate::checkpoint::LeaseTiming`]). They override the
+    /// environment's; an option the store does not know is refused at start.
+    pub fn checkpoint_options<K: Into<String>, V: Into<String>>(
+        mut self,
+        options: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        let (location, mut all) = match self.checkpoint.take() {
+            Some(CheckpointLocation::Location(location, all)) => (location, all),
+            _ => (PathBuf::new(), HashMap::new()),
+        };
+        all.extend(options.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self.checkpoint = Some(CheckpointLocation::Location(location, all));
         self
     }
 
@@ -137,7 +164,14 @@ impl StreamWriter {
 
     pub(crate) fn open_checkpoint(&self) -> Result<Checkpoint> {
         match &self.checkpoint {
-            Some(CheckpointLocation::Local(path)) => Checkpoint::open_local(path),
+            Some(CheckpointLocation::Location(path, _)) if path.as_os_str().is_empty() => Err(Error::InvalidOption {
+                option: "checkpoint_location",
+                reason: "checkpoint options were given without a checkpoint location; set checkpoint_location".into(),
+            }),
+            Some(CheckpointLocation::Location(path, options)) => match path.to_str() {
+                Some(location) => Checkpoint::open(location, options),
+                None => Ok(Checkpoint::new(Arc::new(LocalStore::open(path)?))),
+            },
             Some(CheckpointLocation::Store(store)) => Ok(Checkpoint::new(store.clone())),
             None => Err(Error::InvalidOption {
                 option: "checkpoint_location",
@@ -153,7 +187,7 @@ impl StreamWriter {
             return Ok(QueryName::new(name.clone())?);
         }
         let base = match &self.checkpoint {
-            Some(CheckpointLocation::Local(path)) => path
+            Some(CheckpointLocation::Location(path, _)) => path
                 .file_name()
                 .and_then(|n| n.to_str())
                 .unwrap_or_default()

@@ -1,6 +1,7 @@
 //! Integration tests of weir-core.
 
 mod checkpoint;
+mod checkpoint_store;
 mod common;
 mod file_source;
 mod memory_conformance;

@@ -1,0 +1,217 @@
+//! An [`ObjectStore`] that misbehaves on purpose: calls that fail, calls
+//! that land and then report a failure (a timeout after the request went
+//! out), calls that are slow, and a partition that fails every call, each
+//! chosen by a test or drawn at a fixed rate from a seed.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions,
+    PutOptions, PutPayload, PutResult,
+};
+
+/// What the store does to one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Fails without doing anything.
+    Fail,
+    /// Does what was asked, then reports a failure (for a read or a
+    /// listing, the same as [`Fault::Fail`]).
+    LandThenFail,
+    /// Waits, then does what was asked.
+    Delay(Duration),
+}
+
+#[derive(Debug, Default)]
+struct Plan {
+    /// Faults for the next puts of paths containing a string, in order.
+    next_puts: VecDeque<(String, Fault)>,
+    partitioned: bool,
+    /// The rate of random faults and the generator's state.
+    random: Option<(f64, u64)>,
+    injected: u64,
+}
+
+impl Plan {
+    fn draw(&mut self, put_of: Option<&Path>) -> Option<Fault> {
+        if self.partitioned {
+            return Some(Fault::Fail);
+        }
+        if let Some(path) = put_of {
+            let at = self
+                .next_puts
+                .iter()
+                .position(|(part, _)| path.as_ref().contains(part.as_str()));
+            if let Some(at) = at {
+                return self.next_puts.remove(at).map(|(_, f)| f);
+            }
+        }
+        let (rate, state) = self.random.as_mut()?;
+        // splitmix64: deterministic for a seed, good enough for a test.
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
+        if unit >= *rate {
+            return None;
+        }
+        Some(if (z & 1) == 0 { Fault::Fail } else { Fault::LandThenFail })
+    }
+}
+
+/// An [`ObjectStore`] wrapper that injects faults into puts, reads,
+/// listings and deletes of the store it wraps.
+pub struct FaultyStore {
+    inner: Arc<dyn ObjectStore>,
+    plan: Mutex<Plan>,
+}
+
+impl fmt::Debug for FaultyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FaultyStore")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for FaultyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FaultyStore({})", self.inner)
+    }
+}
+
+/// The error a fault reports: transient, as a reset connection is.
+pub fn injected_error() -> object_store::Error {
+    object_store::Error::Generic {
+        store: "faulty",
+        source: "injected fault: connection reset".into(),
+    }
+}
+
+impl FaultyStore {
+    /// `inner`, with no faults until some are asked for.
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
+        Arc::new(FaultyStore {
+            inner,
+            plan: Mutex::default(),
+        })
+    }
+
+    fn plan(&self) -> std::sync::MutexGuard<'_, Plan> {
+        self.plan.lock().expect("the plan is never poisoned")
+    }
+
+    /// The next put of a path containing `part` meets `fault`.
+    pub fn next_put(&self, part: &str, fault: Fault) {
+        self.plan().next_puts.push_back((part.to_string(), fault));
+    }
+
+    /// While `on`, every call fails.
+    pub fn partition(&self, on: bool) {
+        self.plan().partitioned = on;
+    }
+
+    /// From now on, each call fails with probability `rate` (half of the
+    /// failed puts land first), drawn from `seed`; a rate of 0 stops it.
+    pub fn random(&self, rate: f64, seed: u64) {
+        self.plan().random = (rate > 0.0).then_some((rate, seed));
+    }
+
+    /// How many faults were injected so far.
+    pub fn injected(&self) -> u64 {
+        self.plan().injected
+    }
+
+    async fn fault(&self, put_of: Option<&Path>) -> Option<Fault> {
+        let fault = {
+            let mut plan = self.plan();
+            let fault = plan.draw(put_of);
+            if fault.is_some() {
+                plan.injected += 1;
+            }
+            fault
+        };
+        match fault {
+            Some(Fault::Delay(d)) => {
+                tokio::time::sleep(d).await;
+                None
+            }
+            other => other,
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectStore for FaultyStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        match self.fault(Some(location)).await {
+            None => self.inner.put_opts(location, payload, opts).await,
+            Some(Fault::LandThenFail) => {
+                self.inner.put_opts(location, payload, opts).await?;
+                Err(injected_error())
+            }
+            Some(_) => Err(injected_error()),
+        }
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        match self.fault(None).await {
+            None => self.inner.put_multipart_opts(location, opts).await,
+            Some(_) => Err(injected_error()),
+        }
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
+        match self.fault(None).await {
+            None => self.inner.get_opts(location, options).await,
+            Some(_) => Err(injected_error()),
+        }
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        let failing = self.plan().partitioned;
+        if failing {
+            return futures::stream::once(async { Err(injected_error()) }).boxed();
+        }
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        match self.fault(None).await {
+            None => self.inner.list_with_delimiter(prefix).await,
+            Some(_) => Err(injected_error()),
+        }
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
+        match self.fault(None).await {
+            None => self.inner.copy_opts(from, to, options).await,
+            Some(_) => Err(injected_error()),
+        }
+    }
+}
