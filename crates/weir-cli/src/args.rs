@@ -204,7 +204,7 @@ pub enum FilesCommand {
 pub enum CheckpointCommand {
     /// Query id and name, sink, last planned and committed batch, offsets.
     Show {
-        /// The checkpoint directory.
+        /// The checkpoint directory, or its `s3://` (`gs://`, `az://`) URL.
         dir: PathBuf,
         /// As one JSON object.
         #[arg(long)]
@@ -265,7 +265,9 @@ pub struct StreamArgs {
     /// The table.
     #[arg(long, value_name = "NAME")]
     pub to: String,
-    /// The checkpoint directory: keep it to resume exactly once.
+    /// The checkpoint directory, or a URL of object storage (`s3://`,
+    /// `gs://`, `az://`) configured from the environment (`AWS_ENDPOINT`,
+    /// ...): keep it to resume exactly once.
     #[arg(long, value_name = "DIR")]
     pub checkpoint: PathBuf,
     /// The query's name (default: the table's full name).

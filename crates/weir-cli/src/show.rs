@@ -110,11 +110,20 @@ pub async fn history(catalogs: &Catalogs, name: &str, limit: usize, json: bool) 
     Ok(())
 }
 
-pub async fn checkpoint(dir: &Path, json: bool) -> Result<(), Failure> {
-    if !dir.is_dir() {
-        return Err(format!("no checkpoint at {}", dir.display()).into());
+/// The status of the checkpoint at `location` (a directory or an object
+/// store URL, configured from the environment).
+pub async fn checkpoint(location: &Path, json: bool) -> Result<(), Failure> {
+    let url = location
+        .to_str()
+        .filter(|l| l.contains("://") && !l.starts_with("file://"));
+    if url.is_none() && !location.is_dir() {
+        return Err(format!("no checkpoint at {}", location.display()).into());
     }
-    let status = Checkpoint::open_local(dir)?.status().await?;
+    let shown = location.to_string_lossy();
+    let status = Checkpoint::open(&shown, &Default::default())?.status().await?;
+    if url.is_some() && status.metadata.is_none() && status.last_planned.is_none() {
+        return Err(format!("no checkpoint at {shown}").into());
+    }
     if json {
         return json_line(&status);
     }

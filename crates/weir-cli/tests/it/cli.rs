@@ -267,6 +267,78 @@ fn killed_and_restarted_runs_end_with_exactly_max_batches() {
     assert_eq!(last_committed(lake, "chk"), Some(599));
 }
 
+/// The same with the checkpoint on S3 (SeaweedFS, started by
+/// scripts/test.sh), configured from the environment as a user would: each
+/// restart takes the killed run's lease at once (its process is gone) and
+/// the table holds every id once.
+#[test]
+fn killed_runs_with_the_checkpoint_on_s3_end_with_exactly_max_batches() {
+    let Some(endpoint) = weir_test_support::service("WEIR_TEST_S3_ENDPOINT") else {
+        return;
+    };
+    let Some(dir) = lake_with_readers() else { return };
+    let lake = dir.path();
+    let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
+    let chk = format!("s3://{bucket}/cli-checkpoints/{}/kill/", uuid::Uuid::new_v4());
+    let args = [
+        "stream",
+        "--from",
+        "rate",
+        "--rows-per-batch",
+        "10",
+        "--to",
+        "bronze.kill_s3",
+        "--checkpoint",
+        &chk,
+        "--max-batches",
+        "1000",
+        "--progress",
+        "none",
+    ];
+    let on_s3 = |c: &mut Command| {
+        c.env("AWS_ENDPOINT", &endpoint).env("AWS_ALLOW_HTTP", "true");
+    };
+    let mut killed = 0;
+    for i in 0..36u64 {
+        let mut command = weir(lake);
+        on_s3(&mut command);
+        let mut child = command
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(60 + (i * 37) % 240));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            killed += 1;
+        }
+        child.wait().unwrap();
+    }
+    assert!(killed >= 30, "only {killed} runs were killed mid-way");
+    let show = || {
+        let mut command = weir(lake);
+        on_s3(&mut command);
+        let out = command.args(["checkpoint", "show", &chk, "--json"]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        json_lines(&String::from_utf8(out.stdout).unwrap()).remove(0)
+    };
+    let before = show()["last_committed"].as_u64();
+    // The killed runs made progress between kills: each took the lease.
+    assert!(
+        before.is_some_and(|b| b >= 30),
+        "killed runs committed up to {before:?}"
+    );
+    let mut command = weir(lake);
+    on_s3(&mut command);
+    let out = command.args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_exactly_once(&delta_ids(&lake.join("weir-lake/warehouse/bronze/kill_s3")), 0..10000);
+    let status = show();
+    assert_eq!(status["last_committed"], 999, "{status}");
+    assert_eq!(status["location"], chk.trim_end_matches('/'), "{status}");
+}
+
 #[test]
 fn ctrl_c_stops_after_the_running_batch() {
     let Some(dir) = lake_with_readers() else { return };
