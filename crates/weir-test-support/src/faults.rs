@@ -13,8 +13,8 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions,
-    PutOptions, PutPayload, PutResult,
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMode,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
 
 /// What the store does to one call.
@@ -31,8 +31,12 @@ pub enum Fault {
 
 #[derive(Debug, Default)]
 struct Plan {
-    /// Faults for the next puts of paths containing a string, in order.
+    /// Faults for the next puts (and reads) of paths containing a string,
+    /// in order.
     next_puts: VecDeque<(String, Fault)>,
+    next_gets: VecDeque<(String, Fault)>,
+    /// Conditional puts overwrite, as a store without them does.
+    unconditional: bool,
     partitioned: bool,
     /// The rate of random faults and the generator's state.
     random: Option<(f64, u64)>,
@@ -40,17 +44,19 @@ struct Plan {
 }
 
 impl Plan {
-    fn draw(&mut self, put_of: Option<&Path>) -> Option<Fault> {
+    fn draw(&mut self, call: Call<'_>) -> Option<Fault> {
         if self.partitioned {
             return Some(Fault::Fail);
         }
-        if let Some(path) = put_of {
-            let at = self
-                .next_puts
-                .iter()
-                .position(|(part, _)| path.as_ref().contains(part.as_str()));
+        let queued = match call {
+            Call::Put(path) => Some((&mut self.next_puts, path)),
+            Call::Get(path) => Some((&mut self.next_gets, path)),
+            Call::Other => None,
+        };
+        if let Some((queue, path)) = queued {
+            let at = queue.iter().position(|(part, _)| path.as_ref().contains(part.as_str()));
             if let Some(at) = at {
-                return self.next_puts.remove(at).map(|(_, f)| f);
+                return queue.remove(at).map(|(_, f)| f);
             }
         }
         let (rate, state) = self.random.as_mut()?;
@@ -66,6 +72,14 @@ impl Plan {
         }
         Some(if (z & 1) == 0 { Fault::Fail } else { Fault::LandThenFail })
     }
+}
+
+/// The kind of call a fault is drawn for.
+#[derive(Clone, Copy)]
+enum Call<'a> {
+    Put(&'a Path),
+    Get(&'a Path),
+    Other,
 }
 
 /// An [`ObjectStore`] wrapper that injects faults into puts, reads,
@@ -115,6 +129,17 @@ impl FaultyStore {
         self.plan().next_puts.push_back((part.to_string(), fault));
     }
 
+    /// The next read of a path containing `part` meets `fault`.
+    pub fn next_get(&self, part: &str, fault: Fault) {
+        self.plan().next_gets.push_back((part.to_string(), fault));
+    }
+
+    /// While `on`, conditional puts overwrite whatever is there, as on a
+    /// store that ignores if-none-match and if-match.
+    pub fn ignore_conditional_puts(&self, on: bool) {
+        self.plan().unconditional = on;
+    }
+
     /// While `on`, every call fails.
     pub fn partition(&self, on: bool) {
         self.plan().partitioned = on;
@@ -131,10 +156,10 @@ impl FaultyStore {
         self.plan().injected
     }
 
-    async fn fault(&self, put_of: Option<&Path>) -> Option<Fault> {
+    async fn fault(&self, call: Call<'_>) -> Option<Fault> {
         let fault = {
             let mut plan = self.plan();
-            let fault = plan.draw(put_of);
+            let fault = plan.draw(call);
             if fault.is_some() {
                 plan.injected += 1;
             }
@@ -158,7 +183,15 @@ impl ObjectStore for FaultyStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        match self.fault(Some(location)).await {
+        let opts = if self.plan().unconditional {
+            PutOptions {
+                mode: PutMode::Overwrite,
+                ..opts
+            }
+        } else {
+            opts
+        };
+        match self.fault(Call::Put(location)).await {
             None => self.inner.put_opts(location, payload, opts).await,
             Some(Fault::LandThenFail) => {
                 self.inner.put_opts(location, payload, opts).await?;
@@ -173,14 +206,14 @@ impl ObjectStore for FaultyStore {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        match self.fault(None).await {
+        match self.fault(Call::Other).await {
             None => self.inner.put_multipart_opts(location, opts).await,
             Some(_) => Err(injected_error()),
         }
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
-        match self.fault(None).await {
+        match self.fault(Call::Get(location)).await {
             None => self.inner.get_opts(location, options).await,
             Some(_) => Err(injected_error()),
         }
@@ -202,14 +235,14 @@ impl ObjectStore for FaultyStore {
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        match self.fault(None).await {
+        match self.fault(Call::Other).await {
             None => self.inner.list_with_delimiter(prefix).await,
             Some(_) => Err(injected_error()),
         }
     }
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
-        match self.fault(None).await {
+        match self.fault(Call::Other).await {
             None => self.inner.copy_opts(from, to, options).await,
             Some(_) => Err(injected_error()),
         }

@@ -86,9 +86,9 @@ fn s3_checkpoint(name: &str) -> Option<S3Checkpoint> {
     let options = [
         ("aws_endpoint", endpoint.as_str()),
         ("aws_allow_http", "true"),
-        ("lease_ttl_ms", "3000"),
+        ("lease_ttl_ms", "6000"),
         ("lease_renew_ms", "500"),
-        ("lease_clock_skew_ms", "500"),
+        ("lease_clock_skew_ms", "1000"),
     ];
     Some(S3Checkpoint {
         url: format!("s3://{bucket}/checkpoints/{}/{name}/", uuid::Uuid::new_v4()),
@@ -145,13 +145,20 @@ async fn a_query_with_its_checkpoint_on_s3_lands_every_id_once() {
         "{refused}"
     );
     first.stop_and_wait().await.unwrap();
+    let checkpoint = weir::checkpoint::Checkpoint::new(chk.open());
+    let stopped = checkpoint
+        .status()
+        .await
+        .unwrap()
+        .last_committed
+        .expect("the first run committed");
 
-    run(writer(9), "bronze.payments", Some((&catalogs, TableOptions::new())))
+    let last = stopped.0 + 5;
+    run(writer(last), "bronze.payments", Some((&catalogs, TableOptions::new())))
         .await
         .unwrap();
     let table = lake.path().join("warehouse/bronze/payments");
     let ids = json_ids(&read(&["ids", "deltalake", table.to_str().unwrap()]).expect("readers present"));
-    assert_exactly_once(&ids, 0..1_000);
-    let status = weir::checkpoint::Checkpoint::new(chk.open()).status().await.unwrap();
-    assert_eq!(status.last_committed, Some(BatchId(9)));
+    assert_exactly_once(&ids, 0..(last as i64 + 1) * 100);
+    assert_eq!(checkpoint.status().await.unwrap().last_committed, Some(BatchId(last)));
 }

@@ -20,15 +20,22 @@ use crate::maintenance::AbortOnDrop;
 
 /// How long a lease on object storage lasts and how it is kept.
 ///
-/// The holder renews every `renew_every` and stops writing once `ttl -
-/// clock_skew` has passed since it sent its last successful renewal (by its
-/// own monotonic clock). Another run takes the lease over only when it has
-/// seen the same lease unchanged for `ttl + clock_skew` (by its own clock),
-/// or when the lease's recorded expiry is more than `clock_skew` behind its
-/// wall clock. So the old holder has stopped before a new one starts,
-/// provided that the machines' wall clocks differ by less than
-/// `clock_skew`, and that no request of the old holder takes longer than
-/// `clock_skew` to reach the store after its lease was checked.
+/// The holder renews every `renew_every` (each attempt cut off after as
+/// long) and stops writing once `ttl - clock_skew` has passed since it sent
+/// its last successful renewal, by its monotonic clock and by its wall clock
+/// (which also runs while the machine is suspended). Another run takes the
+/// lease over only when it has seen the same lease unchanged for `ttl +
+/// clock_skew` (by its own clock), when the lease's recorded expiry is more
+/// than `clock_skew` behind its wall clock, or at once when the holder's
+/// process is known to be gone (same boot, same process id namespace, no
+/// process with its id and start time). So the old holder has stopped before
+/// a new one starts, provided that the machines' wall clocks differ by less
+/// than `clock_skew`, and that no request of the old holder takes longer
+/// than `clock_skew` to reach the store after its lease was checked.
+///
+/// The renewals run as a task on the query's Tokio runtime: a runtime so
+/// busy that the task waits longer than `ttl - clock_skew` loses the lease
+/// (the query then stops, and a restart resumes it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseTiming {
     /// How long a lease holds without being renewed.
@@ -155,14 +162,14 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Whether the holder ran on this host and its process is gone, so its
-/// lease can be taken at once. Only where processes are visible in `/proc`.
+/// Whether the holder's process is known to be gone: it ran on this
+/// machine since its boot, in this process id namespace, and no process with
+/// its id and start time runs (see [`super::ProcessIdentity::is_gone`]).
+/// Its lease can then be taken at once: a dead process writes nothing more
+/// (a request it sent before dying that lands late rewrites only what a
+/// replay rewrites the same: see the module's docs).
 fn holder_is_gone(owner: &LeaseOwner) -> bool {
-    cfg!(target_os = "linux")
-        && owner.host == LeaseOwner::this_host()
-        && owner.pid != std::process::id()
-        && std::path::Path::new("/proc/self").exists()
-        && !std::path::Path::new(&format!("/proc/{}", owner.pid)).exists()
+    owner.process.as_ref().is_some_and(|p| p.is_gone(owner.pid))
 }
 
 /// Whether this run may write to the checkpoint.
@@ -171,12 +178,15 @@ pub(super) struct Fence(Mutex<FenceState>);
 
 #[derive(Debug, Default)]
 enum FenceState {
-    /// No lease was taken through this handle (inspection and tools).
+    /// No lease was taken through this fence (inspection and tools).
     #[default]
     Open,
     Held {
         epoch: u64,
+        /// By this process's monotonic clock, and by the wall clock (Unix
+        /// ms; it also runs while the machine is suspended).
         valid_until: Instant,
+        valid_until_ms: i64,
         ttl: Duration,
     },
     Lost {
@@ -192,7 +202,13 @@ impl Fence {
         let mut state = self.0.lock().expect("the fence is never poisoned");
         match &*state {
             FenceState::Open => Ok(None),
-            FenceState::Held { valid_until, .. } if Instant::now() < *valid_until => Ok(Some(*valid_until)),
+            FenceState::Held {
+                valid_until,
+                valid_until_ms,
+                ..
+            } if Instant::now() < *valid_until && chrono::Utc::now().timestamp_millis() < *valid_until_ms => {
+                Ok(Some(*valid_until))
+            }
             FenceState::Held { epoch, ttl, .. } => {
                 let (epoch, loss) = (*epoch, LeaseLoss::NotRenewed { ttl: *ttl });
                 *state = FenceState::Lost {
@@ -205,19 +221,26 @@ impl Fence {
         }
     }
 
-    fn hold(&self, epoch: u64, valid_until: Instant, ttl: Duration) {
+    fn hold(&self, epoch: u64, valid_until: Instant, valid_until_ms: i64, ttl: Duration) {
         *self.0.lock().expect("the fence is never poisoned") = FenceState::Held {
             epoch,
             valid_until,
+            valid_until_ms,
             ttl,
         };
     }
 
-    /// Moves the deadline of a held lease (a lapsed one stays lost).
-    fn extend(&self, until: Instant) {
+    /// Moves the deadlines of a held lease (a lapsed one stays lost).
+    fn extend(&self, until: Instant, until_ms: i64) {
         if self.check().is_ok() {
-            if let FenceState::Held { valid_until, .. } = &mut *self.0.lock().expect("the fence is never poisoned") {
+            if let FenceState::Held {
+                valid_until,
+                valid_until_ms,
+                ..
+            } = &mut *self.0.lock().expect("the fence is never poisoned")
+            {
                 *valid_until = until;
+                *valid_until_ms = until_ms;
             }
         }
     }
@@ -243,6 +266,13 @@ pub(super) struct LeaseObject {
 enum Swap {
     /// It landed; the lease object now has this version.
     Done(UpdateVersion),
+    /// It conflicted with an earlier put of this run's (one whose outcome
+    /// was unknown, which landed after all): the lease is still this
+    /// run's, as that put left it.
+    Ours(LeaseRecord, UpdateVersion),
+    /// The store reported a conflict but the lease is unchanged (a
+    /// conflict between concurrent conditional requests): try again.
+    Unchanged,
     /// Another run's put came first.
     Lost,
 }
@@ -276,8 +306,8 @@ impl LeaseObject {
     }
 
     /// Puts `record` if the lease is still as `expected` says (absent for
-    /// `None`). A put whose outcome is unknown is settled by reading the
-    /// lease back: ours if it holds `record`, lost if it changed otherwise.
+    /// `None`). A put whose outcome is unknown, or that conflicted, is
+    /// settled by reading the lease back: by its bytes, and by whose it is.
     async fn swap(&self, record: &LeaseRecord, expected: Option<&UpdateVersion>) -> Result<Swap> {
         let mode = match expected {
             None => PutMode::Create,
@@ -297,13 +327,74 @@ impl LeaseObject {
             Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => None,
             Err(e) => Some(e),
         };
-        match (self.read().await?, unknown) {
+        let now = self.read().await?;
+        let unchanged = match (&now, expected) {
+            (None, None) => true,
+            (Some((_, version)), Some(expected)) => version == expected,
+            _ => false,
+        };
+        match (now, unknown) {
             (Some((now, version)), _) if now == *record => Ok(Swap::Done(version)),
-            // Unchanged: the put did not land.
-            (None, Some(e)) if expected.is_none() => Err(self.err(e)),
-            (Some((_, version)), Some(e)) if Some(&version) == expected => Err(self.err(e)),
+            (_, Some(e)) if unchanged => Err(self.err(e)),
+            _ if unchanged => Ok(Swap::Unchanged),
+            (Some((now, version)), _)
+                if now.owner.run_id == record.owner.run_id && now.epoch == record.epoch && !now.released =>
+            {
+                Ok(Swap::Ours(now, version))
+            }
             _ => Ok(Swap::Lost),
         }
+    }
+
+    /// Fails unless the store honours conditional puts: a second create of
+    /// one object, and an update on an ETag it does not have, must fail.
+    /// Without them two writers could both define a batch.
+    pub(super) async fn probe(&self, dir: &Path) -> Result<()> {
+        let probe: Path = dir
+            .parts()
+            .chain(Path::from(format!("_probe-{}", uuid::Uuid::new_v4())).parts())
+            .collect();
+        let create = || {
+            self.store
+                .put_opts(&probe, Bytes::from_static(b"probe").into(), PutMode::Create.into())
+        };
+        let err = |source| Error::CheckpointStore {
+            location: self.location.clone(),
+            path: probe.to_string(),
+            source,
+        };
+        create().await.map_err(err)?;
+        let second = create().await;
+        let bogus = UpdateVersion {
+            e_tag: Some("\"weir-probe-no-such-etag\"".into()),
+            version: None,
+        };
+        let update = self
+            .store
+            .put_opts(
+                &probe,
+                Bytes::from_static(b"probe").into(),
+                PutMode::Update(bogus).into(),
+            )
+            .await;
+        let _ = self.store.delete(&probe).await;
+        let ignored = match (second, update) {
+            (Err(object_store::Error::AlreadyExists { .. }), Err(object_store::Error::Precondition { .. })) => {
+                return Ok(())
+            }
+            (Err(object_store::Error::NotImplemented { .. }), _)
+            | (_, Err(object_store::Error::NotImplemented { .. })) => "does not implement conditional puts",
+            (Ok(_), _) => "let a second create of one object through",
+            (_, Ok(_)) => "let an update on an ETag the object does not have through",
+            (Err(object_store::Error::AlreadyExists { .. }), Err(e)) | (Err(e), _) => return Err(err(e)),
+        };
+        Err(Error::InvalidOption {
+            option: "checkpoint_location",
+            reason: format!(
+                "the store of {} {ignored}: weir needs conditional puts (if-none-match and if-match) to keep a checkpoint exactly once; nothing was written",
+                self.location
+            ),
+        })
     }
 
     /// Takes the lease for `owner`, waiting while a holder that may be
@@ -353,18 +444,25 @@ impl LeaseObject {
                     if epoch > 1 {
                         tracing::info!(location = %self.location, epoch, "took over the checkpoint's lease");
                     }
-                    fence.hold(epoch, sent + self.valid_for(), self.timing.ttl);
-                    let keeper = tokio::spawn(self.clone().keep(record.clone(), version, fence.clone()));
+                    fence.hold(
+                        epoch,
+                        sent + self.valid_for(),
+                        self.valid_until_ms(&record),
+                        self.timing.ttl,
+                    );
+                    let keeper = tokio::spawn(self.clone().keep(record.clone(), version, sent, fence.clone()));
                     return Ok(Box::new(ObjectLease {
                         object: self.clone(),
                         record,
                         fence,
-                        _keeper: AbortOnDrop(keeper),
+                        keeper: AbortOnDrop(keeper),
                         released: false,
                     }));
                 }
-                // Another run changed it first: look again.
-                Swap::Lost => watched = None,
+                Swap::Unchanged => tokio::time::sleep(self.timing.poll()).await,
+                // Another run changed it first (or an earlier attempt of
+                // ours landed late, which then lapses): look again.
+                Swap::Lost | Swap::Ours(..) => watched = None,
             }
         }
     }
@@ -374,39 +472,65 @@ impl LeaseObject {
         self.timing.ttl.saturating_sub(self.timing.clock_skew)
     }
 
+    /// Until when (by the wall clock) the holder of `record` may write.
+    fn valid_until_ms(&self, record: &LeaseRecord) -> i64 {
+        record.expires_at_ms - millis(self.timing.clock_skew) as i64
+    }
+
     /// Marks the lease `record` took as released, unless another run
     /// holds it now.
     async fn release(&self, record: &LeaseRecord) -> Result<()> {
-        match self.read().await? {
-            Some((now, version)) if now.owner.run_id == record.owner.run_id && now.epoch == record.epoch => {
-                let released = LeaseRecord { released: true, ..now };
-                self.swap(&released, Some(&version)).await.map(|_| ())
+        // A renewal that landed after the keeper stopped moves the ETag:
+        // look again.
+        for _ in 0..5 {
+            match self.read().await? {
+                Some((now, version))
+                    if now.owner.run_id == record.owner.run_id && now.epoch == record.epoch && !now.released =>
+                {
+                    let released = LeaseRecord { released: true, ..now };
+                    match self.swap(&released, Some(&version)).await? {
+                        Swap::Done(_) | Swap::Lost => return Ok(()),
+                        Swap::Ours(..) | Swap::Unchanged => {}
+                    }
+                }
+                _ => return Ok(()),
             }
-            _ => Ok(()),
         }
+        Ok(())
     }
 
-    /// Renews the lease until it is lost or released.
-    async fn keep(self, mut record: LeaseRecord, mut version: UpdateVersion, fence: Arc<Fence>) {
-        let mut wait = self.timing.renew_every;
+    /// Renews the lease every `renew_every` from the last renewal sent,
+    /// each renewal cut off after `renew_every`, until it is lost or
+    /// released.
+    async fn keep(self, mut record: LeaseRecord, mut version: UpdateVersion, mut sent: Instant, fence: Arc<Fence>) {
+        let mut next = sent + self.timing.renew_every;
         loop {
-            tokio::time::sleep(wait).await;
+            tokio::time::sleep_until(next).await;
             if let Err((epoch, loss)) = fence.check() {
                 tracing::error!(location = %self.location, epoch, %loss, "the checkpoint's lease is gone: this run writes nothing more");
                 return;
             }
-            let next = LeaseRecord {
+            let renewal = LeaseRecord {
                 renewal: record.renewal + 1,
                 ..record.clone()
             }
             .stamped(&self.timing);
-            let sent = Instant::now();
-            match self.swap(&next, Some(&version)).await {
-                Ok(Swap::Done(v)) => {
-                    (record, version, wait) = (next, v, self.timing.renew_every);
-                    fence.extend(sent + self.valid_for());
+            sent = Instant::now();
+            let swapped = tokio::time::timeout(self.timing.renew_every, self.swap(&renewal, Some(&version))).await;
+            next = match swapped {
+                Ok(Ok(Swap::Done(v))) => {
+                    fence.extend(sent + self.valid_for(), self.valid_until_ms(&renewal));
+                    (record, version) = (renewal, v);
+                    sent + self.timing.renew_every
                 }
-                Ok(Swap::Lost) => {
+                // An earlier renewal landed late: go on from it (without
+                // counting on it for longer than before).
+                Ok(Ok(Swap::Ours(now, v))) => {
+                    (record, version) = (now, v);
+                    Instant::now() + self.timing.poll()
+                }
+                Ok(Ok(Swap::Unchanged)) => Instant::now() + self.timing.poll(),
+                Ok(Ok(Swap::Lost)) => {
                     let loss = match self.read().await {
                         Ok(Some((now, _))) => LeaseLoss::TakenOver {
                             owner: now.owner.to_string(),
@@ -421,11 +545,15 @@ impl LeaseObject {
                     fence.lose(loss);
                     return;
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     tracing::warn!(location = %self.location, error = %e, "could not renew the checkpoint's lease; trying again");
-                    wait = self.timing.poll();
+                    Instant::now() + self.timing.poll()
                 }
-            }
+                Err(_) => {
+                    tracing::warn!(location = %self.location, "renewing the checkpoint's lease took too long; trying again");
+                    Instant::now() + self.timing.poll()
+                }
+            };
         }
     }
 }
@@ -436,7 +564,7 @@ struct ObjectLease {
     object: LeaseObject,
     record: LeaseRecord,
     fence: Arc<Fence>,
-    _keeper: AbortOnDrop<()>,
+    keeper: AbortOnDrop<()>,
     released: bool,
 }
 
@@ -448,7 +576,7 @@ impl Lease for ObjectLease {
             .map(|_| ())
             .map_err(|(epoch, loss)| Error::LeaseLost {
                 location: self.object.location.clone(),
-                path: self.object.path.to_string(),
+                path: "the sink commit".into(),
                 epoch,
                 loss,
             })
@@ -456,7 +584,9 @@ impl Lease for ObjectLease {
 
     async fn release(mut self: Box<Self>) -> Result<()> {
         self.fence.lose(LeaseLoss::Released);
-        self._keeper.0.abort();
+        self.keeper.0.abort();
+        // Stopped before the release reads the lease.
+        let _ = (&mut self.keeper.0).await;
         self.released = true;
         self.object.release(&self.record).await
     }
@@ -470,6 +600,7 @@ impl Drop for ObjectLease {
         if self.released {
             return;
         }
+        self.keeper.0.abort();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (object, record) = (self.object.clone(), self.record.clone());
             runtime.spawn(async move {

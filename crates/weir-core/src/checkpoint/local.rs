@@ -268,6 +268,7 @@ mod tests {
             pid: 1,
             host: "h".into(),
             since: "now".into(),
+            process: None,
         }
     }
 

@@ -31,7 +31,7 @@ pub use lease::{LeaseLoss, LeaseTiming};
 pub use local::LocalStore;
 pub use log::BatchLog;
 pub use object::ObjectStoreCheckpoint;
-pub use store::{CheckpointStore, Lease, LeaseOwner, PutOutcome, WriteContents};
+pub use store::{CheckpointStore, Lease, LeaseOwner, ProcessIdentity, PutOutcome, WriteContents};
 
 use crate::error::Result;
 use crate::ids::BatchId;

@@ -1,7 +1,7 @@
 //! A checkpoint on object storage.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -22,7 +22,10 @@ const PART_BYTES: usize = 16 << 20;
 /// - Log entries are created with a conditional put (`PutMode::Create`), so
 ///   of two writers of one batch exactly one defines it. A put whose outcome
 ///   is unknown (a timeout after the request went out) is settled by reading
-///   the file back: holding our bytes, it is ours.
+///   the file back: holding our bytes, it is ours (so a writer whose bytes
+///   equal the winner's is told `Created` too: the file holds what it
+///   wrote). Taking the lease first checks that the store honours
+///   conditional puts, and refuses a store that ignores them.
 /// - Replacements are plain puts, which object stores make atomic; files
 ///   of [`PART_BYTES`] or more go up in parts and appear whole at the end.
 /// - The lease (invariant I5) is the object `lease`, holding its owner, an
@@ -37,7 +40,8 @@ pub struct ObjectStoreCheckpoint {
     root: Path,
     location: String,
     timing: LeaseTiming,
-    fence: Arc<Fence>,
+    /// The fence of the lease last taken through this handle.
+    fence: Arc<Mutex<Arc<Fence>>>,
 }
 
 impl ObjectStoreCheckpoint {
@@ -48,7 +52,7 @@ impl ObjectStoreCheckpoint {
             root,
             location: location.into(),
             timing: LeaseTiming::default(),
-            fence: Arc::default(),
+            fence: Arc::new(Mutex::new(Arc::new(Fence::default()))),
         }
     }
 
@@ -86,14 +90,15 @@ impl ObjectStoreCheckpoint {
             epoch,
             loss,
         };
-        let Some(mut deadline) = self.fence.check().map_err(lost)? else {
+        let fence = self.fence.lock().expect("never poisoned").clone();
+        let Some(mut deadline) = fence.check().map_err(lost)? else {
             return put.await;
         };
         tokio::pin!(put);
         loop {
             tokio::select! {
                 done = &mut put => return done,
-                () = tokio::time::sleep_until(deadline) => match self.fence.check().map_err(lost)? {
+                () = tokio::time::sleep_until(deadline) => match fence.check().map_err(lost)? {
                     // Renewed meanwhile.
                     Some(later) => deadline = later,
                     None => return put.await,
@@ -118,12 +123,14 @@ impl ObjectStoreCheckpoint {
             (Some(now), _) if now == bytes => Ok(PutOutcome::Created),
             (Some(now), _) => Ok(PutOutcome::AlreadyExists(now)),
             (None, Some(e)) => Err(self.err(path)(e)),
+            // A conflict between concurrent conditional creates, or a
+            // delete in between: the caller tries again.
             (None, None) => Err(Error::CheckpointStore {
                 location: self.location.clone(),
                 path: path.to_string(),
                 source: object_store::Error::Generic {
                     store: "checkpoint",
-                    source: "the store reported the file as existing, then as missing: another process deletes checkpoint files".into(),
+                    source: "the create conflicted, yet the file is not there".into(),
                 },
             }),
         }
@@ -195,14 +202,17 @@ impl CheckpointStore for ObjectStoreCheckpoint {
     }
 
     async fn list(&self, dir: &str) -> Result<Vec<String>> {
+        let prefix = self.path(dir);
         let listed = self
             .store
-            .list_with_delimiter(Some(&self.path(dir)))
+            .list_with_delimiter(Some(&prefix))
             .await
             .map_err(self.err(dir))?;
         Ok(listed
             .objects
             .iter()
+            // Not a directory marker (`offsets/`) some tools leave.
+            .filter(|o| o.location != prefix)
             .filter_map(|o| o.location.filename())
             .filter(|name| !name.starts_with('.'))
             .map(str::to_string)
@@ -227,6 +237,10 @@ impl CheckpointStore for ObjectStoreCheckpoint {
             location: self.location.clone(),
             timing: self.timing,
         };
-        object.acquire(owner, self.fence.clone()).await
+        object.probe(&self.root).await?;
+        let fence = Arc::new(Fence::default());
+        let lease = object.acquire(owner, fence.clone()).await?;
+        *self.fence.lock().expect("never poisoned") = fence;
+        Ok(lease)
     }
 }

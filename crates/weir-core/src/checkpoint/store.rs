@@ -28,6 +28,59 @@ pub struct LeaseOwner {
     pub host: String,
     /// When the lease was taken (RFC 3339).
     pub since: String,
+    /// What tells the holder's process apart from any other on its
+    /// machine, where the system shows it (Linux).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessIdentity>,
+}
+
+/// A process, told apart from every other: the machine's boot, the process
+/// id namespace, and the process's start time. A process with the same id
+/// but another start time is another process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessIdentity {
+    /// The machine's boot id (`/proc/sys/kernel/random/boot_id`).
+    pub boot_id: String,
+    /// The process id namespace (`/proc/self/ns/pid`).
+    pub pid_namespace: String,
+    /// The process's start, in clock ticks after boot (`/proc/PID/stat`).
+    pub start_ticks: u64,
+}
+
+impl ProcessIdentity {
+    /// This process's identity, where the system shows it.
+    pub fn this_process() -> Option<Self> {
+        Some(ProcessIdentity {
+            boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .ok()?
+                .trim()
+                .to_string(),
+            pid_namespace: std::fs::read_link("/proc/self/ns/pid").ok()?.display().to_string(),
+            start_ticks: Self::start_of(std::process::id())?,
+        })
+    }
+
+    /// When process `pid` of this namespace started, if it runs.
+    pub fn start_of(pid: u32) -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // After the command name in parentheses: state is field 3, start
+        // time field 22.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        rest.split_whitespace().nth(19)?.parse().ok()
+    }
+
+    /// Whether the process this identifies is gone: it ran on this
+    /// machine since its boot, in this process id namespace, and no process
+    /// with its id and start time runs now. `false` whenever unsure.
+    pub fn is_gone(&self, pid: u32) -> bool {
+        let Some(here) = Self::this_process() else {
+            return false;
+        };
+        here.boot_id == self.boot_id
+            && here.pid_namespace == self.pid_namespace
+            && pid != std::process::id()
+            && Self::start_of(pid) != Some(self.start_ticks)
+    }
 }
 
 impl fmt::Display for LeaseOwner {
@@ -53,6 +106,7 @@ impl LeaseOwner {
             pid: std::process::id(),
             host: Self::this_host(),
             since: chrono::Utc::now().to_rfc3339(),
+            process: ProcessIdentity::this_process(),
         }
     }
 
