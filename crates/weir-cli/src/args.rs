@@ -209,6 +209,10 @@ pub enum CheckpointCommand {
         /// As one JSON object.
         #[arg(long)]
         json: bool,
+        /// An option of the checkpoint's object store, as `KEY=VALUE`
+        /// (as for `weir stream`); repeatable.
+        #[arg(long = "checkpoint-option", value_name = "KEY=VALUE")]
+        checkpoint_options: Vec<String>,
     },
 }
 
@@ -270,6 +274,12 @@ pub struct StreamArgs {
     /// ...): keep it to resume exactly once.
     #[arg(long, value_name = "DIR")]
     pub checkpoint: PathBuf,
+    /// An option of the checkpoint's object store, as `KEY=VALUE` (named
+    /// as object_store names them: `aws_endpoint`, `aws_allow_http`, ...;
+    /// or the lease's `lease_ttl_ms`, `lease_renew_ms`,
+    /// `lease_clock_skew_ms`); repeatable, overriding the environment.
+    #[arg(long = "checkpoint-option", value_name = "KEY=VALUE")]
+    pub checkpoint_options: Vec<String>,
     /// The query's name (default: the table's full name).
     #[arg(long)]
     pub query_name: Option<String>,
@@ -406,4 +416,17 @@ pub struct KafkaArgs {
     /// repeat for more.
     #[arg(long = "kafka-option", value_name = "KEY=VALUE")]
     pub kafka_options: Vec<String>,
+}
+
+/// `KEY=VALUE` options (of `--checkpoint-option`) as pairs.
+pub fn key_values(flag: &str, options: &[String]) -> Result<std::collections::HashMap<String, String>, String> {
+    options
+        .iter()
+        .map(|option| {
+            option
+                .split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("{flag} {option:?} is not KEY=VALUE"))
+        })
+        .collect()
 }

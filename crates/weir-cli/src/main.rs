@@ -155,8 +155,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Files { command } => files::run(command).await,
         Command::Checkpoint {
-            command: CheckpointCommand::Show { dir, json },
-        } => show::checkpoint(dir, *json).await,
+            command:
+                CheckpointCommand::Show {
+                    dir,
+                    json,
+                    checkpoint_options,
+                },
+        } => {
+            let options = args::key_values("--checkpoint-option", checkpoint_options)?;
+            show::checkpoint(dir, &options, *json).await
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! `weir tables`, `describe`, `history` and `checkpoint show`.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use weir::catalog::Catalogs;
@@ -112,7 +113,7 @@ pub async fn history(catalogs: &Catalogs, name: &str, limit: usize, json: bool) 
 
 /// The status of the checkpoint at `location` (a directory or an object
 /// store URL, configured from the environment).
-pub async fn checkpoint(location: &Path, json: bool) -> Result<(), Failure> {
+pub async fn checkpoint(location: &Path, options: &HashMap<String, String>, json: bool) -> Result<(), Failure> {
     let url = location
         .to_str()
         .filter(|l| l.contains("://") && !l.starts_with("file://"));
@@ -120,7 +121,7 @@ pub async fn checkpoint(location: &Path, json: bool) -> Result<(), Failure> {
         return Err(format!("no checkpoint at {}", location.display()).into());
     }
     let shown = location.to_string_lossy();
-    let status = Checkpoint::open(&shown, &Default::default())?.status().await?;
+    let status = Checkpoint::open(&shown, options)?.status().await?;
     if url.is_some() && status.metadata.is_none() && status.last_planned.is_none() {
         return Err(format!("no checkpoint at {shown}").into());
     }

@@ -43,7 +43,11 @@ pub async fn run(catalogs: &Catalogs, args: &StreamArgs) -> Result<(), Failure> 
             Box::new(move || read_stream(kafka))
         }
     };
-    let mut writer = source().write_stream().checkpoint_location(&args.checkpoint);
+    let options = crate::args::key_values("--checkpoint-option", &args.checkpoint_options)?;
+    let mut writer = source()
+        .write_stream()
+        .checkpoint_location(&args.checkpoint)
+        .checkpoint_options(options);
     if let Some(name) = &args.query_name {
         writer = writer.query_name(name);
     }

@@ -6,3 +6,4 @@ mod compact;
 mod files;
 mod kafka;
 mod memory;
+mod s3_checkpoint;
