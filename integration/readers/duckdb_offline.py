@@ -21,3 +21,21 @@ def connect(*extensions):
             raise SystemExit(f"the {name} extension file is missing under {base}")
         con.execute(f"LOAD '{found[0]}'")
     return con
+
+
+def with_test_s3(con):
+    """Lets `con` read the test S3 (SeaweedFS) the environment names;
+    httpfs must be loaded."""
+    endpoint = os.environ["WEIR_TEST_S3_ENDPOINT"]
+    scheme, _, host = endpoint.partition("://")
+    con.execute(
+        "CREATE SECRET weir_test_s3 (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL ?)",
+        [
+            os.environ["AWS_ACCESS_KEY_ID"],
+            os.environ["AWS_SECRET_ACCESS_KEY"],
+            os.environ.get("AWS_REGION", "us-east-1"),
+            host,
+            scheme == "https",
+        ],
+    )
+    return con

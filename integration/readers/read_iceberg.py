@@ -79,7 +79,10 @@ def catalog(where, warehouse="file:///nonexistent"):
     return SqlCatalog(name or "lake", uri=uri, warehouse=warehouse, **properties)
 
 
-def duckdb_connection():
+def duckdb_connection(location=""):
+    """DuckDB with the iceberg extension (and S3 access for a table there)."""
+    if location.startswith("s3://"):
+        return duckdb_offline.with_test_s3(duckdb_offline.connect("httpfs", "avro", "iceberg"))
     return duckdb_offline.connect("avro", "iceberg")
 
 
@@ -93,9 +96,9 @@ def ids(reader, where, name):
             cents = sum(int(v * 100) for v in t.column("amount").to_pylist() if v is not None)
         return {"ids": event_ids, "rows": t.num_rows, "amount_cents": cents}
     if reader in ("duckdb", "duckdb-dir"):
-        con = duckdb_connection()
         # duckdb-dir opens the table directory, through metadata/version-hint.text.
         location = (table.metadata_location if reader == "duckdb" else table.metadata.location).removeprefix("file://")
+        con = duckdb_connection(location)
         rows = con.execute(
             "SELECT event_id, amount FROM iceberg_scan(?)", [location]
         ).fetchall()

@@ -28,7 +28,10 @@ import sys
 import duckdb_offline
 
 
-def duckdb_connection():
+def duckdb_connection(table=""):
+    """DuckDB with the delta extension (and S3 access for a table there)."""
+    if table.startswith("s3://"):
+        return duckdb_offline.with_test_s3(duckdb_offline.connect("httpfs", "delta"))
     return duckdb_offline.connect("delta")
 
 
@@ -57,7 +60,7 @@ def ids(reader, table):
             cents = sum(int(a * 100) for a in t.column("amount").to_pylist() if a is not None)
         return {"ids": event_ids, "rows": t.num_rows, "amount_cents": cents}
     if reader == "duckdb":
-        con = duckdb_connection()
+        con = duckdb_connection(table)
         cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM delta_scan('{table}')").fetchall()]
         rows = con.execute(f"SELECT count(*) FROM delta_scan('{table}')").fetchone()[0]
         event_ids = []
