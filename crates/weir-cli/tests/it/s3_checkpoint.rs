@@ -1,6 +1,6 @@
 //! `weir stream` with its checkpoint on S3 (SeaweedFS, started by
-//! scripts/test.sh): kills, a second process on the checkpoint, and a
-//! holder paused past its lease's expiry.
+//! scripts/test.sh): kills, a second process on the checkpoint, a holder
+//! paused past its lease's expiry, and kills with the table on S3 too.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -11,6 +11,7 @@ use serde_json::Value;
 use weir_test_support::assert_exactly_once;
 
 use crate::common::*;
+use weir_test_support::readers::{iceberg, json_ids, read};
 
 /// A checkpoint URL of its own on the test S3, and the command's options
 /// for it (the lease short, for the tests).
@@ -185,4 +186,131 @@ fn a_paused_holder_is_replaced_and_resumed_writes_nothing() {
     drained.join().unwrap();
     assert_eq!(s3.show(lake)["last_committed"], 59);
     assert_exactly_once(&delta_ids(&lake.join("weir-lake/warehouse/bronze/paused")), 0..600);
+}
+
+/// A configuration whose catalog (SQLite, in `lake`) keeps its tables on
+/// the test S3, in `format`.
+fn s3_tables_config(lake: &Path, s3: &S3, format: &str) -> std::path::PathBuf {
+    let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
+    let config = format!(
+        r#"default_catalog = "lake"
+
+[catalogs.lake]
+type = "sql"
+uri = "sqlite://{}/catalog.db"
+warehouse = "s3://{bucket}/cli-tables/{}/warehouse"
+format = "{format}"
+
+[catalogs.lake.storage]
+"s3.endpoint" = "{}"
+"s3.region" = "us-east-1"
+"s3.access-key-id" = "${{AWS_ACCESS_KEY_ID}}"
+"s3.secret-access-key" = "${{AWS_SECRET_ACCESS_KEY}}"
+"#,
+        lake.display(),
+        uuid::Uuid::new_v4(),
+        s3.endpoint
+    );
+    let file = lake.join("weir.toml");
+    std::fs::write(&file, config).unwrap();
+    file
+}
+
+/// `weir` with `config`, and the checkpoint's store from the environment.
+fn weir_with(config: &Path, s3: &S3) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+    command
+        .env("WEIR_CONFIG", config)
+        .env("AWS_ENDPOINT", &s3.endpoint)
+        .env("AWS_ALLOW_HTTP", "true");
+    command
+}
+
+/// Checkpoint and table both on S3, killed 30 times or more: every id once,
+/// read by the format's Python reader and by DuckDB.
+fn kill_loop_with_everything_on_s3(format: &str) {
+    let Some(s3) = s3(&format!("everything-{format}")) else {
+        return;
+    };
+    let Some(dir) = lake_with_readers() else { return };
+    let lake = dir.path();
+    let config = s3_tables_config(lake, &s3, format);
+    let args = [
+        "stream",
+        "--from",
+        "rate",
+        "--rows-per-batch",
+        "10",
+        "--to",
+        "bronze.kill",
+        "--checkpoint",
+        &s3.chk,
+        "--max-batches",
+        "400",
+        "--progress",
+        "none",
+    ];
+    let mut killed = 0;
+    for i in 0..34u64 {
+        let mut child = weir_with(&config, &s3)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(150 + (i * 37) % 300));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            killed += 1;
+        }
+        child.wait().unwrap();
+    }
+    assert!(killed >= 30, "only {killed} runs were killed mid-way");
+    let before = s3.show(lake)["last_committed"].as_u64();
+    eprintln!("{format}: {killed} kills, batches 0 to {before:?} committed by the killed runs");
+    assert!(
+        before.is_some_and(|b| b >= 10),
+        "killed runs committed up to {before:?}"
+    );
+    let out = weir_with(&config, &s3).args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let described = weir_with(&config, &s3)
+        .args(["describe", "bronze.kill", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        described.status.success(),
+        "{}",
+        String::from_utf8_lossy(&described.stderr)
+    );
+    let described: Value = serde_json::from_slice(&described.stdout).unwrap();
+    let location = described["location"].as_str().expect("a location").to_string();
+    assert!(location.starts_with("s3://"), "{described}");
+    for reader in ["python", "duckdb"] {
+        let ids = match (format, reader) {
+            ("delta", "python") => json_ids(&read(&["ids", "deltalake", &location]).expect("readers present")),
+            ("delta", _) => json_ids(&read(&["ids", "duckdb", &location]).expect("readers present")),
+            (_, "python") => {
+                let db = lake.join("catalog.db");
+                json_ids(&iceberg(&["ids", "pyiceberg", db.to_str().unwrap(), "bronze.kill"]).expect("readers present"))
+            }
+            _ => {
+                let db = lake.join("catalog.db");
+                json_ids(&iceberg(&["ids", "duckdb", db.to_str().unwrap(), "bronze.kill"]).expect("readers present"))
+            }
+        };
+        assert_exactly_once(&ids, 0..4_000);
+    }
+    assert_eq!(s3.show(lake)["last_committed"], 399);
+}
+
+#[test]
+fn killed_runs_with_checkpoint_and_delta_table_on_s3_land_every_id_once() {
+    kill_loop_with_everything_on_s3("delta");
+}
+
+#[test]
+fn killed_runs_with_checkpoint_and_iceberg_table_on_s3_land_every_id_once() {
+    kill_loop_with_everything_on_s3("iceberg");
 }
