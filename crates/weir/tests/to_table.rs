@@ -1,5 +1,6 @@
 //! `to_table`: a stream into a table by name, created when missing, read
-//! back by other engines; with the checkpoint on S3 too.
+//! back by other engines; with the checkpoint on S3 too, and with faults in
+//! the checkpoint's store.
 
 use weir::prelude::*;
 use weir_test_support::assert_exactly_once;
@@ -161,4 +162,93 @@ async fn a_query_with_its_checkpoint_on_s3_lands_every_id_once() {
     let ids = json_ids(&read(&["ids", "deltalake", table.to_str().unwrap()]).expect("readers present"));
     assert_exactly_once(&ids, 0..(last as i64 + 1) * 100);
     assert_eq!(checkpoint.status().await.unwrap().last_committed, Some(BatchId(last)));
+}
+
+/// The checkpoint's store fails 5% of its calls (half of the failed puts
+/// landing first): each run goes until a fault stops it with a retryable
+/// error that names the checkpoint, the next run resumes, and once 500
+/// batches are in, the table holds every id once.
+async fn checkpoint_faults_lose_and_repeat_nothing(format: TableFormat) {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use weir::checkpoint::{LeaseTiming, ObjectStoreCheckpoint};
+    use weir_test_support::faults::FaultyStore;
+
+    let Some(reader) = python() else { return };
+    let _ = reader;
+    let lake = tempfile::tempdir().unwrap();
+    let catalogs = Catalogs::new(weir::catalog::Config::embedded(lake.path()));
+    let options = || TableOptions::new().format(format);
+    let faulty = FaultyStore::new(Arc::new(object_store::memory::InMemory::new()));
+    let checkpoint = || {
+        let timing = LeaseTiming {
+            ttl: Duration::from_millis(1_500),
+            renew_every: Duration::from_millis(200),
+            clock_skew: Duration::from_millis(300),
+        };
+        let store = ObjectStoreCheckpoint::new(faulty.clone(), "chk".into(), "memory://chk")
+            .with_lease_timing(timing)
+            .unwrap();
+        Arc::new(store) as Arc<dyn weir::checkpoint::CheckpointStore>
+    };
+    let writer = |last: u64| {
+        read_stream(RateSource::rows_per_batch(10))
+            .write_stream()
+            .query_name("faults")
+            .checkpoint_store(checkpoint())
+            .stop_after_batch(BatchId(last))
+    };
+    faulty.random(0.05, 17);
+    let mut stops = 0;
+    loop {
+        let ran = match writer(499).to_table_in(&catalogs, "bronze.faults", options()).await {
+            Ok(q) => q.await_termination().await.map_err(|e| (e.to_string(), e.retryable())),
+            Err(e) => Err((e.to_string(), e.retryable())),
+        };
+        match ran {
+            Ok(()) => break,
+            Err((message, retryable)) => {
+                assert!(retryable, "a fault stopped the query for good: {message}");
+                assert!(message.contains("memory://chk"), "{message}");
+                stops += 1;
+                assert!(stops < 2_000, "no progress: {message}");
+            }
+        }
+    }
+    faulty.random(0.0, 0);
+    eprintln!("{format:?}: {stops} stops, {} faults", faulty.injected());
+    assert!(
+        stops >= 10 && faulty.injected() >= 10,
+        "{stops} stops, {} faults",
+        faulty.injected()
+    );
+    // Once more without faults: nothing left to do, and nothing repeated.
+    writer(499)
+        .to_table_in(&catalogs, "bronze.faults", options())
+        .await
+        .unwrap()
+        .await_termination()
+        .await
+        .unwrap();
+    let ids = match format {
+        TableFormat::Delta => {
+            let table = lake.path().join("warehouse/bronze/faults");
+            json_ids(&read(&["ids", "deltalake", table.to_str().unwrap()]).expect("readers present"))
+        }
+        _ => {
+            let db = lake.path().join("catalog.db");
+            json_ids(&iceberg(&["ids", "pyiceberg", db.to_str().unwrap(), "bronze.faults"]).expect("readers present"))
+        }
+    };
+    assert_exactly_once(&ids, 0..5_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_faults_lose_and_repeat_nothing_in_delta() {
+    checkpoint_faults_lose_and_repeat_nothing(TableFormat::Delta).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_faults_lose_and_repeat_nothing_in_iceberg() {
+    checkpoint_faults_lose_and_repeat_nothing(TableFormat::Iceberg).await;
 }
