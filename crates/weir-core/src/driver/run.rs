@@ -725,8 +725,11 @@ impl Driver {
             self.stream.source.commit(end).await?;
         }
         if let Some(old) = batch_id.0.checked_sub(self.retain) {
-            self.checkpoint.offsets().remove(BatchId(old)).await?;
-            self.checkpoint.commits().remove(BatchId(old)).await?;
+            // Both at once: on object storage each is a request.
+            futures::try_join!(
+                self.checkpoint.offsets().remove(BatchId(old)),
+                self.checkpoint.commits().remove(BatchId(old)),
+            )?;
         }
         // State files outlive a batch's log entries by a few batches: they
         // are swept together, every few batches.
