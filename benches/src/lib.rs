@@ -1,6 +1,7 @@
 //! Shared pieces of weir's benchmarks.
 
 pub mod kafka;
+pub mod s3;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
