@@ -38,8 +38,10 @@ struct Plan {
     /// Conditional puts overwrite, as a store without them does.
     unconditional: bool,
     partitioned: bool,
-    /// The rate of random faults and the generator's state.
-    random: Option<(f64, u64)>,
+    /// Random faults, when asked for.
+    random: Option<Chance>,
+    /// Random faults for puts only.
+    puts_only: bool,
     injected: u64,
 }
 
@@ -59,15 +61,37 @@ impl Plan {
                 return queue.remove(at).map(|(_, f)| f);
             }
         }
-        let (rate, state) = self.random.as_mut()?;
+        if self.puts_only && !matches!(call, Call::Put(_)) {
+            return None;
+        }
+        self.random.as_mut()?.draw()
+    }
+}
+
+/// Faults drawn at a fixed rate from a seed: the same seed gives the same
+/// sequence. Half of them are [`Fault::Fail`], half [`Fault::LandThenFail`].
+#[derive(Debug, Clone)]
+pub struct Chance {
+    rate: f64,
+    state: u64,
+}
+
+impl Chance {
+    /// A fault with probability `rate` per draw.
+    pub fn new(rate: f64, seed: u64) -> Chance {
+        Chance { rate, state: seed }
+    }
+
+    /// The next draw: a fault, or none.
+    pub fn draw(&mut self) -> Option<Fault> {
         // splitmix64: deterministic for a seed, good enough for a test.
-        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = *state;
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^= z >> 31;
         let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
-        if unit >= *rate {
+        if unit >= self.rate {
             return None;
         }
         Some(if (z & 1) == 0 { Fault::Fail } else { Fault::LandThenFail })
@@ -148,7 +172,16 @@ impl FaultyStore {
     /// From now on, each call fails with probability `rate` (half of the
     /// failed puts land first), drawn from `seed`; a rate of 0 stops it.
     pub fn random(&self, rate: f64, seed: u64) {
-        self.plan().random = (rate > 0.0).then_some((rate, seed));
+        let mut plan = self.plan();
+        plan.random = (rate > 0.0).then(|| Chance::new(rate, seed));
+        plan.puts_only = false;
+    }
+
+    /// As [`FaultyStore::random`], for puts alone: writes whose outcome is
+    /// unknown, while reads pass.
+    pub fn random_puts(&self, rate: f64, seed: u64) {
+        self.random(rate, seed);
+        self.plan().puts_only = true;
     }
 
     /// How many faults were injected so far.
