@@ -162,6 +162,7 @@ impl DeltaSinkError {
                 DeltaTableError::ObjectStore { source } => transient(source),
                 DeltaTableError::Io { source } => weir_core::permanent_io_kind(source).is_none(),
                 DeltaTableError::VersionAlreadyExists(_) => true,
+                DeltaTableError::KernelError(e) => kernel_transient(e),
                 DeltaTableError::Transaction { source } => matches!(
                     source,
                     TransactionError::MaxCommitAttempts(_)
@@ -192,6 +193,21 @@ pub(crate) fn transient(e: &object_store::Error) -> bool {
             | object_store::Error::InvalidPath { .. }
             | object_store::Error::NotSupported { .. }
     ) && weir_core::permanent_io_kind(e).is_none()
+}
+
+/// Whether a kernel error is a store's transient failure (the log read
+/// while a table loads goes through the kernel), however it is wrapped.
+pub(crate) fn kernel_transient(e: &buoyant_kernel::Error) -> bool {
+    use buoyant_kernel::Error as Kernel;
+    let store = |e: &(dyn std::error::Error + 'static)| e.downcast_ref::<object_store::Error>().is_some_and(transient);
+    match e {
+        Kernel::Backtraced { source, .. } => kernel_transient(source),
+        Kernel::ObjectStore(e) => transient(e),
+        Kernel::IOError(e) => weir_core::permanent_io_kind(e).is_none(),
+        Kernel::GenericError { source } => store(source.as_ref()),
+        Kernel::Parquet(parquet::errors::ParquetError::External(e)) => store(e.as_ref()),
+        _ => false,
+    }
 }
 
 impl From<DeltaSinkError> for weir_core::Error {
@@ -234,7 +250,7 @@ impl LogCheckpointError {
         match self {
             LogCheckpointError::Store(e) => transient(e),
             LogCheckpointError::Delta(deltalake::DeltaTableError::ObjectStore { source }) => transient(source),
-            LogCheckpointError::Kernel(buoyant_kernel::Error::ObjectStore(e)) => transient(e),
+            LogCheckpointError::Kernel(e) => kernel_transient(e),
             LogCheckpointError::Parquet(parquet::errors::ParquetError::External(e)) => {
                 e.downcast_ref::<object_store::Error>().is_some_and(transient)
             }
@@ -276,5 +292,25 @@ mod tests {
             },
         };
         assert!(!delta_io.retryable());
+    }
+
+    /// A table load reads the log through the kernel: a store's timeout
+    /// there is worth a retry, however the kernel wraps it; a missing file
+    /// or a bad log is not.
+    #[test]
+    fn a_store_timeout_inside_a_kernel_error_is_retryable() {
+        let kernel = |e: buoyant_kernel::Error| DeltaSinkError::Delta {
+            table: "t".into(),
+            source: DeltaTableError::KernelError(e),
+        };
+        let timeout = || local(ErrorKind::TimedOut);
+        assert!(kernel(buoyant_kernel::Error::ObjectStore(timeout())).retryable());
+        assert!(kernel(buoyant_kernel::Error::GenericError {
+            source: Box::new(timeout())
+        })
+        .retryable());
+        assert!(kernel(buoyant_kernel::Error::ObjectStore(timeout()).with_backtrace()).retryable());
+        assert!(!kernel(buoyant_kernel::Error::ObjectStore(local(ErrorKind::StorageFull))).retryable());
+        assert!(!kernel(buoyant_kernel::Error::generic("a malformed entry")).retryable());
     }
 }

@@ -2,6 +2,7 @@
 
 mod compact;
 mod conformance;
+mod faults;
 mod maintenance;
 mod readers;
 mod s3;

@@ -1,0 +1,150 @@
+//! A Delta query whose checkpoint store fails 5% of its calls at random and
+//! whose table store fails 5% of its puts (data files, log entries, log
+//! checkpoints), half of the failed puts landing first (a timeout after the
+//! request went out): every stop is retryable and says which
+//! store failed, the next run resumes, and after a run without faults the
+//! table holds every id once, read by Python deltalake and DuckDB.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, Once};
+use std::time::Duration;
+
+use deltalake::logstore::{
+    default_logstore, logstore_factories, object_store_factories, LogStore, LogStoreFactory, ObjectStoreFactory,
+    ObjectStoreRef, StorageConfig,
+};
+use deltalake::DeltaResult;
+use futures::TryStreamExt;
+use object_store::memory::InMemory;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore, ObjectStoreExt};
+use url::Url;
+use weir_core::checkpoint::{CheckpointStore, LeaseTiming, ObjectStoreCheckpoint};
+use weir_core::prelude::*;
+use weir_delta::DeltaSink;
+use weir_test_support::assert_exactly_once;
+use weir_test_support::faults::FaultyStore;
+use weir_test_support::readers::{json_ids, python};
+
+/// The stores behind `faulty-mem://NAME/`, by name.
+static STORES: Mutex<BTreeMap<String, Arc<FaultyStore>>> = Mutex::new(BTreeMap::new());
+
+/// Opens `faulty-mem://NAME/path` as `path` in the store registered for
+/// `NAME`.
+struct Factory;
+
+impl ObjectStoreFactory for Factory {
+    fn parse_url_opts(&self, url: &Url, _config: &StorageConfig) -> DeltaResult<(ObjectStoreRef, StorePath)> {
+        let host = url.host_str().unwrap_or_default();
+        let store = STORES.lock().unwrap().get(host).cloned().expect("a registered store");
+        Ok((store as ObjectStoreRef, StorePath::from(url.path())))
+    }
+}
+
+impl LogStoreFactory for Factory {
+    fn with_options(
+        &self,
+        prefixed_store: ObjectStoreRef,
+        root_store: ObjectStoreRef,
+        location: &Url,
+        options: &StorageConfig,
+    ) -> DeltaResult<Arc<dyn LogStore>> {
+        Ok(default_logstore(prefixed_store, root_store, location, options))
+    }
+}
+
+/// A table URL on a faulty in-memory store of its own.
+fn faulty_table(name: &str) -> (String, Arc<FaultyStore>) {
+    static REGISTER: Once = Once::new();
+    REGISTER.call_once(|| {
+        let scheme = Url::parse("faulty-mem://").unwrap();
+        object_store_factories().insert(scheme.clone(), Arc::new(Factory));
+        logstore_factories().insert(scheme, Arc::new(Factory));
+    });
+    let store = FaultyStore::new(Arc::new(InMemory::new()));
+    STORES.lock().unwrap().insert(name.to_string(), store.clone());
+    (format!("faulty-mem://{name}/table/"), store)
+}
+
+/// Copies every object of `store` under `prefix` into `dir`, for readers
+/// of local files.
+async fn copy_out(store: &dyn ObjectStore, prefix: &str, dir: &Path) {
+    let prefix = StorePath::from(prefix);
+    let listed: Vec<_> = store.list(Some(&prefix)).try_collect().await.unwrap();
+    for meta in listed {
+        let relative: Vec<_> = meta.location.prefix_match(&prefix).unwrap().collect();
+        let file = relative.iter().fold(dir.to_path_buf(), |p, part| p.join(part.as_ref()));
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        let bytes = store.get(&meta.location).await.unwrap().bytes().await.unwrap();
+        std::fs::write(file, bytes).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_and_checkpoint_faults_lose_and_repeat_nothing() {
+    if python().is_none() {
+        return;
+    }
+    let (url, table_store) = faulty_table("faults");
+    let checkpoint_store = FaultyStore::new(Arc::new(InMemory::new()));
+    let checkpoint = || {
+        let timing = LeaseTiming {
+            ttl: Duration::from_millis(1_500),
+            renew_every: Duration::from_millis(200),
+            clock_skew: Duration::from_millis(300),
+        };
+        let store = ObjectStoreCheckpoint::new(checkpoint_store.clone(), "chk".into(), "memory://chk")
+            .with_lease_timing(timing)
+            .unwrap();
+        Arc::new(store) as Arc<dyn CheckpointStore>
+    };
+    let run = || async {
+        let sink = DeltaSink::try_new(&url).map_err(|e| (e.to_string(), false))?;
+        let q = read_stream(RateSource::rows_per_batch(10))
+            .write_stream()
+            .query_name("faults")
+            .checkpoint_store(checkpoint())
+            .stop_after_batch(BatchId(499))
+            .start(sink)
+            .await
+            .map_err(|e| (e.to_string(), e.retryable()))?;
+        q.await_termination().await.map_err(|e| (e.to_string(), e.retryable()))
+    };
+    table_store.random_puts(0.05, 23);
+    checkpoint_store.random(0.05, 29);
+    let (mut stops, mut by_table) = (0, 0);
+    while let Err((message, retryable)) = run().await {
+        assert!(retryable, "a fault stopped the query for good: {message}");
+        if !message.contains("memory://chk") {
+            assert!(
+                message.contains("faulty-mem://"),
+                "a stop names neither store: {message}"
+            );
+            by_table += 1;
+        }
+        stops += 1;
+        assert!(stops < 3_000, "no progress: {message}");
+    }
+    table_store.random(0.0, 0);
+    checkpoint_store.random(0.0, 0);
+    eprintln!(
+        "{stops} stops ({by_table} by the table), {} table faults, {} checkpoint faults",
+        table_store.injected(),
+        checkpoint_store.injected()
+    );
+    assert!(
+        by_table >= 10 && stops - by_table >= 10,
+        "{stops} stops, {by_table} by the table"
+    );
+
+    // Once more without faults: nothing left to do, and nothing repeated.
+    run().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    copy_out(table_store.as_ref(), "table", dir.path()).await;
+    let table = dir.path().to_str().unwrap();
+    for reader in ["deltalake", "duckdb"] {
+        let ids = json_ids(&crate::readers::read(&["ids", reader, table]).expect("readers present"));
+        assert_exactly_once(&ids, 0..5_000);
+    }
+}
