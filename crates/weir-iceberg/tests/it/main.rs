@@ -3,6 +3,7 @@
 mod compact;
 mod conformance;
 mod expire;
+mod faults;
 mod orphans;
 mod rest;
 mod table;

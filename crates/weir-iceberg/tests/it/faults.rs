@@ -1,0 +1,175 @@
+//! An Iceberg query whose catalog and checkpoint store both fail 5% of
+//! their calls at random: catalog loads and swaps fail, and half of the
+//! failed swaps land first (a timeout after the catalog committed); the
+//! checkpoint's puts fail likewise. Every stop is retryable and says what
+//! failed, the next run resumes, and after a run without faults the table
+//! holds every id once, read by pyiceberg and DuckDB.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use iceberg::io::FileIO;
+use iceberg::spec::TableMetadata;
+use iceberg::{TableIdent, TableUpdate};
+use object_store::memory::InMemory;
+use weir_core::checkpoint::{CheckpointStore, LeaseTiming, ObjectStoreCheckpoint};
+use weir_core::prelude::*;
+use weir_iceberg::{Catalog, IcebergSink, IcebergSinkError, LoadedTable, Swap};
+use weir_test_support::faults::{Chance, Fault, FaultyStore};
+use weir_test_support::{assert_exactly_once, SinkHarness};
+
+use crate::compact::{ids, TABLE};
+use crate::conformance::sqlite_harness;
+
+/// A catalog whose loads and swaps fail at random; everything else goes
+/// to the SQL catalog.
+#[derive(Debug)]
+struct RandomFaults {
+    inner: Arc<dyn Catalog>,
+    chance: Mutex<Option<Chance>>,
+    injected: Mutex<u64>,
+}
+
+impl RandomFaults {
+    fn draw(&self) -> Option<Fault> {
+        let fault = self.chance.lock().unwrap().as_mut()?.draw();
+        if fault.is_some() {
+            *self.injected.lock().unwrap() += 1;
+        }
+        fault
+    }
+}
+
+/// The error a fault reports: transient, as a reset connection is.
+fn reset(operation: &str) -> IcebergSinkError {
+    IcebergSinkError::Catalog {
+        catalog: "faulty".into(),
+        operation: operation.into(),
+        source: Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "injected fault: connection reset",
+        )),
+        retryable: true,
+    }
+}
+
+#[async_trait]
+impl Catalog for RandomFaults {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn file_io(&self) -> &FileIO {
+        self.inner.file_io()
+    }
+    fn default_location(&self, ident: &TableIdent) -> String {
+        self.inner.default_location(ident)
+    }
+    fn storage_settings(&self) -> std::collections::HashMap<String, String> {
+        self.inner.storage_settings()
+    }
+    fn writes_metadata(&self) -> bool {
+        self.inner.writes_metadata()
+    }
+    async fn load(&self, ident: &TableIdent) -> Result<Option<LoadedTable>, IcebergSinkError> {
+        match self.draw() {
+            Some(_) => Err(reset("load")),
+            None => self.inner.load(ident).await,
+        }
+    }
+    async fn create(&self, ident: &TableIdent, metadata: TableMetadata) -> Result<LoadedTable, IcebergSinkError> {
+        self.inner.create(ident, metadata).await
+    }
+    async fn list(&self, namespace: Option<&[String]>) -> Result<Vec<TableIdent>, IcebergSinkError> {
+        self.inner.list(namespace).await
+    }
+    async fn drop_table(&self, ident: &TableIdent, purge: bool) -> Result<bool, IcebergSinkError> {
+        self.inner.drop_table(ident, purge).await
+    }
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        base: &LoadedTable,
+        metadata: TableMetadata,
+        changes: &[TableUpdate],
+    ) -> Result<Swap, IcebergSinkError> {
+        match self.draw() {
+            None | Some(Fault::Delay(_)) => self.inner.swap(ident, base, metadata, changes).await,
+            Some(Fault::Fail) => Err(reset("swap")),
+            Some(Fault::LandThenFail) => {
+                self.inner.swap(ident, base, metadata, changes).await?;
+                Err(reset("swap"))
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_and_checkpoint_faults_lose_and_repeat_nothing() {
+    let h = sqlite_harness().await;
+    if h.skip_reason().is_some() {
+        return;
+    }
+    let catalog = Arc::new(RandomFaults {
+        inner: h.catalog().await,
+        chance: Mutex::new(None),
+        injected: Mutex::new(0),
+    });
+    let checkpoint_store = FaultyStore::new(Arc::new(InMemory::new()));
+    let checkpoint = || {
+        let timing = LeaseTiming {
+            ttl: Duration::from_millis(1_500),
+            renew_every: Duration::from_millis(200),
+            clock_skew: Duration::from_millis(300),
+        };
+        let store = ObjectStoreCheckpoint::new(checkpoint_store.clone(), "chk".into(), "memory://chk")
+            .with_lease_timing(timing)
+            .unwrap();
+        Arc::new(store) as Arc<dyn CheckpointStore>
+    };
+    let run = || async {
+        let sink = IcebergSink::try_new(catalog.clone(), TABLE).map_err(|e| (e.to_string(), false))?;
+        let q = read_stream(RateSource::rows_per_batch(10))
+            .write_stream()
+            .query_name("faults")
+            .checkpoint_store(checkpoint())
+            .stop_after_batch(BatchId(499))
+            .start(sink)
+            .await
+            .map_err(|e| (e.to_string(), e.retryable()))?;
+        q.await_termination().await.map_err(|e| (e.to_string(), e.retryable()))
+    };
+    *catalog.chance.lock().unwrap() = Some(Chance::new(0.05, 31));
+    checkpoint_store.random(0.05, 37);
+    let (mut stops, mut by_catalog) = (0, 0);
+    while let Err((message, retryable)) = run().await {
+        assert!(retryable, "a fault stopped the query for good: {message}");
+        if !message.contains("memory://chk") {
+            assert!(
+                message.contains("catalog \"faulty\""),
+                "a stop names neither store: {message}"
+            );
+            by_catalog += 1;
+        }
+        stops += 1;
+        assert!(stops < 3_000, "no progress: {message}");
+    }
+    *catalog.chance.lock().unwrap() = None;
+    checkpoint_store.random(0.0, 0);
+    eprintln!(
+        "{stops} stops ({by_catalog} by the catalog), {} catalog faults, {} checkpoint faults",
+        catalog.injected.lock().unwrap(),
+        checkpoint_store.injected()
+    );
+    // A swap of unknown outcome does not stop the query: the commit loop
+    // reads the table back and tries again. The faults were met, and
+    // some of them (failed loads) stopped it.
+    assert!(
+        *catalog.injected.lock().unwrap() >= 10 && by_catalog >= 1 && stops - by_catalog >= 10,
+        "{stops} stops, {by_catalog} by the catalog"
+    );
+
+    // Once more without faults: nothing left to do, and nothing repeated.
+    run().await.unwrap();
+    assert_exactly_once(&ids(&h), 0..5_000);
+}
