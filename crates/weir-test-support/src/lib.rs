@@ -34,6 +34,7 @@ pub mod kafka;
 pub mod kill;
 pub mod memory;
 pub mod operators;
+pub mod proxy;
 pub mod readers;
 
 pub use conformance::{copy_dir, SinkHarness};

@@ -252,3 +252,118 @@ async fn checkpoint_faults_lose_and_repeat_nothing_in_delta() {
 async fn checkpoint_faults_lose_and_repeat_nothing_in_iceberg() {
     checkpoint_faults_lose_and_repeat_nothing(TableFormat::Iceberg).await;
 }
+
+/// The table's catalog (PostgreSQL), its store and the checkpoint's (both
+/// S3) reached through loopback proxies that cut every open connection at
+/// random moments, mid-request: each stop is retryable, the next run
+/// resumes, and once the proxies calm down and the run ends, the table
+/// holds every id once, read past the proxies by the format's Python
+/// reader.
+async fn network_cuts_lose_and_repeat_nothing(format: TableFormat) {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+    use weir::catalog::{CatalogConfig, Config};
+    use weir_test_support::proxy::TcpProxy;
+
+    let (Some(endpoint), Some(pg)) = (
+        weir_test_support::service("WEIR_TEST_S3_ENDPOINT"),
+        weir_test_support::service("WEIR_TEST_POSTGRES_URL"),
+    ) else {
+        return;
+    };
+    if python().is_none() {
+        return;
+    }
+    let s3_addr: SocketAddr = endpoint.trim_start_matches("http://").parse().expect("host:port");
+    let (pg_head, pg_tail) = pg.split_once('@').expect("postgres://USER@HOST:PORT/DB");
+    let (pg_host, pg_db) = pg_tail.split_once('/').expect("a database");
+    let pg_addr: SocketAddr = pg_host.parse().expect("host:port");
+    let mut s3 = TcpProxy::start(s3_addr).await.unwrap();
+    let mut postgres = TcpProxy::start(pg_addr).await.unwrap();
+    let pg_via = format!("{pg_head}@{}/{pg_db}", postgres.addr());
+
+    let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
+    let prefix = format!("s3://{bucket}/network/{}", uuid::Uuid::new_v4());
+    let env = |k: &str| std::env::var(k).unwrap_or_default();
+    let config = Config::empty().with_catalog(
+        "lake",
+        CatalogConfig::sql(pg_via, format!("{prefix}/warehouse"))
+            .with_format(format)
+            .with_storage("s3.endpoint", s3.http())
+            .with_storage("s3.region", "us-east-1")
+            .with_storage("s3.access-key-id", env("AWS_ACCESS_KEY_ID"))
+            .with_storage("s3.secret-access-key", env("AWS_SECRET_ACCESS_KEY")),
+    );
+    let catalogs = Catalogs::new(config);
+    let ns = format!("net_{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let name = format!("lake.{ns}.events");
+    let options = [
+        ("aws_endpoint".to_string(), s3.http()),
+        ("aws_allow_http".to_string(), "true".to_string()),
+        ("lease_ttl_ms".to_string(), "3000".to_string()),
+        ("lease_renew_ms".to_string(), "300".to_string()),
+        ("lease_clock_skew_ms".to_string(), "500".to_string()),
+    ];
+    let writer = || {
+        read_stream(RateSource::rows_per_batch(10))
+            .write_stream()
+            .query_name("network")
+            .checkpoint_location(format!("{prefix}/chk/"))
+            .checkpoint_options(options.clone())
+            .stop_after_batch(BatchId(199))
+    };
+    s3.cut_at_random(Duration::from_millis(400), 41);
+    postgres.cut_at_random(Duration::from_millis(700), 43);
+    let mut stops = 0;
+    loop {
+        let ran = match writer().to_table_in(&catalogs, &name, TableOptions::new()).await {
+            Ok(q) => q.await_termination().await.map_err(|e| (e.to_string(), e.retryable())),
+            Err(e) => Err((e.to_string(), e.retryable())),
+        };
+        match ran {
+            Ok(()) => break,
+            Err((message, retryable)) => {
+                assert!(retryable, "a cut connection stopped the query for good: {message}");
+                stops += 1;
+                assert!(stops < 1_000, "no progress: {message}");
+            }
+        }
+    }
+    s3.calm();
+    postgres.calm();
+    eprintln!(
+        "{format:?}: {stops} stops; {} S3 connections of {} cut open, {} PostgreSQL connections of {}",
+        s3.severed(),
+        s3.connections(),
+        postgres.severed(),
+        postgres.connections()
+    );
+    // The S3 client retries a request whose connection was cut, and the
+    // PostgreSQL pool connects again: most cuts, often all, pass unseen.
+    assert!(
+        s3.severed() >= 10 && postgres.severed() >= 1,
+        "too few connections cut to tell"
+    );
+    // Once more, calm: nothing left to do, and nothing repeated.
+    run(writer(), &name, Some((&catalogs, TableOptions::new())))
+        .await
+        .unwrap();
+    let ids = match format {
+        TableFormat::Delta => {
+            let location = catalogs.find(&name).await.unwrap().expect("the table").location;
+            json_ids(&read(&["ids", "deltalake", &location]).expect("readers present"))
+        }
+        _ => json_ids(&iceberg(&["ids", "pyiceberg", &pg, &format!("{ns}.events")]).expect("readers present")),
+    };
+    assert_exactly_once(&ids, 0..2_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_cuts_lose_and_repeat_nothing_in_delta() {
+    network_cuts_lose_and_repeat_nothing(TableFormat::Delta).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_cuts_lose_and_repeat_nothing_in_iceberg() {
+    network_cuts_lose_and_repeat_nothing(TableFormat::Iceberg).await;
+}
