@@ -7,3 +7,4 @@ mod files;
 mod kafka;
 mod memory;
 mod s3_checkpoint;
+mod shared_table;

@@ -3,51 +3,15 @@
 //! paused past its lease's expiry, and kills with the table on S3 too.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 use weir_test_support::assert_exactly_once;
 
+use crate::common::s3::s3;
 use crate::common::*;
 use weir_test_support::readers::{iceberg, json_ids, read};
-
-/// A checkpoint URL of its own on the test S3, and the command's options
-/// for it (the lease short, for the tests).
-struct S3 {
-    endpoint: String,
-    chk: String,
-}
-
-fn s3(name: &str) -> Option<S3> {
-    let endpoint = weir_test_support::service("WEIR_TEST_S3_ENDPOINT")?;
-    let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
-    let chk = format!("s3://{bucket}/cli-checkpoints/{}/{name}/", uuid::Uuid::new_v4());
-    Some(S3 { endpoint, chk })
-}
-
-impl S3 {
-    /// `weir` on `lake` with the store configured from the environment,
-    /// as a user would.
-    fn weir(&self, lake: &Path) -> Command {
-        let mut command = weir(lake);
-        command
-            .env("AWS_ENDPOINT", &self.endpoint)
-            .env("AWS_ALLOW_HTTP", "true");
-        command
-    }
-
-    fn show(&self, lake: &Path) -> Value {
-        let out = self
-            .weir(lake)
-            .args(["checkpoint", "show", &self.chk, "--json"])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        json_lines(&String::from_utf8(out.stdout).unwrap()).remove(0)
-    }
-}
 
 /// Killed at spread-out moments 36 times: each restart takes the killed
 /// run's lease at once (its process is gone), and the table holds every id
@@ -188,44 +152,6 @@ fn a_paused_holder_is_replaced_and_resumed_writes_nothing() {
     assert_exactly_once(&delta_ids(&lake.join("weir-lake/warehouse/bronze/paused")), 0..600);
 }
 
-/// A configuration whose catalog (SQLite, in `lake`) keeps its tables on
-/// the test S3, in `format`.
-fn s3_tables_config(lake: &Path, s3: &S3, format: &str) -> std::path::PathBuf {
-    let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
-    let config = format!(
-        r#"default_catalog = "lake"
-
-[catalogs.lake]
-type = "sql"
-uri = "sqlite://{}/catalog.db"
-warehouse = "s3://{bucket}/cli-tables/{}/warehouse"
-format = "{format}"
-
-[catalogs.lake.storage]
-"s3.endpoint" = "{}"
-"s3.region" = "us-east-1"
-"s3.access-key-id" = "${{AWS_ACCESS_KEY_ID}}"
-"s3.secret-access-key" = "${{AWS_SECRET_ACCESS_KEY}}"
-"#,
-        lake.display(),
-        uuid::Uuid::new_v4(),
-        s3.endpoint
-    );
-    let file = lake.join("weir.toml");
-    std::fs::write(&file, config).unwrap();
-    file
-}
-
-/// `weir` with `config`, and the checkpoint's store from the environment.
-fn weir_with(config: &Path, s3: &S3) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
-    command
-        .env("WEIR_CONFIG", config)
-        .env("AWS_ENDPOINT", &s3.endpoint)
-        .env("AWS_ALLOW_HTTP", "true");
-    command
-}
-
 /// Checkpoint and table both on S3, killed 30 times or more: every id once,
 /// read by the format's Python reader and by DuckDB.
 fn kill_loop_with_everything_on_s3(format: &str) {
@@ -234,7 +160,7 @@ fn kill_loop_with_everything_on_s3(format: &str) {
     };
     let Some(dir) = lake_with_readers() else { return };
     let lake = dir.path();
-    let config = s3_tables_config(lake, &s3, format);
+    let config = s3.tables_config(lake, &format!("sqlite://{}/catalog.db", lake.display()), format);
     let args = [
         "stream",
         "--from",
@@ -252,7 +178,8 @@ fn kill_loop_with_everything_on_s3(format: &str) {
     ];
     let mut killed = 0;
     for i in 0..34u64 {
-        let mut child = weir_with(&config, &s3)
+        let mut child = s3
+            .weir_with(&config)
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -272,10 +199,11 @@ fn kill_loop_with_everything_on_s3(format: &str) {
         before.is_some_and(|b| b >= 10),
         "killed runs committed up to {before:?}"
     );
-    let out = weir_with(&config, &s3).args(args).output().unwrap();
+    let out = s3.weir_with(&config).args(args).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
-    let described = weir_with(&config, &s3)
+    let described = s3
+        .weir_with(&config)
         .args(["describe", "bronze.kill", "--json"])
         .output()
         .unwrap();

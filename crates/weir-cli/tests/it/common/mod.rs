@@ -6,6 +6,8 @@ use std::process::{Command, Output};
 use serde_json::Value;
 use weir_test_support::readers::{json_ids, python, read};
 
+pub mod s3;
+
 /// A lake directory, if the independent readers are installed (outside CI
 /// they may be missing).
 pub fn lake_with_readers() -> Option<tempfile::TempDir> {

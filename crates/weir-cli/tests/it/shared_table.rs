@@ -1,0 +1,213 @@
+//! Several `weir stream` processes, each a query of its own with its own
+//! checkpoint, append to one table on S3 through one PostgreSQL catalog:
+//! killed at random, restarted, and each process's ids are in the table
+//! once.
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use weir_test_support::assert_exactly_once;
+use weir_test_support::readers::{iceberg, json_ids, read};
+
+use crate::common::s3::s3;
+use crate::common::*;
+
+/// Processes on the table.
+const WRITERS: i64 = 3;
+/// Input files per process, and rows per file.
+const FILES: i64 = 400;
+const ROWS: i64 = 10;
+
+/// Writes process `w`'s input: files of ids `w * FILES * ROWS ..`, so
+/// the processes' ids never meet.
+fn write_input(dir: &Path, w: i64) {
+    std::fs::create_dir_all(dir).unwrap();
+    for f in 0..FILES {
+        let first = (w * FILES + f) * ROWS;
+        let lines: Vec<String> = (first..first + ROWS)
+            .map(|i| format!(r#"{{"event_id": {i}, "writer": {w}, "amount": {}.25}}"#, i % 100))
+            .collect();
+        std::fs::write(dir.join(format!("part-{f:03}.json")), lines.join("\n") + "\n").unwrap();
+    }
+}
+
+struct Writer {
+    input: std::path::PathBuf,
+    chk: String,
+    name: String,
+}
+
+impl Writer {
+    fn args<'a>(&'a self, table: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+        let mut args = vec![
+            "stream",
+            "--from",
+            "files",
+            "--path",
+            self.input.to_str().unwrap(),
+            "--file-format",
+            "json",
+            "--max-files-per-batch",
+            "1",
+            "--to",
+            table,
+            "--query-name",
+            &self.name,
+            "--checkpoint",
+            &self.chk,
+            "--progress",
+            "none",
+        ];
+        args.extend_from_slice(extra);
+        args
+    }
+}
+
+/// The PostgreSQL catalog's URL, or `None` outside the test script.
+fn postgres() -> Option<String> {
+    weir_test_support::service("WEIR_TEST_POSTGRES_URL")
+}
+
+/// Three processes start together on a table that does not exist yet, and
+/// are killed at staggered random moments twelve times each; then each
+/// runs to the end of its input. Every id is in the table once, read by
+/// the format's Python reader and by DuckDB, and each query's marker is
+/// its last batch.
+fn writers_killed_at_random(format: &str) {
+    let Some(s3) = s3(&format!("shared-{format}")) else {
+        return;
+    };
+    let Some(pg) = postgres() else { return };
+    let Some(dir) = lake_with_readers() else { return };
+    let lake = dir.path();
+    let config = s3.tables_config(lake, &pg, format);
+    // A namespace of the test's own in the shared database.
+    let table = format!("shared_{}.events", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let writers: Vec<Writer> = (0..WRITERS)
+        .map(|w| {
+            let input = lake.join(format!("input-{w}"));
+            write_input(&input, w);
+            Writer {
+                input,
+                chk: s3.checkpoint(&format!("w{w}")),
+                name: format!("writer-{w}"),
+            }
+        })
+        .collect();
+
+    // WEIR_KILL_SEED repeats a run's kill moments.
+    let seed: u64 = std::env::var("WEIR_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7);
+    eprintln!("{format}: kill seed {seed}");
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64 ^ seed;
+    let mut next = move |below: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % below
+    };
+    let mut killed = 0;
+    for _round in 0..12 {
+        let mut children: Vec<(Child, u64)> = writers
+            .iter()
+            .map(|w| {
+                let child = s3
+                    .weir_with(&config)
+                    .args(w.args(&table, &[]))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap();
+                (child, 200 + next(900))
+            })
+            .collect();
+        children.sort_by_key(|(_, at)| *at);
+        let mut waited = 0;
+        for (child, at) in &mut children {
+            std::thread::sleep(Duration::from_millis(*at - waited));
+            waited = *at;
+            if child.try_wait().unwrap().is_none() {
+                child.kill().unwrap();
+                killed += 1;
+            }
+            child.wait().unwrap();
+        }
+    }
+    assert!(killed >= 30, "only {killed} runs were killed mid-way");
+    let committed: Vec<Option<u64>> = writers
+        .iter()
+        .map(|w| s3.show_at(lake, &w.chk)["last_committed"].as_u64())
+        .collect();
+    eprintln!("{format}: {killed} kills; batches committed by the killed runs: {committed:?}");
+    assert!(
+        committed.iter().all(|c| c.is_some()),
+        "a writer committed nothing: {committed:?}"
+    );
+
+    // Each runs to the end of its input, beside the others: none fails on
+    // the others' commits.
+    let finals: Vec<Child> = writers
+        .iter()
+        .map(|w| {
+            s3.weir_with(&config)
+                .args(w.args(&table, &["--available-now"]))
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in finals {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    let described = s3
+        .weir_with(&config)
+        .args(["describe", &table, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        described.status.success(),
+        "{}",
+        String::from_utf8_lossy(&described.stderr)
+    );
+    let described: Value = serde_json::from_slice(&described.stdout).unwrap();
+    for w in &writers {
+        let status = s3.show_at(lake, &w.chk);
+        assert_eq!(status["last_committed"], FILES - 1, "{status}");
+        let marker = described["queries"]
+            .as_array()
+            .expect("queries")
+            .iter()
+            .find(|q| q["query_name"] == w.name.as_str())
+            .unwrap_or_else(|| panic!("no marker of {}: {described}", w.name));
+        assert_eq!(marker["batch_id"], FILES - 1, "{described}");
+    }
+    let location = described["location"].as_str().expect("a location").to_string();
+    assert!(location.starts_with("s3://"), "{described}");
+    let all = 0..WRITERS * FILES * ROWS;
+    for reader in ["python", "duckdb"] {
+        let ids = match (format, reader) {
+            ("delta", "python") => read(&["ids", "deltalake", &location]),
+            ("delta", _) => read(&["ids", "duckdb", &location]),
+            (_, "python") => iceberg(&["ids", "pyiceberg", &pg, &table]),
+            _ => iceberg(&["ids", "duckdb", &pg, &table]),
+        };
+        assert_exactly_once(&json_ids(&ids.expect("readers present")), all.clone());
+    }
+}
+
+#[test]
+fn three_processes_on_one_delta_table_on_s3_killed_at_random_land_every_id_once() {
+    writers_killed_at_random("delta");
+}
+
+#[test]
+fn three_processes_on_one_iceberg_table_on_s3_killed_at_random_land_every_id_once() {
+    writers_killed_at_random("iceberg");
+}
