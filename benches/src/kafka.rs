@@ -1,21 +1,16 @@
 //! A broker and a topic of payments for the benchmarks that read Kafka.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-
 use rdkafka::producer::BaseRecord;
 use weir_test_support::kafka;
+
+use crate::service::Started;
 
 /// The broker: the suite's (`WEIR_TEST_KAFKA_BOOTSTRAP`), or one started
 /// for this run with `scripts/services/kafka.sh` and stopped when dropped.
 pub struct Broker {
     /// Its address.
     pub bootstrap: String,
-    started: Option<tempfile::TempDir>,
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    _started: Option<Started>,
 }
 
 impl Broker {
@@ -24,37 +19,17 @@ impl Broker {
         if let Ok(bootstrap) = std::env::var("WEIR_TEST_KAFKA_BOOTSTRAP") {
             return Broker {
                 bootstrap,
-                started: None,
+                _started: None,
             };
         }
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new(workspace().join("scripts/services/kafka.sh"))
-            .arg("start")
-            .arg(dir.path())
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("scripts/services/kafka.sh runs");
-        assert!(out.status.success(), "Kafka did not start");
-        let exports = String::from_utf8(out.stdout).unwrap();
+        let (started, exports) = Started::start("kafka");
         let bootstrap = exports
-            .lines()
-            .find_map(|l| l.strip_prefix("export WEIR_TEST_KAFKA_BOOTSTRAP="))
-            .expect("the broker's address")
-            .to_string();
+            .into_iter()
+            .find_map(|(k, v)| (k == "WEIR_TEST_KAFKA_BOOTSTRAP").then_some(v))
+            .expect("the broker's address");
         Broker {
             bootstrap,
-            started: Some(dir),
-        }
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.started {
-            let _ = Command::new(workspace().join("scripts/services/kafka.sh"))
-                .arg("stop")
-                .arg(dir.path())
-                .status();
+            _started: Some(started),
         }
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod kafka;
 pub mod s3;
+pub mod service;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
