@@ -214,6 +214,12 @@ fn run(weir: &Path, setup: Setup, writers: usize, commits: u64, s3: &S3Service, 
     // batch to the first writer's last.
     let from = done.iter().map(|w| w.done[4]).fold(f64::MIN, f64::max);
     let to = done.iter().map(|w| *w.done.last().unwrap()).fold(f64::MAX, f64::min);
+    assert!(
+        to - from > 1.0,
+        "the {writers} writers overlapped for {:.2} s only (first and last batch of each: {:?}); raise WEIR_BENCH_COMMITS",
+        to - from,
+        done.iter().map(|w| (w.done[0], *w.done.last().unwrap())).collect::<Vec<_>>()
+    );
     let within = done
         .iter()
         .flat_map(|w| &w.done)
