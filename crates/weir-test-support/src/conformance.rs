@@ -4,6 +4,7 @@
 //! event ids equal to offsets), and reads the table back through the
 //! harness, checking every event id exactly once.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,8 @@ use std::time::Duration;
 use arrow_array::RecordBatch;
 use async_trait::async_trait;
 use futures::TryStreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
 use weir_core::crash::{CrashPoint, CrashPoints};
 use weir_core::protocol::{Refusal, SinkMarker};
 use weir_core::sink::{BatchContext, CommitMessage, CommitOutcome, QueryInfo, Sink};
@@ -53,28 +56,167 @@ pub trait SinkHarness: Send + Sync {
     fn skip_reason(&self) -> Option<String> {
         None
     }
+
+    /// Where the cases keep their checkpoints: a new local directory for
+    /// each unless the harness names object storage, where each case takes
+    /// a fresh prefix under it.
+    fn checkpoints(&self) -> Option<ObjectCheckpoints> {
+        None
+    }
+}
+
+/// Checkpoints on object storage: a URL prefix (`s3://bucket/prefix`), the
+/// options a query opens it with, and the bucket's store, to copy and
+/// inspect checkpoints behind the query's back.
+#[derive(Clone)]
+pub struct ObjectCheckpoints {
+    /// The store of the URL's bucket (the URL's path is a path in it).
+    pub store: Arc<dyn ObjectStore>,
+    /// The prefix under which every case makes its checkpoints.
+    pub url: String,
+    /// The query's `checkpoint_options`.
+    pub options: HashMap<String, String>,
+}
+
+#[cfg(feature = "s3")]
+impl ObjectCheckpoints {
+    /// Checkpoints under `s3://bucket/prefix` on the S3 at `endpoint`
+    /// (plain HTTP), with the credentials and region of the environment,
+    /// and a lease short enough for a case to see it pass on.
+    pub fn s3(endpoint: &str, bucket: &str, prefix: &str) -> Self {
+        let store = object_store::aws::AmazonS3Builder::from_env()
+            .with_endpoint(endpoint)
+            .with_allow_http(true)
+            .with_bucket_name(bucket)
+            .build()
+            .expect("an S3 store");
+        let options = [
+            ("aws_endpoint", endpoint),
+            ("aws_allow_http", "true"),
+            ("lease_ttl_ms", "6000"),
+            ("lease_renew_ms", "500"),
+            ("lease_clock_skew_ms", "1000"),
+        ];
+        Self {
+            store: Arc::new(store),
+            url: format!("s3://{bucket}/{}", prefix.trim_matches('/')),
+            options: options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+}
+
+/// One case's checkpoint: a local directory or a fresh prefix on object
+/// storage.
+pub struct CaseCheckpoint {
+    dir: Option<tempfile::TempDir>,
+    object: Option<(ObjectCheckpoints, String)>,
+}
+
+impl CaseCheckpoint {
+    /// A new, empty checkpoint where the harness keeps them.
+    pub fn new(h: &dyn SinkHarness) -> Self {
+        match h.checkpoints() {
+            None => Self {
+                dir: Some(tempfile::tempdir().expect("tempdir")),
+                object: None,
+            },
+            Some(objects) => {
+                let url = format!("{}/{}", objects.url.trim_end_matches('/'), uuid::Uuid::new_v4());
+                Self {
+                    dir: None,
+                    object: Some((objects, url)),
+                }
+            }
+        }
+    }
+
+    /// The location a query is given.
+    pub fn location(&self) -> String {
+        match (&self.dir, &self.object) {
+            (Some(dir), _) => dir.path().to_string_lossy().into_owned(),
+            (None, Some((_, url))) => url.clone(),
+            (None, None) => unreachable!("a checkpoint is a directory or a prefix"),
+        }
+    }
+
+    /// `writer` with this checkpoint as its location.
+    pub fn on(&self, writer: StreamWriter) -> StreamWriter {
+        let writer = writer.checkpoint_location(self.location());
+        match &self.object {
+            Some((objects, _)) => writer.checkpoint_options(objects.options.clone()),
+            None => writer,
+        }
+    }
+
+    /// The object path of the checkpoint's `relative` file in its store.
+    fn object_path(&self, relative: &str) -> Option<(Arc<dyn ObjectStore>, ObjectPath)> {
+        let (objects, url) = self.object.as_ref()?;
+        let url = url::Url::parse(url).expect("a checkpoint URL");
+        let root = url.path().trim_matches('/');
+        let path = if relative.is_empty() {
+            root.to_string()
+        } else {
+            format!("{root}/{relative}")
+        };
+        Some((objects.store.clone(), ObjectPath::from(path)))
+    }
+
+    /// Whether the checkpoint holds the file `relative` (as `commits/1`).
+    pub async fn has(&self, relative: &str) -> bool {
+        match self.object_path(relative) {
+            None => self.dir.as_ref().expect("a directory").path().join(relative).exists(),
+            Some((store, path)) => match store.head(&path).await {
+                Ok(_) => true,
+                Err(object_store::Error::NotFound { .. }) => false,
+                Err(e) => panic!("head {path}: {e}"),
+            },
+        }
+    }
+
+    /// Copies this checkpoint into `to` (an old copy of it), as a restore
+    /// from a backup would.
+    pub async fn copy_to(&self, to: &CaseCheckpoint) {
+        match (self.object_path(""), to.object_path("")) {
+            (None, None) => copy_dir(
+                self.dir.as_ref().expect("a directory").path(),
+                to.dir.as_ref().expect("a directory").path(),
+            ),
+            (Some((store, from)), Some((_, into))) => {
+                let files: Vec<_> = store
+                    .list(Some(&from))
+                    .try_collect()
+                    .await
+                    .expect("list the checkpoint");
+                for file in files {
+                    let relative: Vec<_> = file.location.prefix_match(&from).expect("under the checkpoint").collect();
+                    let target = relative.into_iter().fold(into.clone(), |p, part| p.join(part));
+                    store.copy(&file.location, &target).await.expect("copy a checkpoint file");
+                }
+            }
+            _ => unreachable!("both checkpoints are where the harness keeps them"),
+        }
+    }
 }
 
 const ROWS: u64 = 100;
 const NAME: &str = "conformance";
 
-fn query(checkpoint: &Path) -> StreamWriter {
+fn query(checkpoint: &CaseCheckpoint) -> StreamWriter {
     query_of(read_stream(RateSource::rows_per_batch(ROWS)), checkpoint)
 }
 
 /// The conformance query's settings on `stream`.
-fn query_of(stream: ReadStream, checkpoint: &Path) -> StreamWriter {
-    stream
-        .write_stream()
+fn query_of(stream: ReadStream, checkpoint: &CaseCheckpoint) -> StreamWriter {
+    checkpoint
+        .on(stream.write_stream())
         .query_name(NAME)
-        .checkpoint_location(checkpoint)
         .trigger(Trigger::processing_time(Duration::ZERO))
         .writer_parallelism(2)
 }
 
 /// The query with each id's count as its result: an aggregation, for the
 /// modes that need one.
-fn counted(checkpoint: &Path) -> StreamWriter {
+fn counted(checkpoint: &CaseCheckpoint) -> StreamWriter {
     let stream = read_stream(RateSource::rows_per_batch(ROWS)).with_operator(CountByKey::new("ids", "event_id"));
     query_of(stream, checkpoint)
 }
@@ -82,9 +224,9 @@ fn counted(checkpoint: &Path) -> StreamWriter {
 /// Update mode hands the sink each batch's changed groups (here each id
 /// once, as ids never repeat), or is refused.
 pub async fn update_mode_is_honoured_or_refused(h: &dyn SinkHarness) {
-    let chk = tempfile::tempdir().expect("tempdir");
+    let chk = CaseCheckpoint::new(h);
     let supported = h.sink().await.check_output_mode(OutputMode::Update).is_ok();
-    let result = run_to(h, counted(chk.path()).output_mode(OutputMode::Update), 2).await;
+    let result = run_to(h, counted(&chk).output_mode(OutputMode::Update), 2).await;
     if supported {
         result.expect("update mode");
         assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..3));
@@ -100,7 +242,7 @@ pub async fn update_mode_is_honoured_or_refused(h: &dyn SinkHarness) {
             "{result:?}"
         );
         // Refused before the sink was prepared or the checkpoint written.
-        assert!(!chk.path().join("metadata").exists());
+        assert!(!chk.has("metadata").await);
     }
 }
 
@@ -109,9 +251,9 @@ pub async fn update_mode_is_honoured_or_refused(h: &dyn SinkHarness) {
 /// its latest count, one that logs changes holds each batch's change; or
 /// the mode is refused.
 pub async fn update_mode_replaces_or_logs_changed_groups(h: &dyn SinkHarness) {
-    let chk = tempfile::tempdir().expect("tempdir");
+    let chk = CaseCheckpoint::new(h);
     let stream = crate::operators::counted_groups(ROWS, 7);
-    let writer = query_of(stream, chk.path()).output_mode(OutputMode::Update);
+    let writer = query_of(stream, &chk).output_mode(OutputMode::Update);
     if h.sink().await.check_output_mode(OutputMode::Update).is_err() {
         let result = run_to(h, writer, 2).await;
         assert!(matches!(result, Err(Error::UnsupportedOutputMode { .. })), "{result:?}");
@@ -214,10 +356,10 @@ async fn write_batch(sink: &dyn Sink, ctx: &BatchContext) -> Vec<CommitMessage> 
 
 /// Batches run, stop and restart: every row once.
 pub async fn every_batch_once_across_restarts(h: &dyn SinkHarness) {
-    let chk = tempfile::tempdir().expect("tempdir");
-    run_to(h, query(chk.path()), 2).await.expect("first run");
+    let chk = CaseCheckpoint::new(h);
+    run_to(h, query(&chk), 2).await.expect("first run");
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..3));
-    run_to(h, query(chk.path()), 5).await.expect("second run");
+    run_to(h, query(&chk), 5).await.expect("second run");
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..6));
 }
 
@@ -272,12 +414,12 @@ pub async fn racing_commits_of_one_batch_commit_once(h: &dyn SinkHarness) {
 /// A batch whose rows are all filtered out still moves the marker, so a
 /// restart resumes after it.
 pub async fn empty_batch_commits_the_marker(h: &dyn SinkHarness) {
-    let chk = tempfile::tempdir().expect("tempdir");
-    let drop_all = read_stream(RateSource::rows_per_batch(ROWS))
-        .map_batches(|b| Ok(b.slice(0, 0)))
-        .write_stream()
-        .query_name(NAME)
-        .checkpoint_location(chk.path());
+    let chk = CaseCheckpoint::new(h);
+    let drop_all = chk
+        .on(read_stream(RateSource::rows_per_batch(ROWS))
+            .map_batches(|b| Ok(b.slice(0, 0)))
+            .write_stream())
+        .query_name(NAME);
     run_to(h, drop_all, 1).await.expect("empty batches");
     let sink = h.sink().await;
     let marker = sink
@@ -287,7 +429,7 @@ pub async fn empty_batch_commits_the_marker(h: &dyn SinkHarness) {
         .expect("the empty batches set a marker");
     assert_eq!(marker.batch_id, BatchId(1));
     assert!(h.read_event_ids().await.is_empty());
-    run_to(h, query(chk.path()), 2).await.expect("resume");
+    run_to(h, query(&chk), 2).await.expect("resume");
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(2..3));
 }
 
@@ -296,7 +438,7 @@ pub async fn empty_batch_commits_the_marker(h: &dyn SinkHarness) {
 /// batch again instead of replaying its logged offsets would lose or repeat
 /// them.
 pub async fn crash_at_every_point_then_restart_is_exactly_once(h: &dyn SinkHarness) {
-    let chk = tempfile::tempdir().expect("tempdir");
+    let chk = CaseCheckpoint::new(h);
     let input = MemoryStream::new(RateSource::output_schema());
     let mut chunks = 0u64;
     let mut add_chunk = || {
@@ -307,10 +449,8 @@ pub async fn crash_at_every_point_then_restart_is_exactly_once(h: &dyn SinkHarne
         chunks
     };
     let growing = || {
-        read_stream(input.clone())
-            .write_stream()
+        chk.on(read_stream(input.clone()).write_stream())
             .query_name(NAME)
-            .checkpoint_location(chk.path())
             .writer_parallelism(2)
     };
     let mut batch = 0u64;
@@ -337,11 +477,11 @@ pub async fn crash_at_every_point_then_restart_is_exactly_once(h: &dyn SinkHarne
 /// The sink committed but `commits/N` was never written: the restart
 /// records the batch from the sink's marker instead of running it again.
 pub async fn sink_commit_without_commit_log_is_recorded_not_rerun(h: &dyn SinkHarness) {
-    let chk = tempfile::tempdir().expect("tempdir");
+    let chk = CaseCheckpoint::new(h);
     let armed =
-        query(chk.path()).crash_points(CrashPoints::new().fail_at(CrashPoint::AfterSinkCommit, Some(BatchId(1))));
+        query(&chk).crash_points(CrashPoints::new().fail_at(CrashPoint::AfterSinkCommit, Some(BatchId(1))));
     assert!(matches!(run_to(h, armed, 3).await, Err(Error::InjectedCrash { .. })));
-    let q = query(chk.path())
+    let q = query(&chk)
         .stop_after_batch(BatchId(3))
         .start_arc(h.sink().await)
         .await
@@ -353,18 +493,18 @@ pub async fn sink_commit_without_commit_log_is_recorded_not_rerun(h: &dyn SinkHa
         vec![BatchId(2), BatchId(3)],
         "batch 1 is recorded, not run again"
     );
-    assert!(chk.path().join("commits/1").exists());
+    assert!(chk.has("commits/1").await);
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..4));
 }
 
 /// I5: a second query on a checkpoint in use is refused.
 pub async fn second_query_on_a_checkpoint_is_refused(h: &dyn SinkHarness) {
-    let chk = tempfile::tempdir().expect("tempdir");
-    let slow = || query(chk.path()).trigger(Trigger::processing_time(Duration::from_secs(3600)));
+    let chk = CaseCheckpoint::new(h);
+    let slow = || query(&chk).trigger(Trigger::processing_time(Duration::from_secs(3600)));
     let first = slow().start_arc(h.sink().await).await.expect("first query");
     match slow().start_arc(h.sink().await).await {
         Err(Error::CheckpointInUse { location, owner }) => {
-            assert!(location.contains(&*chk.path().to_string_lossy()));
+            assert!(location.contains(chk.location().trim_end_matches('/')), "{location}");
             assert!(owner.contains(&first.run_id().to_string()), "names the holder: {owner}");
         }
         other => panic!("expected CheckpointInUse, got {other:?}"),
@@ -394,17 +534,14 @@ async fn wait_for_batch(q: &weir_core::StreamingQuery) {
 /// I4b: a new checkpoint for a name with output under another query id is
 /// refused; the explicit takeover continues after the old marker.
 pub async fn deleted_checkpoint_is_refused_then_taken_over(h: &dyn SinkHarness) {
-    let (old, new) = (
-        tempfile::tempdir().expect("tempdir"),
-        tempfile::tempdir().expect("tempdir"),
-    );
-    run_to(h, query(old.path()), 1).await.expect("old checkpoint");
-    let r = refusal(run_to(h, query(new.path()), 3).await);
+    let (old, new) = (CaseCheckpoint::new(h), CaseCheckpoint::new(h));
+    run_to(h, query(&old), 1).await.expect("old checkpoint");
+    let r = refusal(run_to(h, query(&new), 3).await);
     assert!(matches!(r, Refusal::OutputOfAnotherQuery { .. }), "{r}");
     assert!(r.to_string().contains("take_over_output"));
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..2));
 
-    run_to(h, query(new.path()).take_over_output(true), 3)
+    run_to(h, query(&new).take_over_output(true), 3)
         .await
         .expect("take over");
     let marker = h
@@ -422,7 +559,7 @@ pub async fn deleted_checkpoint_is_refused_then_taken_over(h: &dyn SinkHarness) 
     let expected: Vec<i64> = ids_of_batches(0..2).flat_map(|i| [i, i]).collect();
     assert_eq!(ids, expected);
 
-    let r = refusal(run_to(h, query(old.path()), 5).await);
+    let r = refusal(run_to(h, query(&old), 5).await);
     assert!(
         matches!(r, Refusal::OutputOfAnotherQuery { .. }),
         "the old checkpoint is now refused: {r}"
@@ -431,14 +568,11 @@ pub async fn deleted_checkpoint_is_refused_then_taken_over(h: &dyn SinkHarness) 
 
 /// I4 (T > P): an old copy of the checkpoint is refused.
 pub async fn old_checkpoint_copy_is_refused(h: &dyn SinkHarness) {
-    let (chk, copy) = (
-        tempfile::tempdir().expect("tempdir"),
-        tempfile::tempdir().expect("tempdir"),
-    );
-    run_to(h, query(chk.path()), 1).await.expect("run");
-    copy_dir(chk.path(), copy.path());
-    run_to(h, query(chk.path()), 3).await.expect("run on");
-    let r = refusal(run_to(h, query(copy.path()), 5).await);
+    let (chk, copy) = (CaseCheckpoint::new(h), CaseCheckpoint::new(h));
+    run_to(h, query(&chk), 1).await.expect("run");
+    chk.copy_to(&copy).await;
+    run_to(h, query(&chk), 3).await.expect("run on");
+    let r = refusal(run_to(h, query(&copy), 5).await);
     assert!(
         matches!(
             r,
@@ -456,16 +590,16 @@ pub async fn old_checkpoint_copy_is_refused(h: &dyn SinkHarness) {
 /// I4 (T < C): a table that lost committed batches is refused. A sink whose
 /// tables have ids sees a re-created table as another table (I6).
 pub async fn lost_table_is_refused(h: &dyn SinkHarness) {
-    let chk = tempfile::tempdir().expect("tempdir");
-    run_to(h, query(chk.path()), 1).await.expect("run");
+    let chk = CaseCheckpoint::new(h);
+    run_to(h, query(&chk), 1).await.expect("run");
     h.recreate_table().await;
-    let accepted = match refusal(run_to(h, query(chk.path()), 3).await) {
+    let accepted = match refusal(run_to(h, query(&chk), 3).await) {
         Refusal::SinkBehind {
             committed: BatchId(1),
             marker: None,
             ..
-        } => query(chk.path()).accept_lost_batches(true),
-        Refusal::SinkChanged { .. } => query(chk.path()).allow_sink_change(true),
+        } => query(&chk).accept_lost_batches(true),
+        Refusal::SinkChanged { .. } => query(&chk).allow_sink_change(true),
         other => panic!("expected SinkBehind or SinkChanged, got {other}"),
     };
     run_to(h, accepted, 3).await.expect("accepted");
@@ -475,8 +609,8 @@ pub async fn lost_table_is_refused(h: &dyn SinkHarness) {
 /// I6: a checkpoint started against another sink is refused; the explicit
 /// change sends later batches there and is remembered.
 pub async fn other_sink_is_refused(h: &dyn SinkHarness) {
-    let chk = tempfile::tempdir().expect("tempdir");
-    run_to(h, query(chk.path()), 0).await.expect("run");
+    let chk = CaseCheckpoint::new(h);
+    run_to(h, query(&chk), 0).await.expect("run");
     let on_other = |writer: StreamWriter, last: u64| async move {
         let q = writer
             .stop_after_batch(BatchId(last))
@@ -485,13 +619,13 @@ pub async fn other_sink_is_refused(h: &dyn SinkHarness) {
         q.await_termination().await
     };
     assert!(matches!(
-        refusal(on_other(query(chk.path()), 2).await),
+        refusal(on_other(query(&chk), 2).await),
         Refusal::SinkChanged { .. }
     ));
-    on_other(query(chk.path()).allow_sink_change(true), 2)
+    on_other(query(&chk).allow_sink_change(true), 2)
         .await
         .expect("allowed change");
-    on_other(query(chk.path()), 3)
+    on_other(query(&chk), 3)
         .await
         .expect("a restart on the new sink needs no option");
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..1));
@@ -500,13 +634,10 @@ pub async fn other_sink_is_refused(h: &dyn SinkHarness) {
 /// Two copies of one checkpoint running at once: each batch lands once; the
 /// loser stops with a clear error.
 pub async fn concurrent_copies_of_a_query_write_each_batch_once(h: &dyn SinkHarness) {
-    let (a, b) = (
-        tempfile::tempdir().expect("tempdir"),
-        tempfile::tempdir().expect("tempdir"),
-    );
-    run_to(h, query(a.path()), 0).await.expect("first batch");
-    copy_dir(a.path(), b.path());
-    let (ra, rb) = tokio::join!(run_to(h, query(a.path()), 5), run_to(h, query(b.path()), 5));
+    let (a, b) = (CaseCheckpoint::new(h), CaseCheckpoint::new(h));
+    run_to(h, query(&a), 0).await.expect("first batch");
+    a.copy_to(&b).await;
+    let (ra, rb) = tokio::join!(run_to(h, query(&a), 5), run_to(h, query(&b), 5));
     let lost = |r: &Result<(), Error>| match r {
         Ok(()) => false,
         Err(Error::ConcurrentRun { .. }) => true,
@@ -520,7 +651,7 @@ pub async fn concurrent_copies_of_a_query_write_each_batch_once(h: &dyn SinkHarn
     );
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..6));
     // The losing copy is refused from then on, never recorded as committed.
-    let loser = if lost(&ra) { a.path() } else { b.path() };
+    let loser = if lost(&ra) { &a } else { &b };
     let r = refusal(run_to(h, query(loser), 8).await);
     assert!(matches!(r, Refusal::SinkAhead { .. }), "{r}");
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..6));
@@ -529,9 +660,9 @@ pub async fn concurrent_copies_of_a_query_write_each_batch_once(h: &dyn SinkHarn
 /// Complete mode replaces the table's rows with the whole result each
 /// batch, or is refused.
 pub async fn output_modes_are_honoured_or_refused(h: &dyn SinkHarness) {
-    let chk = tempfile::tempdir().expect("tempdir");
+    let chk = CaseCheckpoint::new(h);
     let supported = h.sink().await.check_output_mode(OutputMode::Complete).is_ok();
-    let result = run_to(h, counted(chk.path()).output_mode(OutputMode::Complete), 2).await;
+    let result = run_to(h, counted(&chk).output_mode(OutputMode::Complete), 2).await;
     if supported {
         result.expect("complete mode");
         // Each id once: the last batch's whole result replaced the others.

@@ -1,6 +1,7 @@
 //! The sink conformance suite on a Delta table in S3 (SeaweedFS, started by
-//! scripts/test.sh), read back by Python deltalake. Commits rely on S3's
-//! conditional put; no locking service, no unsafe rename.
+//! scripts/test.sh), its checkpoints on S3 too, read back by Python
+//! deltalake. Commits rely on S3's conditional put; no locking service, no
+//! unsafe rename.
 
 use std::sync::Arc;
 
@@ -103,6 +104,16 @@ impl SinkHarness for S3Harness {
 
     async fn read_event_ids(&self) -> Vec<i64> {
         deltalake_ids(&format!("{}/table", self.prefix))
+    }
+
+    fn checkpoints(&self) -> Option<weir_test_support::ObjectCheckpoints> {
+        let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
+        let prefix = self.prefix.rsplit('/').next().unwrap_or_default();
+        Some(weir_test_support::ObjectCheckpoints::s3(
+            self.endpoint.as_deref()?,
+            &bucket,
+            &format!("delta-conformance-checkpoints/{prefix}"),
+        ))
     }
 
     fn skip_reason(&self) -> Option<String> {

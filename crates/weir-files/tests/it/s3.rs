@@ -1,5 +1,6 @@
-//! The sink conformance suite with the output in S3 (SeaweedFS, started by
-//! scripts/test.sh): log entries rely on S3's conditional put.
+//! The sink conformance suite with the output and the checkpoints in S3
+//! (SeaweedFS, started by scripts/test.sh): log entries rely on S3's
+//! conditional put.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -80,6 +81,14 @@ impl SinkHarness for S3Harness {
     async fn read_event_ids(&self) -> Vec<i64> {
         let log = FileLog::open(&self.location("out"), &self.options()).unwrap();
         event_ids(&log.read().await.unwrap())
+    }
+
+    fn checkpoints(&self) -> Option<weir_test_support::ObjectCheckpoints> {
+        Some(weir_test_support::ObjectCheckpoints::s3(
+            self.endpoint.as_deref()?,
+            &self.bucket,
+            &format!("{}/checkpoints", self.prefix),
+        ))
     }
 
     fn skip_reason(&self) -> Option<String> {

@@ -1,6 +1,6 @@
 //! The sink conformance suite on the Iceberg sink with the REST catalog of
-//! the test SeaweedFS (started by `scripts/test.sh`), data on its S3, read
-//! back by pyiceberg through the same REST catalog.
+//! the test SeaweedFS (started by `scripts/test.sh`), data and checkpoints
+//! on its S3, read back by pyiceberg through the same REST catalog.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -84,6 +84,16 @@ impl SinkHarness for RestHarness {
             return Vec::new();
         };
         json_ids(&out)
+    }
+
+    fn checkpoints(&self) -> Option<weir_test_support::ObjectCheckpoints> {
+        let endpoint = std::env::var("WEIR_TEST_S3_ENDPOINT").ok()?;
+        let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
+        Some(weir_test_support::ObjectCheckpoints::s3(
+            &endpoint,
+            &bucket,
+            &format!("iceberg-conformance-checkpoints/{}", self.namespace),
+        ))
     }
 
     fn skip_reason(&self) -> Option<String> {
