@@ -45,14 +45,19 @@ start)
     port=$(free_port)
     controller_port=$(free_port)
     sasl_port=$(free_port)
+    # A listener for a test's proxy: clients reach the broker through the
+    # proxy's port, which this listener advertises, and the proxy forwards
+    # to the listener's own port.
+    proxied_port=$(free_port)
+    proxy_port=$(free_port)
     cat >"$home/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$controller_port
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port,SASL_PLAINTEXT://127.0.0.1:$sasl_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sasl_port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port,SASL_PLAINTEXT://127.0.0.1:$sasl_port,PROXIED://127.0.0.1:$proxied_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sasl_port,PROXIED://127.0.0.1:$proxy_port
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,PROXIED:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
 listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_weir="weir-secret";
@@ -109,6 +114,8 @@ PROPS
     fi
     echo "export WEIR_TEST_KAFKA_BOOTSTRAP=127.0.0.1:$port"
     echo "export WEIR_TEST_KAFKA_SASL_BOOTSTRAP=127.0.0.1:$sasl_port"
+    echo "export WEIR_TEST_KAFKA_PROXIED=127.0.0.1:$proxied_port"
+    echo "export WEIR_TEST_KAFKA_PROXY=127.0.0.1:$proxy_port"
     ;;
 stop)
     if [ -f "$dir/kafka.pid" ]; then

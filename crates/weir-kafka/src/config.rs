@@ -37,11 +37,12 @@ impl ClientSettings {
         self.get("bootstrap.servers").unwrap_or("")
     }
 
-    /// The settings as librdkafka takes them: weir's `defaults` where the
-    /// user set nothing, the user's, and weir's `overrides` on top.
+    /// The settings as librdkafka takes them: weir's `defaults` (and
+    /// [`CLIENT_DEFAULTS`]) where the user set nothing, the user's, and
+    /// weir's `overrides` on top.
     pub(crate) fn client_config(&self, defaults: &[(&str, &str)], overrides: &[(&str, &str)]) -> ClientConfig {
         let mut config = ClientConfig::new();
-        for (k, v) in defaults {
+        for (k, v) in CLIENT_DEFAULTS.iter().chain(defaults) {
             config.set(*k, *v);
         }
         for (k, v) in &self.0 {
@@ -53,6 +54,12 @@ impl ClientSettings {
         config
     }
 }
+
+/// What every client of weir's starts from unless the user sets it:
+/// reconnecting to a broker backs off to at most one second, the Java
+/// client's default (librdkafka's own is ten), so a connection cut for a
+/// moment does not hold a batch for ten seconds.
+pub const CLIENT_DEFAULTS: &[(&str, &str)] = &[("reconnect.backoff.max.ms", "1000")];
 
 /// Whether a setting's value is a secret.
 pub(crate) fn is_secret(key: &str) -> bool {

@@ -1,4 +1,4 @@
-//! A loopback TCP proxy in front of a service (S3, PostgreSQL), which a
+//! A loopback TCP proxy in front of a service (S3, PostgreSQL, Kafka), which a
 //! test tells to cut every open connection, refuse new ones, or stall the
 //! bytes in flight: the network failing mid-request, as a client meets it.
 
@@ -47,7 +47,14 @@ pub struct TcpProxy {
 impl TcpProxy {
     /// Starts a proxy to `upstream` on a free loopback port.
     pub async fn start(upstream: SocketAddr) -> std::io::Result<TcpProxy> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        Self::start_on("127.0.0.1:0".parse().expect("an address"), upstream).await
+    }
+
+    /// Starts a proxy to `upstream` listening on `listen`: a port a
+    /// service advertises to its clients (a Kafka broker's listener), so
+    /// they come back through the proxy.
+    pub async fn start_on(listen: SocketAddr, upstream: SocketAddr) -> std::io::Result<TcpProxy> {
+        let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             mode: watch::channel(Mode::Pass).0,
