@@ -17,6 +17,8 @@ use crate::error::RestError;
 
 /// How deep nested namespaces are listed.
 const MAX_NAMESPACE_DEPTH: usize = 8;
+/// Tries at making a namespace that another process is making too.
+const NAMESPACE_ATTEMPTS: u32 = 6;
 
 /// An Iceberg REST catalog with OAuth2 client credentials.
 pub struct RestCatalog {
@@ -229,6 +231,38 @@ impl RestCatalog {
         format!("{}namespaces/{}/", self.base, parts.join("%1F"))
     }
 
+    /// Makes the table's namespace unless it exists. Processes that create
+    /// tables in a new namespace at once race here, and a catalog may
+    /// answer the loser with a server error rather than 409 (SeaweedFS's
+    /// does, while the winner's namespace is half made): a server error is
+    /// asked again, after a pause, whether the namespace exists now.
+    async fn ensure_namespace(&self, ident: &TableIdent) -> Result<(), IcebergSinkError> {
+        let namespaces = format!("{}namespaces", self.base);
+        let body = json!({"namespace": ident.namespace.clone().inner(), "properties": {}});
+        let exists = self.namespace_path(ident).trim_end_matches('/').to_string();
+        let mut pause = Duration::from_millis(50);
+        for attempt in 1..=NAMESPACE_ATTEMPTS {
+            let (status, answer) = self.call(reqwest::Method::GET, &exists, None).await?;
+            if status.is_success() {
+                return Ok(());
+            }
+            if status.as_u16() != 404 {
+                return Err(self.refused("look up the namespace", status, &answer));
+            }
+            let (status, answer) = self.call(reqwest::Method::POST, &namespaces, Some(body.clone())).await?;
+            if status.is_success() || status.as_u16() == 409 {
+                return Ok(());
+            }
+            if !status.is_server_error() || attempt == NAMESPACE_ATTEMPTS {
+                return Err(self.refused("create the namespace", status, &answer));
+            }
+            tracing::debug!(%status, attempt, "creating the namespace failed; asking again whether it exists");
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+        }
+        unreachable!("the last attempt returns")
+    }
+
     fn loaded(&self, ident: &TableIdent, body: &Value) -> Result<LoadedTable, IcebergSinkError> {
         let operation = || format!("read table {}", shown(ident));
         let metadata: TableMetadata = serde_json::from_value(body["metadata"].clone()).map_err(|source| {
@@ -355,12 +389,7 @@ impl Catalog for RestCatalog {
 
     async fn create(&self, ident: &TableIdent, metadata: TableMetadata) -> Result<LoadedTable, IcebergSinkError> {
         check_ident(ident)?;
-        let namespaces = format!("{}namespaces", self.base);
-        let body = json!({"namespace": ident.namespace.clone().inner(), "properties": {}});
-        let (status, answer) = self.call(reqwest::Method::POST, &namespaces, Some(body)).await?;
-        if !status.is_success() && status.as_u16() != 409 {
-            return Err(self.refused("create the namespace", status, &answer));
-        }
+        self.ensure_namespace(ident).await?;
         let spec = metadata.default_partition_spec();
         let fields: Vec<Value> = spec
             .fields()
@@ -379,8 +408,21 @@ impl Catalog for RestCatalog {
         let (status, answer) = self.call(reqwest::Method::POST, &path, Some(request)).await?;
         match status.as_u16() {
             200 => {
-                tracing::info!(table = %shown(ident), "created the Iceberg table in the REST catalog");
-                self.loaded(ident, &answer)
+                let created = self.loaded(ident, &answer)?;
+                // A catalog that answers concurrent creates of one table
+                // with success each (SeaweedFS's does, the last one
+                // replacing the others) leaves one of them: the table as
+                // the catalog keeps it is the one to write.
+                match self.load(ident).await? {
+                    Some(kept) if kept.metadata.uuid() != created.metadata.uuid() => {
+                        tracing::info!(table = %shown(ident), "another process created the Iceberg table at once; writing to its table");
+                        Ok(kept)
+                    }
+                    _ => {
+                        tracing::info!(table = %shown(ident), "created the Iceberg table in the REST catalog");
+                        Ok(created)
+                    }
+                }
             }
             409 => self.load(ident).await?.ok_or_else(|| IcebergSinkError::NoSuchTable {
                 catalog: self.name.clone(),

@@ -1,7 +1,7 @@
 //! Several `weir stream` processes, each a query of its own with its own
-//! checkpoint, append to one table on S3 through one PostgreSQL catalog:
-//! killed at random, restarted, and each process's ids are in the table
-//! once.
+//! checkpoint, append to one table on S3 through one catalog (PostgreSQL
+//! for Delta and Iceberg, the REST catalog for Iceberg): killed at random,
+//! restarted, and each process's ids are in the table once.
 
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -65,9 +65,13 @@ impl Writer {
     }
 }
 
-/// The PostgreSQL catalog's URL, or `None` outside the test script.
-fn postgres() -> Option<String> {
-    weir_test_support::service("WEIR_TEST_POSTGRES_URL")
+/// The catalog the processes share.
+#[derive(Debug, Clone, Copy)]
+enum Catalog {
+    /// The SQL catalog on PostgreSQL.
+    Postgres,
+    /// The Iceberg REST catalog of the test SeaweedFS.
+    Rest,
 }
 
 /// Three processes start together on a table that does not exist yet, and
@@ -75,14 +79,28 @@ fn postgres() -> Option<String> {
 /// runs to the end of its input. Every id is in the table once, read by
 /// the format's Python reader and by DuckDB, and each query's marker is
 /// its last batch.
-fn writers_killed_at_random(format: &str) {
+fn writers_killed_at_random(format: &str, catalog: Catalog) {
     let Some(s3) = s3(&format!("shared-{format}")) else {
         return;
     };
-    let Some(pg) = postgres() else { return };
+    let service = match catalog {
+        Catalog::Postgres => "WEIR_TEST_POSTGRES_URL",
+        Catalog::Rest => "WEIR_TEST_ICEBERG_REST_URI",
+    };
+    let Some(uri) = weir_test_support::service(service) else { return };
     let Some(dir) = lake_with_readers() else { return };
     let lake = dir.path();
-    let config = s3.tables_config(lake, &pg, format);
+    let (config, reader_catalog) = match catalog {
+        Catalog::Postgres => (s3.tables_config(lake, &uri, format), uri.clone()),
+        Catalog::Rest => {
+            let warehouse =
+                std::env::var("WEIR_TEST_ICEBERG_REST_WAREHOUSE").unwrap_or_else(|_| "s3://weirtables/".into());
+            (
+                s3.rest_config(lake, &uri, &warehouse),
+                format!("rest+{uri}#{warehouse}"),
+            )
+        }
+    };
     // A namespace of the test's own in the shared database.
     let table = format!("shared_{}.events", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let writers: Vec<Writer> = (0..WRITERS)
@@ -102,7 +120,7 @@ fn writers_killed_at_random(format: &str) {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(7);
-    eprintln!("{format}: kill seed {seed}");
+    eprintln!("{format} ({catalog:?}): kill seed {seed}");
     let mut seed = 0x9e37_79b9_7f4a_7c15_u64 ^ seed;
     let mut next = move |below: u64| {
         seed ^= seed << 13;
@@ -142,7 +160,7 @@ fn writers_killed_at_random(format: &str) {
         .iter()
         .map(|w| s3.show_at(lake, &w.chk)["last_committed"].as_u64())
         .collect();
-    eprintln!("{format}: {killed} kills; batches committed by the killed runs: {committed:?}");
+    eprintln!("{format} ({catalog:?}): {killed} kills; batches committed by the killed runs: {committed:?}");
     assert!(
         committed.iter().all(|c| c.is_some()),
         "a writer committed nothing: {committed:?}"
@@ -195,8 +213,8 @@ fn writers_killed_at_random(format: &str) {
         let ids = match (format, reader) {
             ("delta", "python") => read(&["ids", "deltalake", &location]),
             ("delta", _) => read(&["ids", "duckdb", &location]),
-            (_, "python") => iceberg(&["ids", "pyiceberg", &pg, &table]),
-            _ => iceberg(&["ids", "duckdb", &pg, &table]),
+            (_, "python") => iceberg(&["ids", "pyiceberg", &reader_catalog, &table]),
+            _ => iceberg(&["ids", "duckdb", &reader_catalog, &table]),
         };
         assert_exactly_once(&json_ids(&ids.expect("readers present")), all.clone());
     }
@@ -204,10 +222,15 @@ fn writers_killed_at_random(format: &str) {
 
 #[test]
 fn three_processes_on_one_delta_table_on_s3_killed_at_random_land_every_id_once() {
-    writers_killed_at_random("delta");
+    writers_killed_at_random("delta", Catalog::Postgres);
 }
 
 #[test]
 fn three_processes_on_one_iceberg_table_on_s3_killed_at_random_land_every_id_once() {
-    writers_killed_at_random("iceberg");
+    writers_killed_at_random("iceberg", Catalog::Postgres);
+}
+
+#[test]
+fn three_processes_on_one_iceberg_table_in_the_rest_catalog_killed_at_random_land_every_id_once() {
+    writers_killed_at_random("iceberg", Catalog::Rest);
 }

@@ -85,6 +85,31 @@ format = "{format}"
         file
     }
 
+    /// A configuration in `lake` whose catalog `lake` is the test Iceberg
+    /// REST catalog at `uri`, its tables in `warehouse` on the test S3.
+    pub fn rest_config(&self, lake: &Path, uri: &str, warehouse: &str) -> PathBuf {
+        let config = format!(
+            r#"default_catalog = "lake"
+
+[catalogs.lake]
+type = "rest"
+uri = "{uri}"
+warehouse = "{warehouse}"
+credential = "${{AWS_ACCESS_KEY_ID}}:${{AWS_SECRET_ACCESS_KEY}}"
+
+[catalogs.lake.storage]
+"s3.endpoint" = "{}"
+"s3.region" = "us-east-1"
+"s3.access-key-id" = "${{AWS_ACCESS_KEY_ID}}"
+"s3.secret-access-key" = "${{AWS_SECRET_ACCESS_KEY}}"
+"#,
+            self.endpoint
+        );
+        let file = lake.join("weir.toml");
+        std::fs::write(&file, config).unwrap();
+        file
+    }
+
     /// `weir` with `config`, and the checkpoint's store from the
     /// environment.
     pub fn weir_with(&self, config: &Path) -> Command {
