@@ -28,6 +28,10 @@ pub(super) struct DeltaCommit<'a> {
     /// table shows the try did not land after all (a retried request can
     /// report a conflict for a put that had landed).
     pub(super) lost: Vec<AddFile>,
+    /// Whether a try ended with an unknown outcome: later tries through
+    /// deltalake then do not let it rebase on a version that may be that
+    /// try's own commit.
+    pub(super) uncertain: bool,
 }
 
 /// What one try builds on, besides the sink's table.
@@ -139,8 +143,17 @@ impl TableCommit for DeltaCommit<'_> {
         let table = self.slot.as_ref().expect("refreshed");
         if base.direct {
             let version = latest + 1;
-            let written = sink.write_entry(table, &mut self.txns, ctx, &self.files, version).await;
-            if !written.map_err(|e| e.into_core(Some(ctx.batch_id)))? {
+            let written = match sink.write_entry(table, &mut self.txns, ctx, &self.files, version).await {
+                Ok(written) => written,
+                // A put that failed on the way may have landed: the next
+                // base reads the log for this attempt's entry.
+                Err(e) if e.retryable() => {
+                    self.uncertain = true;
+                    return Ok(Tried::Unknown(e.into_core(Some(ctx.batch_id))));
+                }
+                Err(e) => return Err(e.into_core(Some(ctx.batch_id))),
+            };
+            if !written {
                 return Ok(Tried::Lost);
             }
             tracing::debug!(version, attempt, files = self.files.len(), "committed to Delta");
@@ -162,7 +175,7 @@ impl TableCommit for DeltaCommit<'_> {
         };
         actions.extend(rewrite.removes.iter().cloned().map(Action::Remove));
         actions.extend(rewrite.adds.iter().map(|f| entry::add(f, true)));
-        match sink.try_commit(on, ctx, actions).await {
+        match sink.try_commit(on, ctx, actions, !self.uncertain).await {
             Ok(version) => {
                 tracing::debug!(
                     version,
@@ -178,8 +191,28 @@ impl TableCommit for DeltaCommit<'_> {
                 self.lost.extend(rewrite.adds);
                 Ok(Tried::Lost)
             }
-            Err(e) => Err(self.core(sink.err(e))),
+            Err(e) => {
+                let e = sink.err(e);
+                if e.retryable() {
+                    self.uncertain = true;
+                    // As for a direct write. The try's rewrites stay: its
+                    // commit may hold them (vacuum removes them if not).
+                    Ok(Tried::Unknown(self.core(e)))
+                } else {
+                    Err(self.core(e))
+                }
+            }
         }
+    }
+
+    /// A try of unknown outcome that the next base does not show can be
+    /// tried again on any base: every try puts the log entry of the version
+    /// after its base only if that entry is absent, so the unknown try
+    /// either never lands (its version is taken, or the new try's entry
+    /// takes it first) or lands in place of the new try, which then loses
+    /// the race and finds the batch in the log.
+    fn unchanged(&self, _base: &DeltaBase) -> bool {
+        true
     }
 
     /// The winner of a direct write is read at once; only a crowd of

@@ -290,12 +290,15 @@ impl DeltaSink {
 
     /// One commit attempt. Returns the version once the log entry landed;
     /// the post-commit work (log checkpoint, expired-log cleanup) runs after,
-    /// and its failure is logged, never reported as a failed commit.
+    /// and its failure is logged, never reported as a failed commit. Without
+    /// `may_rebase`, a version taken first is a lost race for the loop to
+    /// read, not one for deltalake to rebase over.
     async fn try_commit(
         &self,
         table: &DeltaTable,
         ctx: &BatchContext,
         actions: Vec<Action>,
+        may_rebase: bool,
     ) -> Result<i64, DeltaTableError> {
         // Complete mode must not be rebased over another writer's adds: its
         // removes would miss them. Any winner sends it back to the loop,
@@ -303,8 +306,8 @@ impl DeltaSink {
         // Update mode likewise: a winner may have rewritten a file that
         // holds one of its groups.
         let retries = match ctx.output_mode {
-            OutputMode::Append => DELTA_RETRIES,
-            OutputMode::Complete | OutputMode::Update => 0,
+            OutputMode::Append if may_rebase => DELTA_RETRIES,
+            _ => 0,
         };
         let properties = CommitProperties::default()
             .with_application_transactions(marker::transactions(&ctx.query_name, ctx.query_id, ctx.batch_id))
@@ -581,6 +584,7 @@ impl Sink for DeltaSink {
             keys: None,
             tries: 0,
             lost: Vec::new(),
+            uncertain: false,
         };
         commit_batch(&mut commit, ctx, MAX_COMMIT_ATTEMPTS).await
     }
