@@ -188,9 +188,16 @@ impl CaseCheckpoint {
                     .await
                     .expect("list the checkpoint");
                 for file in files {
-                    let relative: Vec<_> = file.location.prefix_match(&from).expect("under the checkpoint").collect();
+                    let relative: Vec<_> = file
+                        .location
+                        .prefix_match(&from)
+                        .expect("under the checkpoint")
+                        .collect();
                     let target = relative.into_iter().fold(into.clone(), |p, part| p.join(part));
-                    store.copy(&file.location, &target).await.expect("copy a checkpoint file");
+                    store
+                        .copy(&file.location, &target)
+                        .await
+                        .expect("copy a checkpoint file");
                 }
             }
             _ => unreachable!("both checkpoints are where the harness keeps them"),
@@ -478,8 +485,7 @@ pub async fn crash_at_every_point_then_restart_is_exactly_once(h: &dyn SinkHarne
 /// records the batch from the sink's marker instead of running it again.
 pub async fn sink_commit_without_commit_log_is_recorded_not_rerun(h: &dyn SinkHarness) {
     let chk = CaseCheckpoint::new(h);
-    let armed =
-        query(&chk).crash_points(CrashPoints::new().fail_at(CrashPoint::AfterSinkCommit, Some(BatchId(1))));
+    let armed = query(&chk).crash_points(CrashPoints::new().fail_at(CrashPoint::AfterSinkCommit, Some(BatchId(1))));
     assert!(matches!(run_to(h, armed, 3).await, Err(Error::InjectedCrash { .. })));
     let q = query(&chk)
         .stop_after_batch(BatchId(3))

@@ -249,7 +249,9 @@ impl RestCatalog {
             if status.as_u16() != 404 {
                 return Err(self.refused("look up the namespace", status, &answer));
             }
-            let (status, answer) = self.call(reqwest::Method::POST, &namespaces, Some(body.clone())).await?;
+            let (status, answer) = self
+                .call(reqwest::Method::POST, &namespaces, Some(body.clone()))
+                .await?;
             if status.is_success() || status.as_u16() == 409 {
                 return Ok(());
             }

@@ -87,7 +87,9 @@ fn writers_killed_at_random(format: &str, catalog: Catalog) {
         Catalog::Postgres => "WEIR_TEST_POSTGRES_URL",
         Catalog::Rest => "WEIR_TEST_ICEBERG_REST_URI",
     };
-    let Some(uri) = weir_test_support::service(service) else { return };
+    let Some(uri) = weir_test_support::service(service) else {
+        return;
+    };
     let Some(dir) = lake_with_readers() else { return };
     let lake = dir.path();
     let (config, reader_catalog) = match catalog {
