@@ -60,7 +60,7 @@ mod source;
 
 pub use broker::Topics;
 pub use columns::{schema, CREATE_TIME, LOG_APPEND_TIME};
-pub use config::{ClientSettings, CLIENT_DEFAULTS};
+pub use config::ClientSettings;
 pub use decode::{AvroFraming, OnBadRecord, ValueColumns};
 pub use error::KafkaError;
 pub use offsets::{PartitionOffsets, TopicPartition};

@@ -80,121 +80,116 @@ pub struct ObjectCheckpoints {
 
 #[cfg(feature = "s3")]
 impl ObjectCheckpoints {
-    /// Checkpoints under `s3://bucket/prefix` on the S3 at `endpoint`
-    /// (plain HTTP), with the credentials and region of the environment,
-    /// and a lease short enough for a case to see it pass on.
-    pub fn s3(endpoint: &str, bucket: &str, prefix: &str) -> Self {
+    /// Checkpoints under `prefix` in the test S3's bucket
+    /// (`WEIR_TEST_S3_ENDPOINT`, `WEIR_TEST_S3_BUCKET`), with the
+    /// credentials and region of the environment and a lease short enough
+    /// for a case to see it pass on; `None` without the test S3.
+    pub fn test_s3(prefix: &str) -> Option<Self> {
+        let endpoint = crate::service("WEIR_TEST_S3_ENDPOINT")?;
+        let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
         let store = object_store::aws::AmazonS3Builder::from_env()
-            .with_endpoint(endpoint)
+            .with_endpoint(&endpoint)
             .with_allow_http(true)
-            .with_bucket_name(bucket)
+            .with_bucket_name(&bucket)
             .build()
             .expect("an S3 store");
         let options = [
-            ("aws_endpoint", endpoint),
+            ("aws_endpoint", endpoint.as_str()),
             ("aws_allow_http", "true"),
             ("lease_ttl_ms", "6000"),
             ("lease_renew_ms", "500"),
             ("lease_clock_skew_ms", "1000"),
         ];
-        Self {
+        Some(Self {
             store: Arc::new(store),
             url: format!("s3://{bucket}/{}", prefix.trim_matches('/')),
             options: options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        }
+        })
     }
 }
 
 /// One case's checkpoint: a local directory or a fresh prefix on object
 /// storage.
-pub struct CaseCheckpoint {
-    dir: Option<tempfile::TempDir>,
-    object: Option<(ObjectCheckpoints, String)>,
+enum CaseCheckpoint {
+    Dir(tempfile::TempDir),
+    Object {
+        objects: ObjectCheckpoints,
+        url: String,
+        /// The checkpoint's root in `objects.store`.
+        root: ObjectPath,
+    },
 }
 
 impl CaseCheckpoint {
     /// A new, empty checkpoint where the harness keeps them.
-    pub fn new(h: &dyn SinkHarness) -> Self {
-        match h.checkpoints() {
-            None => Self {
-                dir: Some(tempfile::tempdir().expect("tempdir")),
-                object: None,
-            },
-            Some(objects) => {
-                let url = format!("{}/{}", objects.url.trim_end_matches('/'), uuid::Uuid::new_v4());
-                Self {
-                    dir: None,
-                    object: Some((objects, url)),
+    fn new(h: &dyn SinkHarness) -> Self {
+        let Some(objects) = h.checkpoints() else {
+            return Self::Dir(tempfile::tempdir().expect("tempdir"));
+        };
+        let url = format!("{}/{}", objects.url.trim_end_matches('/'), uuid::Uuid::new_v4());
+        let root = ObjectPath::from(
+            url::Url::parse(&url)
+                .expect("a checkpoint URL")
+                .path()
+                .trim_matches('/'),
+        );
+        Self::Object { objects, url, root }
+    }
+
+    /// The location a query is given.
+    fn location(&self) -> String {
+        match self {
+            Self::Dir(dir) => dir.path().to_string_lossy().into_owned(),
+            Self::Object { url, .. } => url.clone(),
+        }
+    }
+
+    /// `writer` with this checkpoint as its location.
+    fn on(&self, writer: StreamWriter) -> StreamWriter {
+        let writer = writer.checkpoint_location(self.location());
+        match self {
+            Self::Dir(_) => writer,
+            Self::Object { objects, .. } => writer.checkpoint_options(objects.options.clone()),
+        }
+    }
+
+    /// Whether the checkpoint holds the file `relative` (as `commits/1`).
+    async fn has(&self, relative: &str) -> bool {
+        match self {
+            Self::Dir(dir) => dir.path().join(relative).exists(),
+            Self::Object { objects, root, .. } => {
+                let path = relative.split('/').fold(root.clone(), |p, part| p.join(part));
+                match objects.store.head(&path).await {
+                    Ok(_) => true,
+                    Err(object_store::Error::NotFound { .. }) => false,
+                    Err(e) => panic!("head {path}: {e}"),
                 }
             }
         }
     }
 
-    /// The location a query is given.
-    pub fn location(&self) -> String {
-        match (&self.dir, &self.object) {
-            (Some(dir), _) => dir.path().to_string_lossy().into_owned(),
-            (None, Some((_, url))) => url.clone(),
-            (None, None) => unreachable!("a checkpoint is a directory or a prefix"),
-        }
-    }
-
-    /// `writer` with this checkpoint as its location.
-    pub fn on(&self, writer: StreamWriter) -> StreamWriter {
-        let writer = writer.checkpoint_location(self.location());
-        match &self.object {
-            Some((objects, _)) => writer.checkpoint_options(objects.options.clone()),
-            None => writer,
-        }
-    }
-
-    /// The object path of the checkpoint's `relative` file in its store.
-    fn object_path(&self, relative: &str) -> Option<(Arc<dyn ObjectStore>, ObjectPath)> {
-        let (objects, url) = self.object.as_ref()?;
-        let url = url::Url::parse(url).expect("a checkpoint URL");
-        let root = url.path().trim_matches('/');
-        let path = if relative.is_empty() {
-            root.to_string()
-        } else {
-            format!("{root}/{relative}")
-        };
-        Some((objects.store.clone(), ObjectPath::from(path)))
-    }
-
-    /// Whether the checkpoint holds the file `relative` (as `commits/1`).
-    pub async fn has(&self, relative: &str) -> bool {
-        match self.object_path(relative) {
-            None => self.dir.as_ref().expect("a directory").path().join(relative).exists(),
-            Some((store, path)) => match store.head(&path).await {
-                Ok(_) => true,
-                Err(object_store::Error::NotFound { .. }) => false,
-                Err(e) => panic!("head {path}: {e}"),
-            },
-        }
-    }
-
     /// Copies this checkpoint into `to` (an old copy of it), as a restore
     /// from a backup would.
-    pub async fn copy_to(&self, to: &CaseCheckpoint) {
-        match (self.object_path(""), to.object_path("")) {
-            (None, None) => copy_dir(
-                self.dir.as_ref().expect("a directory").path(),
-                to.dir.as_ref().expect("a directory").path(),
-            ),
-            (Some((store, from)), Some((_, into))) => {
-                let files: Vec<_> = store
-                    .list(Some(&from))
+    async fn copy_to(&self, to: &CaseCheckpoint) {
+        match (self, to) {
+            (Self::Dir(from), Self::Dir(into)) => copy_dir(from.path(), into.path()),
+            (
+                Self::Object {
+                    objects, root: from, ..
+                },
+                Self::Object { root: into, .. },
+            ) => {
+                let files: Vec<_> = objects
+                    .store
+                    .list(Some(from))
                     .try_collect()
                     .await
                     .expect("list the checkpoint");
                 for file in files {
-                    let relative: Vec<_> = file
-                        .location
-                        .prefix_match(&from)
-                        .expect("under the checkpoint")
-                        .collect();
-                    let target = relative.into_iter().fold(into.clone(), |p, part| p.join(part));
-                    store
+                    let relative = file.location.prefix_match(from).expect("under the checkpoint");
+                    let target = relative.fold(into.clone(), |p, part| p.join(part));
+                    objects
+                        .store
                         .copy(&file.location, &target)
                         .await
                         .expect("copy a checkpoint file");

@@ -37,7 +37,7 @@ pub mod operators;
 pub mod proxy;
 pub mod readers;
 
-pub use conformance::{copy_dir, CaseCheckpoint, ObjectCheckpoints, SinkHarness};
+pub use conformance::{copy_dir, ObjectCheckpoints, SinkHarness};
 pub use data::{assert_exactly_once, assert_whole_batches, event_ids, with_payload};
 
 /// A setting `scripts/test.sh` exports for a service it starts

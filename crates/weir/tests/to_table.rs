@@ -3,8 +3,8 @@
 //! the checkpoint's store.
 
 use weir::prelude::*;
-use weir_test_support::assert_exactly_once;
 use weir_test_support::readers::{iceberg, json_ids, python, read};
+use weir_test_support::{assert_exactly_once, ObjectCheckpoints};
 
 async fn run(writer: StreamWriter, name: &str, catalogs: Option<(&Catalogs, TableOptions)>) -> Result<(), weir::Error> {
     let q = match catalogs {
@@ -76,41 +76,22 @@ async fn to_table_in_takes_a_format_and_a_query_name() {
 
 /// The checkpoint of a query on S3 (SeaweedFS, started by scripts/test.sh),
 /// opened by its URL, with a short lease for the tests.
-struct S3Checkpoint {
-    url: String,
-    options: Vec<(String, String)>,
+fn s3_checkpoint(name: &str) -> Option<ObjectCheckpoints> {
+    ObjectCheckpoints::test_s3(&format!("checkpoints/{}/{name}", uuid::Uuid::new_v4()))
 }
 
-fn s3_checkpoint(name: &str) -> Option<S3Checkpoint> {
-    let endpoint = weir_test_support::service("WEIR_TEST_S3_ENDPOINT")?;
-    let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
-    let options = [
-        ("aws_endpoint", endpoint.as_str()),
-        ("aws_allow_http", "true"),
-        ("lease_ttl_ms", "6000"),
-        ("lease_renew_ms", "500"),
-        ("lease_clock_skew_ms", "1000"),
-    ];
-    Some(S3Checkpoint {
-        url: format!("s3://{bucket}/checkpoints/{}/{name}/", uuid::Uuid::new_v4()),
-        options: options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-    })
-}
-
-impl S3Checkpoint {
-    fn open(&self) -> std::sync::Arc<dyn weir::checkpoint::CheckpointStore> {
-        let options = self.options.iter().cloned().collect();
-        weir::checkpoint::Checkpoint::open(&self.url, &options)
-            .unwrap()
-            .store()
-            .clone()
-    }
+/// The store of the checkpoint `chk`, opened by its URL as a query opens it.
+fn open(chk: &ObjectCheckpoints) -> std::sync::Arc<dyn weir::checkpoint::CheckpointStore> {
+    weir::checkpoint::Checkpoint::open(&chk.url, &chk.options)
+        .unwrap()
+        .store()
+        .clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_on_s3_passes_the_store_suite() {
     let Some(chk) = s3_checkpoint("suite") else { return };
-    weir_test_support::checkpoint_store::check_store(&|| chk.open()).await;
+    weir_test_support::checkpoint_store::check_store(&|| open(&chk)).await;
 }
 
 /// A query whose checkpoint is on S3: a second run on the checkpoint is
@@ -146,7 +127,7 @@ async fn a_query_with_its_checkpoint_on_s3_lands_every_id_once() {
         "{refused}"
     );
     first.stop_and_wait().await.unwrap();
-    let checkpoint = weir::checkpoint::Checkpoint::new(chk.open());
+    let checkpoint = weir::checkpoint::Checkpoint::new(open(&chk));
     let stopped = checkpoint
         .status()
         .await

@@ -143,15 +143,10 @@ impl TableCommit for DeltaCommit<'_> {
         let table = self.slot.as_ref().expect("refreshed");
         if base.direct {
             let version = latest + 1;
-            let written = match sink.write_entry(table, &mut self.txns, ctx, &self.files, version).await {
+            let written = sink.write_entry(table, &mut self.txns, ctx, &self.files, version).await;
+            let written = match written {
                 Ok(written) => written,
-                // A put that failed on the way may have landed: the next
-                // base reads the log for this attempt's entry.
-                Err(e) if e.retryable() => {
-                    self.uncertain = true;
-                    return Ok(Tried::Unknown(e.into_core(Some(ctx.batch_id))));
-                }
-                Err(e) => return Err(e.into_core(Some(ctx.batch_id))),
+                Err(e) => return self.failed(e),
             };
             if !written {
                 return Ok(Tried::Lost);
@@ -191,17 +186,9 @@ impl TableCommit for DeltaCommit<'_> {
                 self.lost.extend(rewrite.adds);
                 Ok(Tried::Lost)
             }
-            Err(e) => {
-                let e = sink.err(e);
-                if e.retryable() {
-                    self.uncertain = true;
-                    // As for a direct write. The try's rewrites stay: its
-                    // commit may hold them (vacuum removes them if not).
-                    Ok(Tried::Unknown(self.core(e)))
-                } else {
-                    Err(self.core(e))
-                }
-            }
+            // The try's rewrites stay: its commit may hold them (vacuum
+            // removes them if not).
+            Err(e) => self.failed(sink.err(e)),
         }
     }
 
@@ -231,6 +218,17 @@ impl TableCommit for DeltaCommit<'_> {
 }
 
 impl DeltaCommit<'_> {
+    /// A try that failed: a failure that may pass on a retry may also have
+    /// come after the log entry landed, so its outcome is unknown and the
+    /// next base reads the log for this attempt's entry.
+    fn failed(&mut self, e: DeltaSinkError) -> weir_core::Result<Tried> {
+        if !e.retryable() {
+            return Err(self.core(e));
+        }
+        self.uncertain = true;
+        Ok(Tried::Unknown(self.core(e)))
+    }
+
     async fn delete_lost(&mut self) {
         if self.lost.is_empty() {
             return;

@@ -107,13 +107,8 @@ impl SinkHarness for S3Harness {
     }
 
     fn checkpoints(&self) -> Option<weir_test_support::ObjectCheckpoints> {
-        let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
         let prefix = self.prefix.rsplit('/').next().unwrap_or_default();
-        Some(weir_test_support::ObjectCheckpoints::s3(
-            self.endpoint.as_deref()?,
-            &bucket,
-            &format!("delta-conformance-checkpoints/{prefix}"),
-        ))
+        weir_test_support::ObjectCheckpoints::test_s3(&format!("delta-conformance-checkpoints/{prefix}"))
     }
 
     fn skip_reason(&self) -> Option<String> {

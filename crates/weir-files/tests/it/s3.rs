@@ -84,11 +84,7 @@ impl SinkHarness for S3Harness {
     }
 
     fn checkpoints(&self) -> Option<weir_test_support::ObjectCheckpoints> {
-        Some(weir_test_support::ObjectCheckpoints::s3(
-            self.endpoint.as_deref()?,
-            &self.bucket,
-            &format!("{}/checkpoints", self.prefix),
-        ))
+        weir_test_support::ObjectCheckpoints::test_s3(&format!("{}/checkpoints", self.prefix))
     }
 
     fn skip_reason(&self) -> Option<String> {

@@ -87,13 +87,7 @@ impl SinkHarness for RestHarness {
     }
 
     fn checkpoints(&self) -> Option<weir_test_support::ObjectCheckpoints> {
-        let endpoint = std::env::var("WEIR_TEST_S3_ENDPOINT").ok()?;
-        let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
-        Some(weir_test_support::ObjectCheckpoints::s3(
-            &endpoint,
-            &bucket,
-            &format!("iceberg-conformance-checkpoints/{}", self.namespace),
-        ))
+        weir_test_support::ObjectCheckpoints::test_s3(&format!("iceberg-conformance-checkpoints/{}", self.namespace))
     }
 
     fn skip_reason(&self) -> Option<String> {

@@ -61,41 +61,31 @@ impl S3 {
     /// A configuration in `lake` whose catalog `lake` (SQL at `uri`) keeps
     /// its tables on the test S3, new ones in `format`.
     pub fn tables_config(&self, lake: &Path, uri: &str, format: &str) -> PathBuf {
-        let config = format!(
-            r#"default_catalog = "lake"
-
-[catalogs.lake]
-type = "sql"
-uri = "{uri}"
-warehouse = "s3://{}/cli-tables/{}/warehouse"
-format = "{format}"
-
-[catalogs.lake.storage]
-"s3.endpoint" = "{}"
-"s3.region" = "us-east-1"
-"s3.access-key-id" = "${{AWS_ACCESS_KEY_ID}}"
-"s3.secret-access-key" = "${{AWS_SECRET_ACCESS_KEY}}"
-"#,
-            self.bucket,
-            uuid::Uuid::new_v4(),
-            self.endpoint
-        );
-        let file = lake.join("weir.toml");
-        std::fs::write(&file, config).unwrap();
-        file
+        let warehouse = format!("s3://{}/cli-tables/{}/warehouse", self.bucket, uuid::Uuid::new_v4());
+        self.config(
+            lake,
+            &format!("type = \"sql\"\nuri = \"{uri}\"\nwarehouse = \"{warehouse}\"\nformat = \"{format}\""),
+        )
     }
 
     /// A configuration in `lake` whose catalog `lake` is the test Iceberg
     /// REST catalog at `uri`, its tables in `warehouse` on the test S3.
     pub fn rest_config(&self, lake: &Path, uri: &str, warehouse: &str) -> PathBuf {
+        let credential = "${AWS_ACCESS_KEY_ID}:${AWS_SECRET_ACCESS_KEY}";
+        self.config(
+            lake,
+            &format!("type = \"rest\"\nuri = \"{uri}\"\nwarehouse = \"{warehouse}\"\ncredential = \"{credential}\""),
+        )
+    }
+
+    /// Writes `lake/weir.toml`: the catalog `lake` as `catalog` says, its
+    /// storage the test S3 with the environment's credentials.
+    fn config(&self, lake: &Path, catalog: &str) -> PathBuf {
         let config = format!(
             r#"default_catalog = "lake"
 
 [catalogs.lake]
-type = "rest"
-uri = "{uri}"
-warehouse = "{warehouse}"
-credential = "${{AWS_ACCESS_KEY_ID}}:${{AWS_SECRET_ACCESS_KEY}}"
+{catalog}
 
 [catalogs.lake.storage]
 "s3.endpoint" = "{}"
