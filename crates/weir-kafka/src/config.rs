@@ -59,7 +59,7 @@ impl ClientSettings {
 /// reconnecting to a broker backs off to at most one second, the Java
 /// client's default (librdkafka's own is ten), so a connection cut for a
 /// moment does not hold a batch for ten seconds.
-pub const CLIENT_DEFAULTS: &[(&str, &str)] = &[("reconnect.backoff.max.ms", "1000")];
+pub(crate) const CLIENT_DEFAULTS: &[(&str, &str)] = &[("reconnect.backoff.max.ms", "1000")];
 
 /// Whether a setting's value is a secret.
 pub(crate) fn is_secret(key: &str) -> bool {
@@ -107,5 +107,16 @@ mod tests {
             assert!(!shown.contains(secret), "{shown}");
         }
         assert_eq!(s.get("sasl.password"), Some("hunter2"));
+    }
+
+    #[test]
+    fn reconnects_back_off_a_second_at_most_unless_the_user_says() {
+        let key = "reconnect.backoff.max.ms";
+        let mut s = ClientSettings::new("127.0.0.1:9092");
+        let config = s.client_config(&[("enable.idempotence", "true")], &[]);
+        assert_eq!(config.get(key), Some("1000"));
+        assert_eq!(config.get("enable.idempotence"), Some("true"));
+        s.set(key, "10000");
+        assert_eq!(s.client_config(&[], &[]).get(key), Some("10000"));
     }
 }

@@ -4,7 +4,8 @@
 //! request went out): a log entry whose put failed is looked for in the log
 //! and the commit goes on; every stop is retryable and says which store
 //! failed, the next run resumes, and after a run without faults the
-//! table holds every id once, read by Python deltalake and DuckDB.
+//! table holds every id once, read by Python deltalake and DuckDB; the same
+//! for a Complete-mode query, whose commits go through deltalake.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -26,6 +27,7 @@ use weir_core::prelude::*;
 use weir_delta::DeltaSink;
 use weir_test_support::assert_exactly_once;
 use weir_test_support::faults::FaultyStore;
+use weir_test_support::operators::CountByKey;
 use weir_test_support::readers::{json_ids, python};
 
 /// The stores behind `faulty-mem://NAME/`, by name.
@@ -82,38 +84,28 @@ async fn copy_out(store: &dyn ObjectStore, prefix: &str, dir: &Path) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn table_and_checkpoint_faults_lose_and_repeat_nothing() {
-    if python().is_none() {
-        return;
-    }
-    let (url, table_store) = faulty_table("faults");
-    let checkpoint_store = FaultyStore::new(Arc::new(InMemory::new()));
-    let checkpoint = || {
-        let timing = LeaseTiming {
-            ttl: Duration::from_millis(1_500),
-            renew_every: Duration::from_millis(200),
-            clock_skew: Duration::from_millis(300),
-        };
-        let store = ObjectStoreCheckpoint::new(checkpoint_store.clone(), "chk".into(), "memory://chk")
-            .with_lease_timing(timing)
-            .unwrap();
-        Arc::new(store) as Arc<dyn CheckpointStore>
+/// A checkpoint on `store` with a short lease.
+fn checkpoint_on(store: &Arc<FaultyStore>) -> Arc<dyn CheckpointStore> {
+    let timing = LeaseTiming {
+        ttl: Duration::from_millis(1_500),
+        renew_every: Duration::from_millis(200),
+        clock_skew: Duration::from_millis(300),
     };
-    let run = || async {
-        let sink = DeltaSink::try_new(&url).map_err(|e| (e.to_string(), false))?;
-        let q = read_stream(RateSource::rows_per_batch(10))
-            .write_stream()
-            .query_name("faults")
-            .checkpoint_store(checkpoint())
-            .stop_after_batch(BatchId(499))
-            .start(sink)
-            .await
-            .map_err(|e| (e.to_string(), e.retryable()))?;
-        q.await_termination().await.map_err(|e| (e.to_string(), e.retryable()))
-    };
-    table_store.random_puts(0.05, 23);
-    checkpoint_store.random(0.05, 29);
+    let checkpoint = ObjectStoreCheckpoint::new(store.clone(), "chk".into(), "memory://chk")
+        .with_lease_timing(timing)
+        .unwrap();
+    Arc::new(checkpoint)
+}
+
+/// Runs `run` again after each stop until it finishes. Every stop must be
+/// retryable and name the store that failed (the checkpoint's
+/// `memory://chk` or the table's `faulty-mem://`). Returns the stops, and
+/// those by the table.
+async fn restart_until_done<F, R>(run: F) -> (u64, u64)
+where
+    F: Fn() -> R,
+    R: std::future::Future<Output = Result<(), (String, bool)>>,
+{
     let (mut stops, mut by_table) = (0, 0);
     while let Err((message, retryable)) = run().await {
         assert!(retryable, "a fault stopped the query for good: {message}");
@@ -127,6 +119,40 @@ async fn table_and_checkpoint_faults_lose_and_repeat_nothing() {
         stops += 1;
         assert!(stops < 3_000, "no progress: {message}");
     }
+    (stops, by_table)
+}
+
+/// The event ids of the table in `store`, read by `reader` from a local
+/// copy.
+async fn table_ids(store: &FaultyStore, reader: &str) -> Vec<i64> {
+    let dir = tempfile::tempdir().unwrap();
+    copy_out(store, "table", dir.path()).await;
+    let table = dir.path().to_str().unwrap();
+    json_ids(&crate::readers::read(&["ids", reader, table]).expect("readers present"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_and_checkpoint_faults_lose_and_repeat_nothing() {
+    if python().is_none() {
+        return;
+    }
+    let (url, table_store) = faulty_table("faults");
+    let checkpoint_store = FaultyStore::new(Arc::new(InMemory::new()));
+    let run = || async {
+        let sink = DeltaSink::try_new(&url).map_err(|e| (e.to_string(), false))?;
+        let q = read_stream(RateSource::rows_per_batch(10))
+            .write_stream()
+            .query_name("faults")
+            .checkpoint_store(checkpoint_on(&checkpoint_store))
+            .stop_after_batch(BatchId(499))
+            .start(sink)
+            .await
+            .map_err(|e| (e.to_string(), e.retryable()))?;
+        q.await_termination().await.map_err(|e| (e.to_string(), e.retryable()))
+    };
+    table_store.random_puts(0.05, 23);
+    checkpoint_store.random(0.05, 29);
+    let (stops, by_table) = restart_until_done(run).await;
     table_store.random(0.0, 0);
     checkpoint_store.random(0.0, 0);
     eprintln!(
@@ -148,11 +174,51 @@ async fn table_and_checkpoint_faults_lose_and_repeat_nothing() {
 
     // Once more without faults: nothing left to do, and nothing repeated.
     run().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    copy_out(table_store.as_ref(), "table", dir.path()).await;
-    let table = dir.path().to_str().unwrap();
     for reader in ["deltalake", "duckdb"] {
-        let ids = json_ids(&crate::readers::read(&["ids", reader, table]).expect("readers present"));
-        assert_exactly_once(&ids, 0..5_000);
+        assert_exactly_once(&table_ids(&table_store, reader).await, 0..5_000);
+    }
+}
+
+/// Complete mode commits through deltalake (its removes need the whole
+/// table), not by writing the log entry directly: a failed put there is
+/// settled the same way, and a later try of the batch must not let
+/// deltalake rebase it over what may be its own entry. Each batch's result
+/// is every id so far, counted: the table holds each id once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_mode_under_table_faults_holds_each_id_once() {
+    if python().is_none() {
+        return;
+    }
+    let (url, table_store) = faulty_table("complete-faults");
+    let checkpoint_store = FaultyStore::new(Arc::new(InMemory::new()));
+    let run = || async {
+        let sink = DeltaSink::try_new(&url).map_err(|e| (e.to_string(), false))?;
+        let q = read_stream(RateSource::rows_per_batch(10))
+            .with_operator(CountByKey::new("ids", "event_id"))
+            .write_stream()
+            .query_name("complete-faults")
+            .output_mode(OutputMode::Complete)
+            .checkpoint_store(checkpoint_on(&checkpoint_store))
+            .stop_after_batch(BatchId(199))
+            .start(sink)
+            .await
+            .map_err(|e| (e.to_string(), e.retryable()))?;
+        q.await_termination().await.map_err(|e| (e.to_string(), e.retryable()))
+    };
+    table_store.random_puts(0.05, 31);
+    let (stops, by_table) = restart_until_done(run).await;
+    table_store.random(0.0, 0);
+    eprintln!(
+        "complete: {stops} stops ({by_table} by the table), {} table faults",
+        table_store.injected()
+    );
+    assert!(
+        table_store.injected() >= 10 && by_table < table_store.injected(),
+        "{by_table} stops of {} table faults",
+        table_store.injected()
+    );
+    run().await.unwrap();
+    for reader in ["deltalake", "duckdb"] {
+        assert_exactly_once(&table_ids(&table_store, reader).await, 0..2_000);
     }
 }
