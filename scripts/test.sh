@@ -61,7 +61,7 @@ if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
     cp "$requirements" "$stamp"
 fi
 
-step "services: SeaweedFS (S3), PostgreSQL and Kafka"
+step "services: SeaweedFS (S3), PostgreSQL, Kafka and Azurite (Azure Blob Storage)"
 services=$(mktemp -d)
 cleanup() {
     disk || true
@@ -69,12 +69,14 @@ cleanup() {
     scripts/services/seaweedfs.sh stop "$services" || true
     scripts/services/postgres.sh stop "$services" || true
     scripts/services/kafka.sh stop "$services" || true
+    scripts/services/azurite.sh stop "$services" || true
     rm -rf "$services" || true
 }
 trap cleanup EXIT
 eval "$(scripts/services/seaweedfs.sh start "$services")"
 eval "$(scripts/services/postgres.sh start "$services")"
 eval "$(scripts/services/kafka.sh start "$services")"
+eval "$(scripts/services/azurite.sh start "$services")"
 
 step "before the build"
 disk || true

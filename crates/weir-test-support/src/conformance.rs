@@ -108,6 +108,39 @@ impl ObjectCheckpoints {
     }
 }
 
+#[cfg(feature = "azure")]
+impl ObjectCheckpoints {
+    /// Checkpoints under `prefix` in the test Azurite's container
+    /// (`WEIR_TEST_AZURE_ENDPOINT`, `WEIR_TEST_AZURE_CONTAINER`), opened
+    /// with Azurite's published development account, as an `az://` URL;
+    /// `None` without the test Azurite.
+    pub fn test_azure(prefix: &str) -> Option<Self> {
+        /// Azurite's well-known development account and key (not secrets).
+        const ACCOUNT: &str = "devstoreaccount1";
+        const KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+        let endpoint = crate::service("WEIR_TEST_AZURE_ENDPOINT")?;
+        let container = std::env::var("WEIR_TEST_AZURE_CONTAINER").unwrap_or_else(|_| "weir".into());
+        let options = [
+            ("azure_storage_account_name", ACCOUNT),
+            ("azure_storage_account_key", KEY),
+            ("azure_storage_endpoint", endpoint.as_str()),
+            ("azure_allow_http", "true"),
+            ("lease_ttl_ms", "6000"),
+            ("lease_renew_ms", "500"),
+            ("lease_clock_skew_ms", "1000"),
+        ];
+        let mut builder = object_store::azure::MicrosoftAzureBuilder::new().with_container_name(&container);
+        for (key, value) in &options[..4] {
+            builder = builder.with_config(key.parse().expect("an Azure option"), *value);
+        }
+        Some(Self {
+            store: Arc::new(builder.build().expect("an Azure store")),
+            url: format!("az://{container}/{}", prefix.trim_matches('/')),
+            options: options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        })
+    }
+}
+
 /// One case's checkpoint: a local directory or a fresh prefix on object
 /// storage.
 enum CaseCheckpoint {

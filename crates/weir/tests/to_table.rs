@@ -88,18 +88,42 @@ fn open(chk: &ObjectCheckpoints) -> std::sync::Arc<dyn weir::checkpoint::Checkpo
         .clone()
 }
 
+/// The checkpoint of a query on Azure Blob Storage (Azurite, started by
+/// scripts/test.sh), opened by its `az://` URL.
+fn azure_checkpoint(name: &str) -> Option<ObjectCheckpoints> {
+    ObjectCheckpoints::test_azure(&format!("checkpoints/{}/{name}", uuid::Uuid::new_v4()))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_on_s3_passes_the_store_suite() {
     let Some(chk) = s3_checkpoint("suite") else { return };
     weir_test_support::checkpoint_store::check_store(&|| open(&chk)).await;
 }
 
-/// A query whose checkpoint is on S3: a second run on the checkpoint is
-/// refused while the first runs, a restart resumes where the first stopped,
-/// and the table holds every id once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_on_azure_passes_the_store_suite() {
+    let Some(chk) = azure_checkpoint("suite") else { return };
+    weir_test_support::checkpoint_store::check_store(&|| open(&chk)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_with_its_checkpoint_on_s3_lands_every_id_once() {
-    let Some(chk) = s3_checkpoint("payments") else { return };
+    if let Some(chk) = s3_checkpoint("payments") {
+        checkpoint_on_object_storage(chk).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_with_its_checkpoint_on_azure_lands_every_id_once() {
+    if let Some(chk) = azure_checkpoint("payments") {
+        checkpoint_on_object_storage(chk).await;
+    }
+}
+
+/// A query whose checkpoint is on object storage: a second run on the
+/// checkpoint is refused while the first runs, a restart resumes where the
+/// first stopped, and the table holds every id once.
+async fn checkpoint_on_object_storage(chk: ObjectCheckpoints) {
     if python().is_none() {
         return;
     }
