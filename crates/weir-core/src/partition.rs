@@ -54,14 +54,18 @@ pub fn value_at(array: &ArrayRef, i: usize) -> Option<String> {
     (!value.is_empty()).then_some(value)
 }
 
-/// Escapes a partition value for a directory name, as Hive and Spark do.
+/// Escapes a partition value for a directory name, as Hive and Spark do,
+/// and a space too (as Spark on Windows does): a Delta log names a file by
+/// a URI of its path, and a space in a folder's name would reach the log
+/// as a space, which the protocol's readers (Delta Lake on Spark) refuse.
+/// Readers of the directories unescape `%20` as any other escape.
 pub fn escape(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for c in value.chars() {
         let special = c.is_ascii_control()
             || matches!(
                 c,
-                '"' | '#' | '%' | '\'' | '*' | '/' | ':' | '=' | '?' | '\\' | '{' | '[' | ']' | '^'
+                ' ' | '"' | '#' | '%' | '\'' | '*' | '/' | ':' | '=' | '?' | '\\' | '{' | '[' | ']' | '^'
             );
         if special {
             let mut buf = [0u8; 4];
@@ -138,6 +142,8 @@ mod tests {
     #[test]
     fn directories_escape_like_hive() {
         assert_eq!(escape("a/b:c=d%"), "a%2Fb%3Ac%3Dd%25");
+        assert_eq!(escape("10:00 utc"), "10%3A00%20utc");
+        assert_eq!(escape("zürich"), "zürich", "non-ASCII stays (the log's URI escapes it)");
         assert_eq!(
             directory(&["day".into(), "kind".into()], &[Some("2026-11-29".into()), None]),
             "day=2026-11-29/kind=__HIVE_DEFAULT_PARTITION__"

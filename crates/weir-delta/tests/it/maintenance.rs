@@ -156,7 +156,7 @@ fn data_files_under(table: &Path, dir: &Path) -> Vec<String> {
 }
 
 /// The rate source with a `zone` partition column whose values hold `:`
-/// and ` ` (folders `zone=10%3A00 utc`, log paths `zone=10%253A00 utc`).
+/// and ` ` (folders `zone=10%3A00%20utc`, log paths `zone=10%253A00%2520utc`).
 pub(crate) fn with_zones(b: arrow_array::RecordBatch) -> std::result::Result<arrow_array::RecordBatch, BoxError> {
     let zones: Vec<&str> = (0..b.num_rows()).map(|i| ["10:00 utc", "11:00 utc"][i % 2]).collect();
     let mut fields = b.schema().fields().to_vec();
@@ -208,12 +208,12 @@ async fn vacuum_matches_escaped_and_spaced_partition_folders() {
         .collect();
     assert_eq!(live.len(), 2);
     std::fs::write(
-        table.join("zone=10%3A00 utc/part-stray.parquet"),
+        table.join("zone=10%3A00%20utc/part-stray.parquet"),
         b"not a committed file",
     )
     .unwrap();
     let mut expected = written.clone();
-    expected.push("zone=10%3A00 utc/part-stray.parquet".into());
+    expected.push("zone=10%3A00%20utc/part-stray.parquet".into());
     expected.sort();
 
     // Inputs written 10 days ago but removed just now stay for the default
@@ -229,7 +229,7 @@ async fn vacuum_matches_escaped_and_spaced_partition_folders() {
         .with_dry_run(true)
         .await
         .unwrap();
-    assert_eq!(plan.files, vec!["zone=10%3A00 utc/part-stray.parquet".to_string()]);
+    assert_eq!(plan.files, vec!["zone=10%3A00%20utc/part-stray.parquet".to_string()]);
 
     let vacuum = || forced_vacuum(&table);
     let plan = vacuum().with_dry_run(true).await.unwrap();

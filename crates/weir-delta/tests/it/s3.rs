@@ -205,7 +205,7 @@ async fn vacuum_in_s3_matches_escaped_and_spaced_partition_folders() {
         .filter(|f| !written.contains(f))
         .collect();
     assert_eq!(live.len(), 2, "{live:?}");
-    let stray = object_store::path::Path::parse("zone=10%3A00 utc/part-stray.parquet").unwrap();
+    let stray = object_store::path::Path::parse("zone=10%3A00%20utc/part-stray.parquet").unwrap();
     h.store("zoned")
         .put(&stray, "not a committed file".into())
         .await
