@@ -52,7 +52,7 @@ if ! pkg-config --exists openssl 2>/dev/null; then
 fi
 features=(--features weir/kafka-tls,weir/sql)
 
-step "independent readers (Python deltalake, pyiceberg, DuckDB) in .venv-readers"
+step "independent readers (Python deltalake, pyiceberg, DuckDB, pyspark) in .venv-readers"
 requirements=integration/readers/requirements.txt
 stamp=.venv-readers/.installed
 if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
@@ -60,6 +60,9 @@ if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
     .venv-readers/bin/pip install --quiet --disable-pip-version-check -r "$requirements"
     cp "$requirements" "$stamp"
 fi
+
+step "Spark's jars (Delta Lake on Spark, Iceberg's Spark runtime) in .cache/spark-jars"
+scripts/spark-jars.sh
 
 step "services: SeaweedFS (S3), PostgreSQL, Kafka and Azurite (Azure Blob Storage)"
 services=$(mktemp -d)

@@ -6,7 +6,7 @@ optionally followed by #NAME for a catalog name other than "lake"; or
 rest+URI#WAREHOUSE for an Iceberg REST catalog (the test SeaweedFS).
 
 Usage:
-    read_iceberg.py ids pyiceberg|duckdb|duckdb-dir CATALOG NAMESPACE.TABLE
+    read_iceberg.py ids pyiceberg|duckdb|duckdb-dir|clickhouse CATALOG NAMESPACE.TABLE
         -> {"ids": [...], "rows": n, "amount_cents": sum}
     read_iceberg.py ids-or-none ...   as ids; a missing table reads as no rows
     read_iceberg.py ids-at CATALOG NAMESPACE.TABLE SNAPSHOT_ID
@@ -104,6 +104,11 @@ def ids(reader, where, name):
         ).fetchall()
         cents = sum(int(r[1] * 100) for r in rows if r[1] is not None)
         return {"ids": [r[0] for r in rows], "rows": len(rows), "amount_cents": cents}
+    if reader == "clickhouse":
+        import read_table
+
+        location = read_table.local(table.metadata.location)
+        return read_table.clickhouse_ids(f"icebergLocal('{location}')")
     raise SystemExit(f"unknown reader {reader!r}")
 
 

@@ -1,7 +1,7 @@
 """Independent readers of weir's tables, for weir's tests.
 
 Usage:
-    read_table.py ids deltalake|duckdb <table dir>
+    read_table.py ids deltalake|duckdb|clickhouse <table dir>
         -> {"ids": [...], "rows": n, "amount_cents": sum}
     read_table.py ids-at <table dir> <version>
         -> {"ids": [...], "rows": n, "amount_cents": sum}, by Python deltalake at that version
@@ -21,6 +21,7 @@ Usage:
 Each command prints one JSON object on standard output.
 """
 
+import decimal
 import json
 import os
 import sys
@@ -72,7 +73,29 @@ def ids(reader, table):
                 f"SELECT CAST(coalesce(sum(amount), 0) * 100 AS BIGINT) FROM delta_scan('{table}')"
             ).fetchone()[0]
         return {"ids": event_ids, "rows": rows, "amount_cents": cents}
+    if reader == "clickhouse":
+        return clickhouse_ids(f"deltaLakeLocal('{local(table)}')")
     raise SystemExit(f"unknown reader {reader}")
+
+
+def local(table):
+    """A local table's directory, for ClickHouse's *Local table functions."""
+    if "://" in table and not table.startswith("file://"):
+        raise SystemExit(f"the ClickHouse reader reads local tables only, not {table}")
+    return os.path.abspath(table.removeprefix("file://")).replace("'", "\\'")
+
+
+def clickhouse_ids(source):
+    """Event ids and amounts by ClickHouse (chdb, in process) from a table
+    function such as deltaLakeLocal('dir')."""
+    import chdb
+
+    # chdb reads files under its working directory only.
+    os.chdir("/")
+    out = chdb.query(f"SELECT event_id, toString(amount) FROM {source}", "JSONCompact")
+    rows = json.loads(out.bytes())["data"]
+    cents = sum(int(decimal.Decimal(r[1]) * 100) for r in rows if r[1] is not None)
+    return {"ids": [int(r[0]) for r in rows], "rows": len(rows), "amount_cents": cents}
 
 
 def counts(reader, table):

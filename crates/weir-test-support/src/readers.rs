@@ -91,3 +91,47 @@ pub fn event_ids_with(reader: &str, table: &str) -> Option<(Vec<i64>, Option<i64
 pub fn rate_amount_cents(n: i64) -> i64 {
     (0..n).map(|i| (i * 7919) % 100_000).sum()
 }
+
+/// Spark (Delta Lake on Spark and Iceberg's Spark runtime, the formats'
+/// reference implementations) reading every table of `reads` in one JVM
+/// (`read_spark.py` says what a read is); one answer per read, in order:
+/// `{"ids", "rows", "amount_cents"}` or `{"error"}`. `None` when the
+/// readers or Spark's jars are missing outside CI.
+pub fn spark(reads: &serde_json::Value) -> Option<Vec<serde_json::Value>> {
+    let python = python()?;
+    let jars = std::env::var_os("WEIR_SPARK_JARS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join(".cache/spark-jars"));
+    if !jars.join(".pom").exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "Spark's jars are missing ({}); scripts/test.sh fetches them",
+            jars.display()
+        );
+        eprintln!("SKIPPED: Spark's jars are missing; scripts/spark-jars.sh fetches them");
+        return None;
+    }
+    let mut child = Command::new(python)
+        .arg(workspace().join("integration/readers/read_spark.py"))
+        .env("WEIR_SPARK_JARS", &jars)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run Spark");
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().expect("Spark's stdin");
+        stdin
+            .write_all(reads.to_string().as_bytes())
+            .expect("send the reads to Spark");
+    }
+    let out = child.wait_with_output().expect("wait for Spark");
+    assert!(
+        out.status.success(),
+        "read_spark.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("Spark's reader prints JSON");
+    Some(answer["results"].as_array().expect("results").clone())
+}

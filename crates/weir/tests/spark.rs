@@ -1,0 +1,346 @@
+//! Spark, the reference implementation of both formats (Delta Lake on
+//! Spark, Iceberg's Spark runtime through the JDBC catalog), reads every
+//! kind of table weir writes, beside DuckDB, ClickHouse (chdb) and the
+//! format's Python reader: each reader sees every id once and the same
+//! amounts. One Spark reads all the tables (one JVM for the file).
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::{Array, ArrayRef, BooleanArray, Date32Array, Int32Array, RecordBatch, StringArray};
+use weir::prelude::*;
+use weir_test_support::readers::{iceberg, json_ids, python, rate_amount_cents, read, spark};
+
+/// Rows a batch; every table but the compacted ones takes three batches.
+const ROWS: u64 = 100;
+
+/// Partition values of every kind the Delta protocol escapes: `:`, `%`,
+/// space, `/`, `=`, non-ASCII, the empty string (null, as in Spark) and
+/// null.
+const ZONES: [Option<&str>; 8] = [
+    Some("10:00 utc"),
+    Some("50%"),
+    Some("a/b"),
+    Some("k=v"),
+    Some("zürich"),
+    Some(""),
+    None,
+    Some("plain"),
+];
+
+/// A table in the matrix: how Spark reads it, how the other readers do,
+/// and the ids it holds.
+struct Case {
+    name: &'static str,
+    spark: serde_json::Value,
+    others: Vec<(&'static str, Vec<String>)>,
+    ids: Range<i64>,
+}
+
+type Map = fn(RecordBatch) -> std::result::Result<RecordBatch, BoxError>;
+
+fn with_columns(b: RecordBatch, added: Vec<(&str, ArrayRef)>) -> std::result::Result<RecordBatch, BoxError> {
+    let mut fields = b.schema().fields().to_vec();
+    let mut columns = b.columns().to_vec();
+    for (name, column) in added {
+        fields.push(Arc::new(arrow_schema::Field::new(
+            name,
+            column.data_type().clone(),
+            true,
+        )));
+        columns.push(column);
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(arrow_schema::Schema::new(fields)),
+        columns,
+    )?)
+}
+
+fn event_ids(b: &RecordBatch) -> Vec<i64> {
+    use arrow_array::cast::AsArray;
+    b.column(0)
+        .as_primitive::<arrow_array::types::Int64Type>()
+        .values()
+        .to_vec()
+}
+
+/// The rate source with a `zone` column cycling through [`ZONES`].
+fn with_zones(b: RecordBatch) -> std::result::Result<RecordBatch, BoxError> {
+    let zones: StringArray = event_ids(&b).iter().map(|i| ZONES[*i as usize % ZONES.len()]).collect();
+    with_columns(b, vec![("zone", Arc::new(zones))])
+}
+
+/// The rate source with a date, a boolean and an integer column.
+fn with_kinds(b: RecordBatch) -> std::result::Result<RecordBatch, BoxError> {
+    let ids = event_ids(&b);
+    let days: Date32Array = ids.iter().map(|i| Some(20_000 + (*i as i32 / 70))).collect();
+    let flags: BooleanArray = ids.iter().map(|i| Some(i % 2 == 0)).collect();
+    let small: Int32Array = ids.iter().map(|i| Some((i % 3) as i32 - 1)).collect();
+    with_columns(
+        b,
+        vec![
+            ("day", Arc::new(days)),
+            ("flag", Arc::new(flags)),
+            ("small", Arc::new(small)),
+        ],
+    )
+}
+
+fn same(b: RecordBatch) -> std::result::Result<RecordBatch, BoxError> {
+    Ok(b)
+}
+
+async fn write(catalogs: &Catalogs, chk: &std::path::Path, name: &str, options: TableOptions, map: Map, batches: u64) {
+    let q = read_stream(RateSource::rows_per_batch(ROWS))
+        .map_batches(map)
+        .write_stream()
+        .checkpoint_location(chk.join(name))
+        .stop_after_batch(BatchId(batches - 1))
+        .to_table_in(catalogs, name, options)
+        .await
+        .unwrap_or_else(|e| panic!("start {name}: {e}"));
+    q.await_termination()
+        .await
+        .unwrap_or_else(|e| panic!("run {name}: {e}"));
+}
+
+fn delta(partition_by: &[&str]) -> TableOptions {
+    TableOptions::new()
+        .format(TableFormat::Delta)
+        .partition_by(partition_by.iter().copied())
+}
+
+fn iceberg_options(partition_by: &[&str]) -> TableOptions {
+    TableOptions::new()
+        .format(TableFormat::Iceberg)
+        .partition_by(partition_by.iter().copied())
+}
+
+fn delta_case(name: &'static str, dir: &str, version: Option<i64>, ids: Range<i64>) -> Case {
+    let mut read = serde_json::json!({"format": "delta", "table": dir});
+    let others = match version {
+        Some(v) => {
+            read["version"] = v.into();
+            vec![("deltalake", vec!["ids-at".into(), dir.into(), v.to_string()])]
+        }
+        None => ["deltalake", "duckdb", "clickhouse"]
+            .map(|r| (r, vec!["ids".into(), r.into(), dir.into()]))
+            .to_vec(),
+    };
+    Case {
+        name,
+        spark: read,
+        others,
+        ids,
+    }
+}
+
+fn iceberg_case(name: &'static str, db: &str, table: &str, snapshot: Option<i64>, ids: Range<i64>) -> Case {
+    let mut read = serde_json::json!({"format": "iceberg", "catalog": db, "table": table});
+    let others = match snapshot {
+        Some(s) => {
+            read["snapshot"] = s.into();
+            vec![(
+                "pyiceberg",
+                vec!["ids-at".into(), db.into(), table.into(), s.to_string()],
+            )]
+        }
+        None => ["pyiceberg", "duckdb", "clickhouse"]
+            .map(|r| (r, vec!["ids".into(), r.into(), db.into(), table.into()]))
+            .to_vec(),
+    };
+    Case {
+        name,
+        spark: read,
+        others,
+        ids,
+    }
+}
+
+/// What a reader's answer says wrong about a case, if anything.
+fn verdict(case: &Case, answer: &serde_json::Value) -> Option<String> {
+    if let Some(e) = answer.get("error") {
+        return Some(format!("refused: {e}"));
+    }
+    let ids = json_ids(answer);
+    let result = std::panic::catch_unwind(|| weir_test_support::assert_exactly_once(&ids, case.ids.clone()));
+    if let Err(e) = result {
+        let text = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
+        return Some(text.unwrap_or_else(|| "ids not exactly once".into()));
+    }
+    let expected = rate_amount_cents(case.ids.end) - rate_amount_cents(case.ids.start);
+    match answer["amount_cents"].as_i64() {
+        Some(cents) if cents != expected => Some(format!("amounts sum to {cents} cents, not {expected}")),
+        _ => None,
+    }
+}
+
+/// The latest snapshot of an Iceberg table.
+fn current_snapshot(db: &str, table: &str) -> i64 {
+    let d = iceberg(&["describe", db, table]).expect("readers present");
+    let snapshots = d["snapshots"].as_array().expect("snapshots");
+    snapshots.last().expect("a snapshot")["id"].as_i64().expect("an id")
+}
+
+/// The newest version of a Delta table.
+fn delta_version(dir: &str) -> i64 {
+    read(&["describe", dir]).expect("readers present")["version"]
+        .as_i64()
+        .expect("a version")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spark_duckdb_clickhouse_and_the_python_readers_read_every_table_weir_writes() {
+    if python().is_none() {
+        return;
+    }
+    let lake = tempfile::tempdir().unwrap();
+    let chk = tempfile::tempdir().unwrap();
+    let catalogs = Catalogs::new(weir::catalog::Config::embedded(lake.path()));
+    let dir = |name: &str| {
+        lake.path()
+            .join("warehouse")
+            .join(name.replace('.', "/"))
+            .to_str()
+            .unwrap()
+            .to_string()
+    };
+    let db = lake.path().join("catalog.db").to_str().unwrap().to_string();
+    let all = 0..3 * ROWS as i64;
+    let mut cases = Vec::new();
+
+    // Delta: plain, partitioned by every kind of value, compacted (and
+    // read as of before), vacuumed.
+    write(&catalogs, chk.path(), "bronze.plain", delta(&[]), same, 3).await;
+    cases.push(delta_case("delta plain", &dir("bronze.plain"), None, all.clone()));
+    write(&catalogs, chk.path(), "bronze.zones", delta(&["zone"]), with_zones, 3).await;
+    cases.push(delta_case(
+        "delta by escaped strings",
+        &dir("bronze.zones"),
+        None,
+        all.clone(),
+    ));
+    write(
+        &catalogs,
+        chk.path(),
+        "bronze.kinds",
+        delta(&["day", "flag", "small"]),
+        with_kinds,
+        3,
+    )
+    .await;
+    cases.push(delta_case(
+        "delta by date, boolean, int",
+        &dir("bronze.kinds"),
+        None,
+        all.clone(),
+    ));
+    for name in ["bronze.compacted", "bronze.vacuumed"] {
+        write(&catalogs, chk.path(), name, delta(&["zone"]), with_zones, 5).await;
+    }
+    let before = delta_version(&dir("bronze.compacted"));
+    catalogs.table("bronze.compacted").compact().await.unwrap();
+    assert!(delta_version(&dir("bronze.compacted")) > before, "compaction committed");
+    cases.push(delta_case("delta compacted", &dir("bronze.compacted"), None, 0..500));
+    cases.push(delta_case(
+        "delta as of before compaction",
+        &dir("bronze.compacted"),
+        Some(before),
+        0..500,
+    ));
+    catalogs.table("bronze.vacuumed").compact().await.unwrap();
+    catalogs
+        .table("bronze.vacuumed")
+        .vacuum()
+        .with_retention(Duration::ZERO)
+        .with_force(true)
+        .await
+        .unwrap();
+    cases.push(delta_case("delta vacuumed", &dir("bronze.vacuumed"), None, 0..500));
+
+    // Iceberg: plain, partitioned by every transform, compacted (and read
+    // as of before), expired.
+    let specs: [(&'static str, &str, &[&str]); 5] = [
+        ("iceberg plain", "silver.plain", &[]),
+        (
+            "iceberg by bucket, day",
+            "silver.bucket_day",
+            &["bucket(4, account_id)", "day(ts)"],
+        ),
+        (
+            "iceberg by truncate, hour",
+            "silver.truncate_hour",
+            &["truncate(100, event_id)", "hour(ts)"],
+        ),
+        ("iceberg by month", "silver.month", &["month(ts)"]),
+        ("iceberg by year, identity", "silver.year", &["year(ts)", "account_id"]),
+    ];
+    for (case, name, partition_by) in specs {
+        write(&catalogs, chk.path(), name, iceberg_options(partition_by), same, 3).await;
+        cases.push(iceberg_case(case, &db, name, None, all.clone()));
+    }
+    for name in ["silver.compacted", "silver.expired"] {
+        write(
+            &catalogs,
+            chk.path(),
+            name,
+            iceberg_options(&["bucket(2, account_id)"]),
+            same,
+            5,
+        )
+        .await;
+    }
+    let before = current_snapshot(&db, "silver.compacted");
+    catalogs.table("silver.compacted").compact().await.unwrap();
+    assert_ne!(
+        current_snapshot(&db, "silver.compacted"),
+        before,
+        "compaction committed"
+    );
+    cases.push(iceberg_case("iceberg compacted", &db, "silver.compacted", None, 0..500));
+    cases.push(iceberg_case(
+        "iceberg as of before compaction",
+        &db,
+        "silver.compacted",
+        Some(before),
+        0..500,
+    ));
+    catalogs.table("silver.expired").compact().await.unwrap();
+    catalogs
+        .table("silver.expired")
+        .expire_snapshots()
+        .with_retain_last(1)
+        .with_older_than(Duration::ZERO)
+        .await
+        .unwrap();
+    cases.push(iceberg_case("iceberg expired", &db, "silver.expired", None, 0..500));
+
+    let reads = serde_json::Value::Array(cases.iter().map(|c| c.spark.clone()).collect());
+    let Some(by_spark) = spark(&reads) else { return };
+    assert_eq!(by_spark.len(), cases.len());
+    let mut failures = Vec::new();
+    for (case, answer) in cases.iter().zip(&by_spark) {
+        if let Some(wrong) = verdict(case, answer) {
+            failures.push(format!("{} by Spark: {wrong}", case.name));
+        }
+        for (reader, args) in &case.others {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let script: fn(&[&str]) -> Option<serde_json::Value> =
+                if case.spark["format"] == "delta" { read } else { iceberg };
+            let answer = script(&args).expect("readers present");
+            if let Some(wrong) = verdict(case, &answer) {
+                failures.push(format!("{} by {reader}: {wrong}", case.name));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} reads went wrong:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
