@@ -93,6 +93,7 @@ mod maintenance;
 mod marker;
 mod open_file;
 mod options;
+mod protocol;
 mod read;
 mod sink;
 mod stats;

@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use deltalake::kernel::engine::arrow_conversion::{TryIntoArrow, TryIntoKernel};
-use deltalake::kernel::transaction::PROTOCOL;
 use deltalake::kernel::{Metadata, MetadataExt, StructField, StructType};
 use deltalake::operations::create::CreateBuilder;
 use deltalake::table::config::TablePropertiesExt;
@@ -16,6 +15,7 @@ use crate::engine;
 use crate::error::DeltaSinkError;
 use crate::log_checkpoint;
 use crate::options::DeltaSinkOptions;
+use crate::protocol;
 use weir_core::partition;
 
 /// How the stream's rows map onto the table's data files, fixed when the
@@ -251,9 +251,7 @@ pub(crate) fn layout(
         table: url.to_string(),
         feature: feature.into(),
     };
-    PROTOCOL
-        .can_write_to(snapshot)
-        .map_err(|e| unsupported(&format!("its protocol ({e})")))?;
+    protocol::check(snapshot, protocol::Write::Stream(mode)).map_err(|feature| unsupported(&feature))?;
     // Constraints the sink would have to enforce on every row.
     if let Some(key) = config.keys().find(|k| k.starts_with("delta.constraints.")) {
         return Err(unsupported(&format!("a CHECK constraint ({key})")));
@@ -263,9 +261,6 @@ pub(crate) fn layout(
         if let Some(key) = enforced.iter().find(|k| field.metadata().contains_key(**k)) {
             return Err(unsupported(&format!("{key} on column {:?}", field.name())));
         }
-    }
-    if config.get("delta.columnMapping.mode").is_some_and(|m| m != "none") {
-        return Err(unsupported("column mapping"));
     }
     // Expiring txn actions would expire the exactly-once marker.
     if config.contains_key("delta.setTransactionRetentionDuration") {

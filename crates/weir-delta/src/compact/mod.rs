@@ -12,7 +12,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::{Field, Schema, SchemaRef};
 use bytes::Bytes;
 use deltalake::kernel::engine::arrow_conversion::TryIntoArrow;
-use deltalake::kernel::transaction::{TransactionError, PROTOCOL};
+use deltalake::kernel::transaction::TransactionError;
 use deltalake::kernel::{Action, CommitInfo, Remove};
 use deltalake::logstore::{CommitOrBytes, LogStore};
 use deltalake::table::config::TablePropertiesExt as _;
@@ -179,12 +179,7 @@ impl Compact {
             table: url.to_string(),
             feature,
         };
-        PROTOCOL
-            .can_write_to(snapshot)
-            .map_err(|e| unsupported(format!("its protocol ({e})")))?;
-        if config.get("delta.columnMapping.mode").is_some_and(|m| m != "none") {
-            return Err(unsupported("column mapping".into()));
-        }
+        crate::protocol::check(snapshot, crate::protocol::Write::Compaction).map_err(unsupported)?;
         if table.log_store().name() != "DefaultLogStore" {
             return Err(unsupported(format!(
                 "a log store without put-if-absent ({}); compaction commits its own log entries",

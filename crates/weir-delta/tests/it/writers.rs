@@ -110,7 +110,10 @@ async fn a_table_with_a_check_constraint_is_refused_at_start() {
     alter(&["add-constraint", table.to_str().unwrap(), "not_negative", "amount >= 0"]).unwrap();
 
     let msg = run(rate(), &chk, &table, 2).await.unwrap_err().to_string();
-    assert!(msg.contains("CheckConstraints"), "{msg}");
+    assert!(
+        msg.contains("CHECK constraint (delta.constraints.not_negative)"),
+        "{msg}"
+    );
     assert!(msg.contains("nothing was written"), "{msg}");
     assert_exactly_once(&readers::event_ids(&table).await, 0..100);
 }
