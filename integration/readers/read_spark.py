@@ -1,21 +1,38 @@
 """Spark, the reference implementation of both formats (Delta Lake on Spark
-and Iceberg's Spark runtime), reading weir's tables for weir's tests.
+and Iceberg's Spark runtime), reading and writing tables beside weir in
+weir's tests.
 
-One call starts one Spark (local[2]) and runs every read it is given, so a
-test file pays for one JVM. The reads come as a JSON list on standard input:
+One process starts one Spark (local[2]) and answers requests until its
+standard input ends, so a test file pays for one JVM. A request is one JSON
+object on a line; its answer is one JSON object on a line of standard
+output:
 
-    {"format": "delta", "table": DIR}                  the table as it is
-    {"format": "delta", "table": DIR, "version": V}    time travel
-    {"format": "iceberg", "catalog": CATALOG, "table": "NAMESPACE.TABLE"}
-    {"format": "iceberg", "catalog": CATALOG, "table": ..., "snapshot": ID}
+    {"op": "read", "format": "delta", "table": DIR}               the table as it is
+    {"op": "read", "format": "delta", "table": DIR, "version": V}  time travel
+    {"op": "read", "format": "iceberg", "catalog": CATALOG, "table": "NAMESPACE.TABLE"}
+    {"op": "read", "format": "iceberg", ..., "snapshot": ID}
+        -> {"ids": [...], "rows": n, "amount_cents": sum or null}
+    {"op": "sql", "sql": STATEMENT}                                Delta tables by path
+    {"op": "sql", "catalog": CATALOG, "warehouse": DIR, "sql": STATEMENT}
+        -> {"rows": [[...], ...]} (the statement's result, as strings)
+    {"op": "create-delta", "table": DIR, "columns": [{"name", "type",
+     "generated": EXPRESSION?, "identity": true?}], "properties": {K: V}}
+        creates a Delta table by path with Delta's table builder
+        -> {"rows": []}
+    {"op": "rows", "table": DIR, "first": A, "end": B, "zone": true?,
+     "columns": {NAME: VALUE}?, "app_id": APP?, "version": V?}
+        appends rows A..B of the rate source's columns (with weir's test
+        zones, and constant columns) to a Delta table by path, as one
+        idempotent write when app_id and version are given (Delta's
+        txnAppId / txnVersion); with "catalog" (and "warehouse"), to the
+        Iceberg table "NAMESPACE.TABLE" of that catalog
+        -> {"rows": [[n]]}
 
-CATALOG is a SQL catalog (the JDBC catalog's schema) as read_iceberg.py
-takes it: a SQLite file or a postgres:// URL, optionally followed by #NAME
-for a catalog name other than "lake". Spark's JDBC catalog opens it.
-
-Prints {"results": [...]}, one per read, in order: {"ids": [...], "rows": n,
-"amount_cents": sum or null} or {"error": "..."} when Spark refused the
-table (the other reads still run).
+Every answer is {"error": "..."} instead when Spark refused (the process
+goes on). CATALOG is a SQL catalog (the JDBC catalog's schema) as
+read_iceberg.py takes it: a SQLite file or a postgres:// URL, optionally
+followed by #NAME for a catalog name other than "lake"; Spark's JDBC
+catalog opens it, named so, and STATEMENT names its tables NAME.NS.TABLE.
 
 The jars come from WEIR_SPARK_JARS (default .cache/spark-jars), fetched by
 scripts/spark-jars.sh from integration/readers/spark/pom.xml.
@@ -28,6 +45,16 @@ import sys
 from urllib.parse import urlparse
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+# The rate source's rows, as weir's RateSource makes them, and the zones
+# weir's tests partition by (weir/tests/spark.rs).
+RATE_COLUMNS = [
+    "id AS event_id",
+    "timestamp_micros(1767225600000000 + id * 1000) AS ts",
+    "id % 1000 AS account_id",
+    "CAST(((id * 7919) % 100000) / 100.0 AS DECIMAL(18,2)) AS amount",
+]
+ZONES = ["10:00 utc", "50%", "a/b", "k=v", "z\u00fcrich", "", None, "plain"]
 
 
 def jars():
@@ -77,7 +104,7 @@ def jdbc_uri(where):
     return uri, auth
 
 
-def iceberg_session(spark, where, sessions):
+def iceberg_session(spark, where, sessions, warehouse=None):
     """A Spark session whose catalog of the catalog's name is that catalog.
     The JDBC catalog keys tables by its name in Spark, and a session holds
     one catalog of a name, so each catalog gets a session of its own."""
@@ -93,8 +120,8 @@ def iceberg_session(spark, where, sessions):
     s.conf.set(f"{prefix}.uri", uri)
     s.conf.set(f"{prefix}.jdbc.schema-version", "V1")
     # The tables' own locations say where their files are; the warehouse
-    # is only where new tables would go.
-    s.conf.set(f"{prefix}.warehouse", "file:///nonexistent")
+    # is where tables Spark creates go.
+    s.conf.set(f"{prefix}.warehouse", warehouse or "file:///nonexistent")
     for key, value in auth.items():
         s.conf.set(f"{prefix}.{key}", value)
     sessions[where] = (s, name)
@@ -129,7 +156,71 @@ def read(spark, request, sessions):
         if "snapshot" in request:
             reader = reader.option("snapshot-id", int(request["snapshot"]))
         return summary(reader.table(f"{quoted(name)}.{quoted(request['table'])}"))
-    raise SystemExit(f"unknown format {request['format']!r}")
+    raise ValueError(f"unknown format {request['format']!r}")
+
+
+def sql(spark, request, sessions):
+    s = spark
+    if "catalog" in request:
+        s, _ = iceberg_session(spark, request["catalog"], sessions, request.get("warehouse"))
+    rows = s.sql(request["sql"]).collect()
+    return {"rows": [[None if v is None else str(v) for v in row] for row in rows]}
+
+
+def append_rows(spark, request, sessions):
+    from pyspark.sql import functions as F
+
+    s, name = spark, None
+    if "catalog" in request:
+        s, name = iceberg_session(spark, request["catalog"], sessions, request.get("warehouse"))
+    df = s.range(int(request["first"]), int(request["end"])).selectExpr(*RATE_COLUMNS)
+    if request.get("zone"):
+        zones = F.array(*[F.lit(z).cast("string") for z in ZONES])
+        df = df.withColumn("zone", F.element_at(zones, (F.col("event_id") % len(ZONES) + 1).cast("int")))
+    for column, value in request.get("columns", {}).items():
+        df = df.withColumn(column, F.lit(value))
+    if name is not None:
+        df.writeTo(f"{quoted(name)}.{quoted(request['table'])}").append()
+    else:
+        writer = df.write.format("delta").mode("append")
+        if request.get("zone"):
+            writer = writer.partitionBy("zone")
+        if "app_id" in request:
+            writer = writer.option("txnAppId", request["app_id"]).option("txnVersion", int(request["version"]))
+        writer.save(request["table"])
+    return {"rows": [[str(int(request["end"]) - int(request["first"]))]]}
+
+
+def create_delta(spark, request):
+    """Creates a Delta table by path with Delta's own table builder, which
+    makes generated and identity columns (Spark's SQL does not, for Delta)."""
+    jvm = spark._jvm
+    builder = jvm.io.delta.tables.DeltaTable.create(spark._jsparkSession).location(request["table"])
+    for column in request["columns"]:
+        col = jvm.io.delta.tables.DeltaTable.columnBuilder(spark._jsparkSession, column["name"])
+        col = col.dataType(column["type"])
+        if "generated" in column:
+            col = col.generatedAlwaysAs(column["generated"])
+        if column.get("identity"):
+            col = col.generatedAlwaysAsIdentity(1, 1)
+        builder = builder.addColumn(col.build())
+    for key, value in request.get("properties", {}).items():
+        builder = builder.property(key, value)
+    builder.execute()
+    return {"rows": []}
+
+
+def answer(spark, request, sessions):
+    op = request.get("op", "read")
+    if op == "read":
+        return read(spark, request, sessions)
+    if op == "sql":
+        return sql(spark, request, sessions)
+    if op == "create-delta":
+        return create_delta(spark, request)
+    if op == "rows":
+        return append_rows(spark, request, sessions)
+    raise ValueError(f"unknown op {op!r}")
 
 
 def cause(e):
@@ -142,18 +233,19 @@ def cause(e):
 
 
 def main():
-    requests = json.load(sys.stdin)
     spark = session()
     spark.sparkContext.setLogLevel("ERROR")
     sessions = {}
-    results = []
-    for request in requests:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
         try:
-            results.append(read(spark, request, sessions))
-        except Exception as e:  # a refusal is an answer: it goes in the results
-            results.append({"error": cause(e)})
+            out = answer(spark, json.loads(line), sessions)
+        except Exception as e:  # a refusal is an answer: the next request still runs
+            out = {"error": cause(e)}
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
     spark.stop()
-    json.dump({"results": results}, sys.stdout)
 
 
 if __name__ == "__main__":

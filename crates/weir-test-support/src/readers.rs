@@ -93,45 +93,102 @@ pub fn rate_amount_cents(n: i64) -> i64 {
 }
 
 /// Spark (Delta Lake on Spark and Iceberg's Spark runtime, the formats'
-/// reference implementations) reading every table of `reads` in one JVM
-/// (`read_spark.py` says what a read is); one answer per read, in order:
-/// `{"ids", "rows", "amount_cents"}` or `{"error"}`. `None` when the
-/// readers or Spark's jars are missing outside CI.
-pub fn spark(reads: &serde_json::Value) -> Option<Vec<serde_json::Value>> {
-    let python = python()?;
-    let jars = std::env::var_os("WEIR_SPARK_JARS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join(".cache/spark-jars"));
-    if !jars.join(".pom").exists() {
+/// reference implementations) in one JVM that answers requests until it is
+/// dropped (`read_spark.py` says what a request is), so a test file starts
+/// Spark once.
+pub struct Spark {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Spark {
+    /// Starts Spark; `None` when the readers or Spark's jars are missing
+    /// outside CI.
+    pub fn start() -> Option<Self> {
+        let python = python()?;
+        let jars = std::env::var_os("WEIR_SPARK_JARS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace().join(".cache/spark-jars"));
+        if !jars.join(".pom").exists() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "Spark's jars are missing ({}); scripts/test.sh fetches them",
+                jars.display()
+            );
+            eprintln!("SKIPPED: Spark's jars are missing; scripts/spark-jars.sh fetches them");
+            return None;
+        }
+        let mut child = Command::new(python)
+            .arg(workspace().join("integration/readers/read_spark.py"))
+            .env("WEIR_SPARK_JARS", &jars)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start Spark");
+        let stdin = child.stdin.take();
+        let stdout = std::io::BufReader::new(child.stdout.take().expect("Spark's stdout"));
+        Some(Self { child, stdin, stdout })
+    }
+
+    /// Sends one request and returns Spark's answer: its result, or
+    /// `{"error": ...}` when Spark refused.
+    pub fn run(&mut self, request: serde_json::Value) -> serde_json::Value {
+        use std::io::{BufRead as _, Write as _};
+        let stdin = self.stdin.as_mut().expect("Spark is running");
+        writeln!(stdin, "{request}").expect("send a request to Spark");
+        stdin.flush().expect("send a request to Spark");
+        let mut line = String::new();
+        let read = self.stdout.read_line(&mut line).expect("read Spark's answer");
+        assert!(read > 0, "Spark stopped before answering {request} (its log is above)");
+        serde_json::from_str(&line).expect("Spark's answer is JSON")
+    }
+
+    /// Runs `request` and panics with Spark's error if it refused.
+    pub fn ok(&mut self, request: serde_json::Value) -> serde_json::Value {
+        let answer = self.run(request.clone());
         assert!(
-            std::env::var_os("CI").is_none(),
-            "Spark's jars are missing ({}); scripts/test.sh fetches them",
-            jars.display()
+            answer.get("error").is_none(),
+            "Spark refused {request}: {}",
+            answer["error"]
         );
-        eprintln!("SKIPPED: Spark's jars are missing; scripts/spark-jars.sh fetches them");
-        return None;
+        answer
     }
-    let mut child = Command::new(python)
-        .arg(workspace().join("integration/readers/read_spark.py"))
-        .env("WEIR_SPARK_JARS", &jars)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run Spark");
-    {
-        use std::io::Write as _;
-        let mut stdin = child.stdin.take().expect("Spark's stdin");
-        stdin
-            .write_all(reads.to_string().as_bytes())
-            .expect("send the reads to Spark");
+}
+
+impl Drop for Spark {
+    fn drop(&mut self) {
+        // Closing its input ends the reader, which stops Spark.
+        drop(self.stdin.take());
+        let _ = self.child.wait();
     }
-    let out = child.wait_with_output().expect("wait for Spark");
-    assert!(
-        out.status.success(),
-        "read_spark.py failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("Spark's reader prints JSON");
-    Some(answer["results"].as_array().expect("results").clone())
+}
+
+/// What a reader's answer (`{"ids", "amount_cents"}`, or `{"error"}`) gets
+/// wrong about a table that should hold the rate source's rows with ids
+/// `expected`, each once: `None` when it is right. Amounts are checked
+/// when the reader summed them.
+pub fn wrong_rows(answer: &serde_json::Value, expected: impl IntoIterator<Item = i64>) -> Option<String> {
+    if let Some(e) = answer.get("error") {
+        return Some(format!("refused: {e}"));
+    }
+    let mut ids = json_ids(answer);
+    ids.sort_unstable();
+    let mut expected: Vec<i64> = expected.into_iter().collect();
+    expected.sort_unstable();
+    if ids != expected {
+        let repeated = ids.windows(2).filter(|w| w[0] == w[1]).count();
+        let found: std::collections::HashSet<i64> = ids.iter().copied().collect();
+        let missing = expected.iter().filter(|id| !found.contains(id)).count();
+        return Some(format!(
+            "{} rows, not {}: {missing} ids missing, {repeated} repeated",
+            ids.len(),
+            expected.len()
+        ));
+    }
+    let cents: i64 = expected.iter().map(|i| (i * 7919) % 100_000).sum();
+    match answer["amount_cents"].as_i64() {
+        Some(found) if found != cents => Some(format!("amounts sum to {found} cents, not {cents}")),
+        _ => None,
+    }
 }

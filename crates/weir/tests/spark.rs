@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use arrow_array::{Array, ArrayRef, BooleanArray, Date32Array, Int32Array, RecordBatch, StringArray};
 use weir::prelude::*;
-use weir_test_support::readers::{iceberg, json_ids, python, rate_amount_cents, read, spark};
+use weir_test_support::readers::{iceberg, python, read, wrong_rows, Spark};
 
 /// Rows a batch; every table but the compacted ones takes three batches.
 const ROWS: u64 = 100;
@@ -118,7 +118,7 @@ fn iceberg_options(partition_by: &[&str]) -> TableOptions {
 }
 
 fn delta_case(name: &'static str, dir: &str, version: Option<i64>, ids: Range<i64>) -> Case {
-    let mut read = serde_json::json!({"format": "delta", "table": dir});
+    let mut read = serde_json::json!({"op": "read", "format": "delta", "table": dir});
     let others = match version {
         Some(v) => {
             read["version"] = v.into();
@@ -137,7 +137,7 @@ fn delta_case(name: &'static str, dir: &str, version: Option<i64>, ids: Range<i6
 }
 
 fn iceberg_case(name: &'static str, db: &str, table: &str, snapshot: Option<i64>, ids: Range<i64>) -> Case {
-    let mut read = serde_json::json!({"format": "iceberg", "catalog": db, "table": table});
+    let mut read = serde_json::json!({"op": "read", "format": "iceberg", "catalog": db, "table": table});
     let others = match snapshot {
         Some(s) => {
             read["snapshot"] = s.into();
@@ -155,27 +155,6 @@ fn iceberg_case(name: &'static str, db: &str, table: &str, snapshot: Option<i64>
         spark: read,
         others,
         ids,
-    }
-}
-
-/// What a reader's answer says wrong about a case, if anything.
-fn verdict(case: &Case, answer: &serde_json::Value) -> Option<String> {
-    if let Some(e) = answer.get("error") {
-        return Some(format!("refused: {e}"));
-    }
-    let ids = json_ids(answer);
-    let result = std::panic::catch_unwind(|| weir_test_support::assert_exactly_once(&ids, case.ids.clone()));
-    if let Err(e) = result {
-        let text = e
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
-        return Some(text.unwrap_or_else(|| "ids not exactly once".into()));
-    }
-    let expected = rate_amount_cents(case.ids.end) - rate_amount_cents(case.ids.start);
-    match answer["amount_cents"].as_i64() {
-        Some(cents) if cents != expected => Some(format!("amounts sum to {cents} cents, not {expected}")),
-        _ => None,
     }
 }
 
@@ -319,12 +298,10 @@ async fn spark_duckdb_clickhouse_and_the_python_readers_read_every_table_weir_wr
         .unwrap();
     cases.push(iceberg_case("iceberg expired", &db, "silver.expired", None, 0..500));
 
-    let reads = serde_json::Value::Array(cases.iter().map(|c| c.spark.clone()).collect());
-    let Some(by_spark) = spark(&reads) else { return };
-    assert_eq!(by_spark.len(), cases.len());
+    let Some(mut spark) = Spark::start() else { return };
     let mut failures = Vec::new();
-    for (case, answer) in cases.iter().zip(&by_spark) {
-        if let Some(wrong) = verdict(case, answer) {
+    for case in &cases {
+        if let Some(wrong) = wrong_rows(&spark.run(case.spark.clone()), case.ids.clone()) {
             failures.push(format!("{} by Spark: {wrong}", case.name));
         }
         for (reader, args) in &case.others {
@@ -332,7 +309,7 @@ async fn spark_duckdb_clickhouse_and_the_python_readers_read_every_table_weir_wr
             let script: fn(&[&str]) -> Option<serde_json::Value> =
                 if case.spark["format"] == "delta" { read } else { iceberg };
             let answer = script(&args).expect("readers present");
-            if let Some(wrong) = verdict(case, &answer) {
+            if let Some(wrong) = wrong_rows(&answer, case.ids.clone()) {
                 failures.push(format!("{} by {reader}: {wrong}", case.name));
             }
         }
