@@ -99,10 +99,12 @@ def ids(reader, where, name):
         # duckdb-dir opens the table directory, through metadata/version-hint.text.
         location = (table.metadata_location if reader == "duckdb" else table.metadata.location).removeprefix("file://")
         con = duckdb_connection(location)
-        rows = con.execute(
-            "SELECT event_id, amount FROM iceberg_scan(?)", [location]
-        ).fetchall()
-        cents = sum(int(r[1] * 100) for r in rows if r[1] is not None)
+        names = [r[0] for r in con.execute("DESCRIBE SELECT * FROM iceberg_scan(?)", [location]).fetchall()]
+        amount = "amount" if "amount" in names else "NULL"
+        rows = con.execute(f"SELECT event_id, {amount} FROM iceberg_scan(?)", [location]).fetchall()
+        cents = None
+        if "amount" in names:
+            cents = sum(int(r[1] * 100) for r in rows if r[1] is not None)
         return {"ids": [r[0] for r in rows], "rows": len(rows), "amount_cents": cents}
     if reader == "clickhouse":
         import read_table

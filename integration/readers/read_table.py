@@ -92,9 +92,13 @@ def clickhouse_ids(source):
 
     # chdb reads files under its working directory only.
     os.chdir("/")
-    out = chdb.query(f"SELECT event_id, toString(amount) FROM {source}", "JSONCompact")
+    names = [r[0] for r in json.loads(chdb.query(f"DESCRIBE {source}", "JSONCompact").bytes())["data"]]
+    amount = "toString(amount)" if "amount" in names else "NULL"
+    out = chdb.query(f"SELECT event_id, {amount} FROM {source}", "JSONCompact")
     rows = json.loads(out.bytes())["data"]
-    cents = sum(int(decimal.Decimal(r[1]) * 100) for r in rows if r[1] is not None)
+    cents = None
+    if "amount" in names:
+        cents = sum(int(decimal.Decimal(r[1]) * 100) for r in rows if r[1] is not None)
     return {"ids": [int(r[0]) for r in rows], "rows": len(rows), "amount_cents": cents}
 
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use arrow_array::{Array, ArrayRef, BooleanArray, Date32Array, Int32Array, RecordBatch, StringArray};
 use weir::prelude::*;
+use weir_test_support::operators::counted_groups;
 use weir_test_support::readers::{iceberg, python, read, wrong_rows, Spark};
 
 /// Rows a batch; every table but the compacted ones takes three batches.
@@ -85,6 +86,12 @@ fn with_kinds(b: RecordBatch) -> std::result::Result<RecordBatch, BoxError> {
             ("small", Arc::new(small)),
         ],
     )
+}
+
+/// The rate source with a `note` column.
+fn with_note(b: RecordBatch) -> std::result::Result<RecordBatch, BoxError> {
+    let notes: StringArray = event_ids(&b).iter().map(|i| Some(format!("note {i}"))).collect();
+    with_columns(b, vec![("note", Arc::new(notes))])
 }
 
 fn same(b: RecordBatch) -> std::result::Result<RecordBatch, BoxError> {
@@ -240,6 +247,58 @@ async fn spark_duckdb_clickhouse_and_the_python_readers_read_every_table_weir_wr
         .await
         .unwrap();
     cases.push(delta_case("delta vacuumed", &dir("bronze.vacuumed"), None, 0..500));
+
+    // Both formats: Complete mode (the whole result each batch: 7 groups
+    // counted, ids 0..7), and a query whose schema grows when it restarts
+    // for its third batch, merged into the table.
+    for (format, name) in [
+        (TableFormat::Delta, "bronze.complete"),
+        (TableFormat::Iceberg, "silver.complete"),
+    ] {
+        let q = counted_groups(50, 7)
+            .write_stream()
+            .output_mode(OutputMode::Complete)
+            .checkpoint_location(chk.path().join(name))
+            .stop_after_batch(BatchId(2))
+            .to_table_in(&catalogs, name, TableOptions::new().format(format))
+            .await
+            .unwrap();
+        q.await_termination().await.unwrap();
+    }
+    cases.push(delta_case(
+        "delta after Complete mode",
+        &dir("bronze.complete"),
+        None,
+        0..7,
+    ));
+    cases.push(iceberg_case(
+        "iceberg after Complete mode",
+        &db,
+        "silver.complete",
+        None,
+        0..7,
+    ));
+    for (name, options) in [
+        ("bronze.merged", delta(&[]).merge_schema(true)),
+        ("silver.merged", iceberg_options(&[]).merge_schema(true)),
+    ] {
+        write(&catalogs, chk.path(), name, options.clone(), same, 2).await;
+        // The query restarted with a column more: its third batch adds it.
+        write(&catalogs, chk.path(), name, options, with_note, 3).await;
+    }
+    cases.push(delta_case(
+        "delta after schema merging",
+        &dir("bronze.merged"),
+        None,
+        all.clone(),
+    ));
+    cases.push(iceberg_case(
+        "iceberg after schema merging",
+        &db,
+        "silver.merged",
+        None,
+        all.clone(),
+    ));
 
     // Iceberg: plain, partitioned by every transform, compacted (and read
     // as of before), expired.
