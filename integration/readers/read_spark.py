@@ -79,10 +79,15 @@ def session():
         )
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
+        # Delta's VACUUM lists the table in this many tasks (10,000 by default).
+        .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", "4")
+        # Tests vacuum with no retention.
+        .config("spark.databricks.delta.retentionDurationCheck.enabled", "false")
         .getOrCreate()
     )
 
@@ -233,6 +238,12 @@ def cause(e):
 
 
 def main():
+    # Answers go to the standard output as it is now; anything else that
+    # writes there (Spark's JVM, which inherits it, included) goes to the
+    # standard error.
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     spark = session()
     spark.sparkContext.setLogLevel("ERROR")
     sessions = {}
@@ -243,8 +254,8 @@ def main():
             out = answer(spark, json.loads(line), sessions)
         except Exception as e:  # a refusal is an answer: the next request still runs
             out = {"error": cause(e)}
-        sys.stdout.write(json.dumps(out) + "\n")
-        sys.stdout.flush()
+        answers.write(json.dumps(out) + "\n")
+        answers.flush()
     spark.stop()
 
 

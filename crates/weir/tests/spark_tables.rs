@@ -1,6 +1,8 @@
-//! Tables Spark made: weir appends to and compacts Delta and Iceberg tables
-//! that Spark (the formats' reference implementation) created and wrote,
-//! Spark goes on writing after weir, and every reader sees every row once;
+//! Tables Spark made or maintains: weir appends to and compacts Delta and
+//! Iceberg tables that Spark (the formats' reference implementation)
+//! created and wrote, Spark goes on writing after weir, Spark's own
+//! maintenance runs between weir's batches, and every reader sees every row
+//! once;
 //! Delta tables whose features weir would break are refused, naming the
 //! feature, with nothing written; deletion vectors are kept by appends and
 //! compaction and refused for Update. One Spark serves the whole file.
@@ -319,6 +321,92 @@ async fn delta_deletion_vectors(spark: &mut Spark, dir: &Path, failures: &mut Ve
     assert_eq!(log_entries(&counts), entries, "nothing written by the refused Update");
 }
 
+/// Spark maintains weir's Delta table between two runs of weir's query:
+/// OPTIMIZE, then VACUUM with no retention; weir's query goes on where it
+/// stopped and every reader sees every row once.
+async fn delta_weir_then_spark_maintenance_then_weir(spark: &mut Spark, dir: &Path, failures: &mut Vec<String>) {
+    let table = dir.join("maintained");
+    let t = table.to_str().unwrap();
+    let chk = dir.join("chk-maintained");
+    weir_into_delta(&table, &chk, "weir", true, 3).await.unwrap();
+    spark.ok(json!({"op": "sql", "sql": format!("OPTIMIZE delta.`{t}`")}));
+    spark.ok(json!({"op": "sql", "sql": format!("VACUUM delta.`{t}` RETAIN 0 HOURS")}));
+    weir_into_delta(&table, &chk, "weir", true, 5).await.unwrap();
+    let expected: Vec<i64> = (0..500).collect();
+    check_delta(
+        spark,
+        &table,
+        &["deltalake", "duckdb", "clickhouse"],
+        &expected,
+        failures,
+        "Delta: weir, Spark's OPTIMIZE and VACUUM, weir",
+    );
+    let txn = read(&["txn", t, "weir"]).expect("readers present");
+    assert_eq!(txn, json!({"weir": 4}), "weir's marker after Spark's maintenance");
+}
+
+/// Spark maintains weir's Iceberg table between two runs of weir's query:
+/// rewrite_data_files, a new partition field (partition evolution), and,
+/// after weir's second run, expire_snapshots; every reader sees every row
+/// once and weir's marker holds.
+async fn iceberg_weir_then_spark_maintenance_then_weir(spark: &mut Spark, lake: &Path, failures: &mut Vec<String>) {
+    let db = lake.join("catalog.db");
+    let db = db.to_str().unwrap();
+    let warehouse = lake.join("warehouse");
+    let at = |sql: &str| json!({"op": "sql", "catalog": db, "warehouse": warehouse.to_str().unwrap(), "sql": sql});
+    let catalogs = Catalogs::new(weir::catalog::Config::embedded(lake));
+    let chk = lake.join("chk-iceberg-maintained");
+    let run = |last: u64| {
+        let catalogs = &catalogs;
+        let chk = &chk;
+        async move {
+            let q = read_stream(RateSource::rows_per_batch(100))
+                .write_stream()
+                .query_name("weir")
+                .checkpoint_location(chk)
+                .stop_after_batch(BatchId(last))
+                .to_table_in(
+                    catalogs,
+                    "silver.maintained",
+                    TableOptions::new()
+                        .format(TableFormat::Iceberg)
+                        .partition_by(["bucket(4, account_id)"]),
+                )
+                .await
+                .unwrap();
+            q.await_termination().await.unwrap();
+        }
+    };
+    run(2).await;
+    spark.ok(at(
+        "CALL lake.system.rewrite_data_files(table => 'silver.maintained', options => map('min-input-files', '2'))",
+    ));
+    spark.ok(at("ALTER TABLE lake.silver.maintained ADD PARTITION FIELD hours(ts)"));
+    run(4).await;
+    spark.ok(at(
+        "CALL lake.system.expire_snapshots(table => 'silver.maintained', retain_last => 1, \
+                 older_than => TIMESTAMP '2999-01-01 00:00:00')",
+    ));
+    let expected: Vec<i64> = (0..500).collect();
+    check_iceberg(
+        spark,
+        db,
+        "silver.maintained",
+        &expected,
+        failures,
+        "Iceberg: weir, Spark's rewrite_data_files and a new partition field, weir, Spark's expire_snapshots",
+    );
+    let d = iceberg(&["describe", db, "silver.maintained"]).expect("readers present");
+    assert_eq!(d["properties"]["weir.query.weir.batch-id"], "4");
+    let spec: Vec<String> = d["partition_spec"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f[1].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(spec, ["bucket[4]", "hour"], "the table's current spec is Spark's");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weir_and_spark_write_one_table_in_turn_and_weir_refuses_features_it_would_break() {
     if python().is_none() {
@@ -332,6 +420,8 @@ async fn weir_and_spark_write_one_table_in_turn_and_weir_refuses_features_it_wou
     iceberg_spark_then_weir_then_spark(&mut spark, lake.path(), chk.path(), &mut failures).await;
     delta_features_weir_would_break_are_refused(&mut spark, lake.path(), &mut failures).await;
     delta_deletion_vectors(&mut spark, lake.path(), &mut failures).await;
+    delta_weir_then_spark_maintenance_then_weir(&mut spark, lake.path(), &mut failures).await;
+    iceberg_weir_then_spark_maintenance_then_weir(&mut spark, lake.path(), &mut failures).await;
     assert!(
         failures.is_empty(),
         "{} checks failed:\n{}",
