@@ -373,10 +373,47 @@ async fn spark_duckdb_clickhouse_and_the_python_readers_read_every_table_weir_wr
             }
         }
     }
+    snapshots_as_java_reads_them(&mut spark, &db, lake.path());
     assert!(
         failures.is_empty(),
         "{} reads went wrong:\n{}",
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// Iceberg's Java library, through Spark's metadata tables, on the three
+/// appends weir made to `silver.plain`: each an `append` with the summary
+/// totals Java keeps (records, data files, sizes) adding up, and data
+/// sequence numbers 1, 2, 3 on the files each one added.
+fn snapshots_as_java_reads_them(spark: &mut Spark, db: &str, lake: &std::path::Path) {
+    let warehouse = lake.join("warehouse");
+    let mut sql = |sql: &str| -> Vec<Vec<String>> {
+        let answer = spark.ok(serde_json::json!({"op": "sql", "catalog": db,
+            "warehouse": warehouse.to_str().unwrap(), "sql": sql}));
+        serde_json::from_value(answer["rows"].clone()).expect("rows of strings")
+    };
+    let snapshots = sql(
+        "SELECT operation, summary['added-records'], summary['total-records'], summary['added-data-files'], \
+         summary['total-data-files'], summary['added-files-size'], summary['total-files-size'] \
+         FROM lake.silver.plain.snapshots ORDER BY committed_at",
+    );
+    assert_eq!(snapshots.len(), 3, "{snapshots:?}");
+    let (mut files, mut bytes) = (0, 0);
+    for (n, s) in snapshots.iter().enumerate() {
+        let number = |i: usize| -> i64 { s[i].parse().unwrap_or_else(|_| panic!("snapshot {n}: {s:?}")) };
+        assert_eq!(s[0], "append", "{s:?}");
+        assert_eq!((number(1), number(2)), (100, 100 * (n as i64 + 1)), "records: {s:?}");
+        files += number(3);
+        bytes += number(5);
+        assert_eq!((number(4), number(6)), (files, bytes), "running totals: {s:?}");
+    }
+    let live = sql("SELECT count(*), sum(file_size_in_bytes) FROM lake.silver.plain.files");
+    assert_eq!(
+        live,
+        [[files.to_string(), bytes.to_string()]],
+        "the last summary's totals are the live files'"
+    );
+    let sequences = sql("SELECT DISTINCT sequence_number FROM lake.silver.plain.entries ORDER BY 1");
+    assert_eq!(sequences, [["1"], ["2"], ["3"]], "data sequence numbers");
 }
