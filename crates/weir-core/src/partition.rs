@@ -5,9 +5,11 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Date32Type, Int16Type, Int32Type, Int64Type, Int8Type};
+use arrow_array::types::{
+    Date32Type, Decimal128Type, Int16Type, Int32Type, Int64Type, Int8Type, TimestampMicrosecondType,
+};
 use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array};
-use arrow_schema::DataType;
+use arrow_schema::{DataType, TimeUnit};
 
 /// The directory name Delta and Hive use for a null partition value.
 pub const NULL_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
@@ -25,6 +27,8 @@ pub fn supported(data_type: &DataType) -> bool {
             | DataType::Int64
             | DataType::Date32
             | DataType::Boolean
+            | DataType::Timestamp(TimeUnit::Microsecond, _)
+            | DataType::Decimal128(_, _)
     )
 }
 
@@ -49,6 +53,18 @@ pub fn value_at(array: &ArrayRef, i: usize) -> Option<String> {
                 .to_string()
         }
         DataType::Boolean => array.as_boolean().value(i).to_string(),
+        // The Delta protocol's forms: a UTC instant in ISO 8601 with its
+        // `Z`, which no reader can take for local time; a timestamp without
+        // a zone as `2026-01-01 10:00:00.000000`.
+        DataType::Timestamp(TimeUnit::Microsecond, zone) => {
+            let micros = array.as_primitive::<TimestampMicrosecondType>().value(i);
+            let at = chrono::DateTime::from_timestamp_micros(micros)?;
+            match zone {
+                Some(_) => at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+                None => at.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f").to_string(),
+            }
+        }
+        DataType::Decimal128(_, _) => array.as_primitive::<Decimal128Type>().value_as_string(i),
         _ => return None,
     };
     (!value.is_empty()).then_some(value)
@@ -148,6 +164,24 @@ mod tests {
             directory(&["day".into(), "kind".into()], &[Some("2026-11-29".into()), None]),
             "day=2026-11-29/kind=__HIVE_DEFAULT_PARTITION__"
         );
+    }
+
+    #[test]
+    fn values_are_written_in_the_delta_protocols_forms() {
+        use arrow_array::{Decimal128Array, TimestampMicrosecondArray};
+        let instant: ArrayRef =
+            Arc::new(TimestampMicrosecondArray::from(vec![1_767_225_600_000_123]).with_timezone("UTC"));
+        assert_eq!(value_at(&instant, 0).as_deref(), Some("2026-01-01T00:00:00.000123Z"));
+        let local: ArrayRef = Arc::new(TimestampMicrosecondArray::from(vec![1_767_225_600_000_123]));
+        assert_eq!(value_at(&local, 0).as_deref(), Some("2026-01-01 00:00:00.000123"));
+        let price: ArrayRef = Arc::new(
+            Decimal128Array::from(vec![-150, 5])
+                .with_precision_and_scale(10, 2)
+                .unwrap(),
+        );
+        assert_eq!(value_at(&price, 0).as_deref(), Some("-1.50"));
+        assert_eq!(value_at(&price, 1).as_deref(), Some("0.05"));
+        assert_eq!(escape("2026-01-01T00:00:00.000123Z"), "2026-01-01T00%3A00%3A00.000123Z");
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use deltalake::kernel::engine::arrow_conversion::{TryIntoArrow, TryIntoKernel};
-use deltalake::kernel::{Metadata, MetadataExt, StructField, StructType};
+use deltalake::kernel::{Action, Metadata, MetadataExt, StructField, StructType};
 use deltalake::operations::create::CreateBuilder;
 use deltalake::table::config::TablePropertiesExt;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
@@ -180,6 +180,38 @@ pub(crate) async fn checkpoint_if_due(table: &DeltaTable, url: &Url, version: u6
     }
 }
 
+/// The protocol of a new table when it needs table features (writer
+/// version 7, as a `timestamp_ntz` column does), with the legacy features
+/// `appendOnly` and `invariants` listed as Delta Lake on Spark lists them:
+/// Spark takes a NOT NULL column for an invariant and refuses a table
+/// whose protocol lists features but not that one. deltalake chooses the
+/// features (a table made in memory shows which); `None` below version 7.
+async fn protocol_with_legacy_features(
+    schema: &StructType,
+    configuration: impl IntoIterator<Item = (String, Option<String>)>,
+) -> Result<Option<Action>, DeltaTableError> {
+    let dry = CreateBuilder::new()
+        .with_location("memory:///")
+        .with_columns(schema.fields().cloned())
+        .with_configuration(configuration)
+        .await?;
+    let protocol = dry.snapshot()?.protocol().clone();
+    if protocol.min_writer_version() < 7 {
+        return Ok(None);
+    }
+    let mut json = serde_json::to_value(&protocol).map_err(|e| DeltaTableError::Generic(e.to_string()))?;
+    let features = json["writerFeatures"]
+        .as_array_mut()
+        .ok_or_else(|| DeltaTableError::Generic("a protocol of writer version 7 without writer features".into()))?;
+    for legacy in ["appendOnly", "invariants"] {
+        if !features.iter().any(|f| f == legacy) {
+            features.push(legacy.into());
+        }
+    }
+    let protocol = serde_json::from_value(json).map_err(|e| DeltaTableError::Generic(e.to_string()))?;
+    Ok(Some(Action::Protocol(protocol)))
+}
+
 /// Creates the table from the stream's schema; if another writer created it
 /// meanwhile, loads that one.
 pub(crate) async fn create(
@@ -198,7 +230,7 @@ pub(crate) async fn create(
                 table: url.to_string(),
                 column: column.clone(),
                 reason: format!(
-                    "weir partitions by strings, integers, dates and booleans, not {}",
+                    "weir partitions by strings, integers, dates, booleans, timestamps (in microseconds) and decimals, not {}",
                     field.data_type()
                 ),
             });
@@ -208,17 +240,22 @@ pub(crate) async fn create(
         table: url.to_string(),
         differences: format!("the stream's schema has no Delta equivalent: {e}"),
     })?;
+    let configuration = || {
+        options
+            .table_properties
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+    };
+    let protocol = protocol_with_legacy_features(&kernel, configuration())
+        .await
+        .map_err(delta_err(url))?;
     let mut builder = CreateBuilder::new()
         .with_location(url.to_string())
         .with_columns(kernel.fields().cloned())
         .with_partition_columns(options.partition_by.clone())
         .with_storage_options(options.storage_options.clone())
-        .with_configuration(
-            options
-                .table_properties
-                .iter()
-                .map(|(k, v)| (k.clone(), Some(v.clone()))),
-        );
+        .with_configuration(configuration())
+        .with_actions(protocol);
     if let Some(name) = &options.table_name {
         builder = builder.with_table_name(name.clone());
     }
@@ -340,7 +377,7 @@ pub(crate) fn layout(
                     table: url.to_string(),
                     column: column.clone(),
                     reason: format!(
-                        "weir writes partitions of strings, integers, dates and booleans, not {}",
+                        "weir writes partitions of strings, integers, dates, booleans, timestamps (in microseconds) and decimals, not {}",
                         field.data_type()
                     ),
                 });

@@ -211,7 +211,7 @@ impl Sink for FileSink {
             let t = schema.field(i).data_type();
             if !partition::supported(t) {
                 return Err(err(format!(
-                    "partition column {column:?} is {t}; weir partitions by strings, integers, dates and booleans"
+                    "partition column {column:?} is {t}; weir partitions by strings, integers, dates, booleans, timestamps (in microseconds) and decimals"
                 ))
                 .into());
             }

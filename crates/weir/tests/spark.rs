@@ -8,7 +8,10 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_array::{Array, ArrayRef, BooleanArray, Date32Array, Int32Array, RecordBatch, StringArray};
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, Date32Array, Decimal128Array, Int32Array, RecordBatch, StringArray,
+    TimestampMicrosecondArray,
+};
 use weir::prelude::*;
 use weir_test_support::operators::counted_groups;
 use weir_test_support::readers::{iceberg, python, read, wrong_rows, Spark};
@@ -92,6 +95,29 @@ fn with_kinds(b: RecordBatch) -> std::result::Result<RecordBatch, BoxError> {
 fn with_note(b: RecordBatch) -> std::result::Result<RecordBatch, BoxError> {
     let notes: StringArray = event_ids(&b).iter().map(|i| Some(format!("note {i}"))).collect();
     with_columns(b, vec![("note", Arc::new(notes))])
+}
+
+/// The rate source with an instant, a timestamp without a zone and a
+/// decimal, each with a few values.
+fn with_times(b: RecordBatch) -> std::result::Result<RecordBatch, BoxError> {
+    let ids = event_ids(&b);
+    let base = 1_767_225_600_000_000_i64;
+    let at = TimestampMicrosecondArray::from_iter_values(ids.iter().map(|i| base + i / 70 * 60_000_000_123))
+        .with_timezone("UTC");
+    let local = TimestampMicrosecondArray::from_iter_values(ids.iter().map(|i| base + (i % 2) * 3_600_000_000));
+    // Non-negative: Python deltalake turns a negative decimal partition
+    // value into a string it cannot parse (`-0.25` as `0.-25`), in tables
+    // it writes itself too.
+    let price = Decimal128Array::from_iter_values(ids.iter().map(|i| i128::from(i % 3) * 125 + 5))
+        .with_precision_and_scale(10, 2)?;
+    with_columns(
+        b,
+        vec![
+            ("at", Arc::new(at)),
+            ("local", Arc::new(local)),
+            ("price", Arc::new(price)),
+        ],
+    )
 }
 
 fn same(b: RecordBatch) -> std::result::Result<RecordBatch, BoxError> {
@@ -222,6 +248,21 @@ async fn spark_duckdb_clickhouse_and_the_python_readers_read_every_table_weir_wr
     cases.push(delta_case(
         "delta by date, boolean, int",
         &dir("bronze.kinds"),
+        None,
+        all.clone(),
+    ));
+    write(
+        &catalogs,
+        chk.path(),
+        "bronze.times",
+        delta(&["at", "local", "price"]),
+        with_times,
+        3,
+    )
+    .await;
+    cases.push(delta_case(
+        "delta by timestamp, timestamp_ntz, decimal",
+        &dir("bronze.times"),
         None,
         all.clone(),
     ));
