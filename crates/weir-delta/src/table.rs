@@ -3,8 +3,11 @@
 use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use bytes::Bytes;
 use deltalake::kernel::engine::arrow_conversion::{TryIntoArrow, TryIntoKernel};
-use deltalake::kernel::{Action, Metadata, MetadataExt, StructField, StructType};
+use deltalake::kernel::transaction::TransactionError;
+use deltalake::kernel::{Action, CommitInfo, Metadata, MetadataExt, StructField, StructType};
+use deltalake::logstore::CommitOrBytes;
 use deltalake::operations::create::CreateBuilder;
 use deltalake::table::config::TablePropertiesExt;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
@@ -180,36 +183,60 @@ pub(crate) async fn checkpoint_if_due(table: &DeltaTable, url: &Url, version: u6
     }
 }
 
-/// The protocol of a new table when it needs table features (writer
-/// version 7, as a `timestamp_ntz` column does), with the legacy features
-/// `appendOnly` and `invariants` listed as Delta Lake on Spark lists them:
-/// Spark takes a NOT NULL column for an invariant and refuses a table
-/// whose protocol lists features but not that one. deltalake chooses the
-/// features (a table made in memory shows which); `None` below version 7.
-async fn protocol_with_legacy_features(
+/// The first log entry of a new table: commit info, the protocol and the
+/// metadata that deltalake chooses for the schema, partitioning and
+/// properties (a table made in memory shows them). A protocol of writer
+/// version 7 (as a `timestamp_ntz` column needs) also lists the legacy
+/// features `appendOnly` and `invariants`, as Delta Lake on Spark lists
+/// them: Spark takes a NOT NULL column for an invariant and refuses a table
+/// whose protocol lists features but not that one.
+async fn first_entry(
     schema: &StructType,
-    configuration: impl IntoIterator<Item = (String, Option<String>)>,
-) -> Result<Option<Action>, DeltaTableError> {
-    let dry = CreateBuilder::new()
+    options: &DeltaSinkOptions,
+) -> Result<(Action, Action, Bytes), DeltaTableError> {
+    let mut dry = CreateBuilder::new()
         .with_location("memory:///")
         .with_columns(schema.fields().cloned())
-        .with_configuration(configuration)
-        .await?;
-    let protocol = dry.snapshot()?.protocol().clone();
-    if protocol.min_writer_version() < 7 {
-        return Ok(None);
+        .with_partition_columns(options.partition_by.clone())
+        .with_configuration(configuration(options));
+    if let Some(name) = &options.table_name {
+        dry = dry.with_table_name(name.clone());
     }
-    let mut json = serde_json::to_value(&protocol).map_err(|e| DeltaTableError::Generic(e.to_string()))?;
-    let features = json["writerFeatures"]
-        .as_array_mut()
-        .ok_or_else(|| DeltaTableError::Generic("a protocol of writer version 7 without writer features".into()))?;
-    for legacy in ["appendOnly", "invariants"] {
-        if !features.iter().any(|f| f == legacy) {
-            features.push(legacy.into());
+    let dry = dry.await?;
+    let snapshot = dry.snapshot()?;
+    let mut protocol = snapshot.protocol().clone();
+    if protocol.min_writer_version() >= 7 {
+        let mut json = serde_json::to_value(&protocol).map_err(|e| DeltaTableError::Generic(e.to_string()))?;
+        let features = json["writerFeatures"]
+            .as_array_mut()
+            .ok_or_else(|| DeltaTableError::Generic("a protocol of writer version 7 without writer features".into()))?;
+        for legacy in ["appendOnly", "invariants"] {
+            if !features.iter().any(|f| f == legacy) {
+                features.push(legacy.into());
+            }
         }
+        protocol = serde_json::from_value(json).map_err(|e| DeltaTableError::Generic(e.to_string()))?;
     }
-    let protocol = serde_json::from_value(json).map_err(|e| DeltaTableError::Generic(e.to_string()))?;
-    Ok(Some(Action::Protocol(protocol)))
+    let info = CommitInfo {
+        timestamp: Some(chrono::Utc::now().timestamp_millis()),
+        operation: Some("CREATE TABLE".into()),
+        engine_info: Some(format!("weir-delta/{}", env!("CARGO_PKG_VERSION"))),
+        ..Default::default()
+    };
+    let (protocol, metadata) = (
+        Action::Protocol(protocol),
+        Action::Metadata(snapshot.metadata().clone()),
+    );
+    let entry = crate::entry::encode([Action::CommitInfo(info), protocol.clone(), metadata.clone()].into_iter())
+        .map_err(|e| DeltaTableError::Generic(e.to_string()))?;
+    Ok((protocol, metadata, entry))
+}
+
+fn configuration(options: &DeltaSinkOptions) -> impl Iterator<Item = (String, Option<String>)> + '_ {
+    options
+        .table_properties
+        .iter()
+        .map(|(k, v)| (k.clone(), Some(v.clone())))
 }
 
 /// Creates the table from the stream's schema; if another writer created it
@@ -240,22 +267,45 @@ pub(crate) async fn create(
         table: url.to_string(),
         differences: format!("the stream's schema has no Delta equivalent: {e}"),
     })?;
-    let configuration = || {
-        options
-            .table_properties
-            .iter()
-            .map(|(k, v)| (k.clone(), Some(v.clone())))
-    };
-    let protocol = protocol_with_legacy_features(&kernel, configuration())
-        .await
-        .map_err(delta_err(url))?;
+    let (protocol, _, entry) = first_entry(&kernel, options).await.map_err(delta_err(url))?;
+    // Where log entries are put if absent, weir writes the first one
+    // itself: of writers creating the table at once, exactly one defines
+    // it and the others load it. (deltalake's create, losing that race,
+    // commits its metadata as the next version and replaces the winner's.)
+    let handle = engine::bounded(
+        DeltaTableBuilder::from_url(url.clone())
+            .map_err(delta_err(url))?
+            .with_storage_options(options.storage_options.clone())
+            .without_files()
+            .build()
+            .map_err(delta_err(url))?,
+    );
+    if handle.log_store().name() == "DefaultLogStore" {
+        let written = handle
+            .log_store()
+            .write_commit_entry(0, CommitOrBytes::LogBytes(entry), uuid::Uuid::new_v4())
+            .await;
+        match written {
+            Ok(()) => tracing::info!(table = %url, "created the Delta table"),
+            Err(TransactionError::VersionAlreadyExists(_)) => {
+                tracing::info!(table = %url, "another writer created the Delta table first; writing to it")
+            }
+            Err(source) => return Err(delta_err(url)(DeltaTableError::Transaction { source })),
+        }
+        return load(url, options, Files::Untracked)
+            .await?
+            .ok_or_else(|| DeltaSinkError::Location {
+                location: url.to_string(),
+                reason: "the table's first log entry was written but the table does not load".into(),
+            });
+    }
     let mut builder = CreateBuilder::new()
         .with_location(url.to_string())
         .with_columns(kernel.fields().cloned())
         .with_partition_columns(options.partition_by.clone())
         .with_storage_options(options.storage_options.clone())
-        .with_configuration(configuration())
-        .with_actions(protocol);
+        .with_configuration(configuration(options))
+        .with_actions([protocol]);
     if let Some(name) = &options.table_name {
         builder = builder.with_table_name(name.clone());
     }
