@@ -27,7 +27,8 @@ pub const DEFAULT_VACUUM_RETENTION: Duration = Duration::from_secs(7 * 86_400);
 /// Deletes the files of a Delta table that no version within the retention
 /// references: files removed (by compaction, overwrites) longer ago than
 /// the retention, and files no commit ever added (failed writes) older
-/// than it. deltalake plans it; weir checks the plan against the table as
+/// than it; hidden files (`.` or `_` first, such as the `.crc` checksums
+/// Hadoop writes beside Spark's files) stay. deltalake plans it; weir checks the plan against the table as
 /// it is after planning (paths compared fully decoded, since escaped
 /// partition folders are spelled differently in the log, the listing and a
 /// removal): a live file in the plan refuses the vacuum, a file removed
@@ -179,6 +180,10 @@ impl Vacuum {
             // Removed within the retention; the plan matched its removal in
             // another spelling.
             .filter(|planned| !kept.contains(&fully_decoded(planned)))
+            // Hidden files are no table's data: the checksums Hadoop's
+            // file systems write beside each file (`.part-....crc`), kept
+            // as Delta Lake on Spark's VACUUM keeps them.
+            .filter(|planned| !hidden(planned))
             .collect();
         // Each file is looked up first and not reported if it is not there:
         // the plan names removed files an earlier vacuum already deleted
@@ -308,6 +313,12 @@ async fn recently_removed(table: &deltalake::DeltaTable, since: i64) -> Result<H
         .await
 }
 
+/// Whether a path names a hidden file (its name begins with `.` or `_`).
+fn hidden(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with('.') || name.starts_with('_')
+}
+
 /// The first planned path that is, decoded, one of the `live` files'
 /// (fully decoded) paths.
 fn live_in_plan<'a>(live: &HashSet<String>, plan: &'a [String]) -> Option<&'a String> {
@@ -333,6 +344,14 @@ fn fully_decoded(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hidden_files_are_told_by_their_names() {
+        assert!(hidden("zone=a b/.part-0.parquet.crc"));
+        assert!(hidden("_SUCCESS"));
+        assert!(!hidden("_zone=a/part-0.parquet"));
+        assert!(!hidden("part-0.parquet"));
+    }
 
     #[test]
     fn a_live_file_is_found_in_the_plan_however_it_is_spelled() {

@@ -132,6 +132,15 @@ async fn delta_spark_then_weir_then_spark(spark: &mut Spark, dir: &Path, failure
         json!({"op": "rows", "table": t, "first": 10_100, "end": 10_200, "zone": true,
                     "app_id": "spark-query", "version": 1}),
     );
+    // weir's vacuum deletes the files its compaction replaced, Spark's
+    // among them, and nothing live.
+    let vacuumed = weir::delta::Vacuum::new(t)
+        .unwrap()
+        .with_retention(std::time::Duration::ZERO)
+        .with_force(true)
+        .await
+        .unwrap();
+    assert_eq!(vacuumed.files.len(), compacted.files_removed, "{vacuumed:?}");
     let expected: Vec<i64> = (0..300).chain(10_000..10_200).collect();
     check_delta(
         spark,
@@ -139,7 +148,7 @@ async fn delta_spark_then_weir_then_spark(spark: &mut Spark, dir: &Path, failure
         &["deltalake", "duckdb", "clickhouse"],
         &expected,
         failures,
-        "Delta: Spark, weir, compaction, Spark",
+        "Delta: Spark, weir, compaction, Spark, weir's vacuum",
     );
     let txn = read(&["txn", t, "spark-query", "weir-after-spark"]).expect("readers present");
     assert_eq!(
@@ -179,6 +188,16 @@ async fn iceberg_spark_then_weir_then_spark(spark: &mut Spark, lake: &Path, chk:
         json!({"op": "rows", "catalog": db, "table": "silver.spark_first", "first": 10_100, "end": 10_200,
                     "columns": {"note": "late"}}),
     );
+    // weir expires the snapshots of both writers but the last.
+    let expired = catalogs
+        .table("silver.spark_first")
+        .expire_snapshots()
+        .with_retain_last(1)
+        .with_older_than(std::time::Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(expired.retained, 1, "{expired:?}");
+    assert!(!expired.data_files.is_empty(), "the compacted files go: {expired:?}");
     let expected: Vec<i64> = (0..300).chain(10_000..10_200).collect();
     check_iceberg(
         spark,
@@ -186,7 +205,7 @@ async fn iceberg_spark_then_weir_then_spark(spark: &mut Spark, lake: &Path, chk:
         "silver.spark_first",
         &expected,
         failures,
-        "Iceberg: Spark, new column, weir, compaction, Spark",
+        "Iceberg: Spark, new column, weir, compaction, Spark, weir's expiry",
     );
     let d = iceberg(&["describe", db, "silver.spark_first"]).expect("readers present");
     assert_eq!(d["properties"]["weir.query.weir-after-spark.batch-id"], "2");
