@@ -1,6 +1,7 @@
 //! Shared pieces of weir's benchmarks.
 
 pub mod kafka;
+pub mod peer;
 pub mod s3;
 pub mod service;
 
@@ -85,8 +86,8 @@ pub fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len().max(1) as f64
 }
 
-/// The median: a batch's cost in steady state, not skewed by the one batch
-/// in a hundred that also writes a log checkpoint or merges manifests.
+/// The median: a batch's cost in steady state, not skewed by the occasional
+/// batch that merges manifests or shares the cores with a log checkpoint.
 pub fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
     v.sort_by(f64::total_cmp);

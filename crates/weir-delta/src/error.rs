@@ -238,6 +238,10 @@ pub enum LogCheckpointError {
     /// shut down, or a panic.
     #[error("the checkpoint writer stopped: {0}")]
     Stopped(#[from] tokio::task::JoinError),
+    /// The query stopped while the checkpoint was being written; nothing
+    /// of it is visible, and a later one does the work.
+    #[error("the query stopped before the checkpoint was finished; none was written")]
+    Cancelled,
     /// The kernel's replay gave no actions to write.
     #[error("the log replay gave no actions")]
     Empty,
@@ -255,6 +259,7 @@ impl LogCheckpointError {
                 e.downcast_ref::<object_store::Error>().is_some_and(transient)
             }
             LogCheckpointError::Stopped(e) => e.is_cancelled(),
+            LogCheckpointError::Cancelled => true,
             _ => false,
         }
     }

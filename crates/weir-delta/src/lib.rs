@@ -36,6 +36,12 @@
 //! - **Log health.** A log checkpoint every `delta.checkpointInterval`
 //!   commits (default 100), then expired-log cleanup; with commits that
 //!   never list the log, commit time does not grow with the table's history.
+//!   The sink writes the checkpoint in the background: no batch waits for
+//!   it, one is written at a time (a newer one due while it runs follows
+//!   it, an older waiting one is skipped), a query's finish waits for it,
+//!   and a stop cuts it short at its next row group. A checkpoint cut short
+//!   is never visible; a checkpoint of a fixed version is the same whatever
+//!   commits after it, so writing it beside commits is safe.
 //!   The checkpoint is written in row groups of at most 1 MiB through a
 //!   5 MiB upload buffer, and read back a row group at a time, so its
 //!   memory is bounded but for the replay's set of live file paths.

@@ -11,7 +11,13 @@
 //! group being encoded and an upload buffer of at most [`UPLOAD_BYTES`]
 //! (a larger checkpoint goes up in parts of that size, two at a time); the
 //! next checkpoint reads this one back a row group at a time.
+//!
+//! A query that stops while its checkpoint is being written cuts the writer
+//! short at its next row group: the file is only put when it is finished,
+//! so a checkpoint cut short is never visible, and `_last_checkpoint` still
+//! names the one before.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
@@ -61,12 +67,37 @@ pub(crate) async fn write(log_store: &dyn LogStore, version: u64) -> Result<Writ
     write_in(log_store, version, ROW_GROUP_BYTES).await
 }
 
+/// Tells the blocking writer to stop when the future waiting for it is
+/// dropped (a query's stop aborts the task awaiting it).
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// [`write`] in row groups of at most `row_group_bytes`.
 async fn write_in(
     log_store: &dyn LogStore,
     version: u64,
     row_group_bytes: usize,
 ) -> Result<Written, LogCheckpointError> {
+    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+    write_until(log_store, version, row_group_bytes, stop.0.clone()).await
+}
+
+/// [`write_in`], cut short (and nothing put) once `stopped` is set.
+async fn write_until(
+    log_store: &dyn LogStore,
+    version: u64,
+    row_group_bytes: usize,
+    stopped: Arc<AtomicBool>,
+) -> Result<Written, LogCheckpointError> {
+    let cut_short = move || match stopped.load(Ordering::Relaxed) {
+        true => Err(LogCheckpointError::Cancelled),
+        false => Ok(()),
+    };
     let root = log_store.transaction_url(None)?;
     let engine = log_store.engine(None);
     let store = log_store.root_object_store(None);
@@ -84,6 +115,7 @@ async fn write_in(
         let state = data.state();
         let mut parquet: Option<AsyncArrowWriter<ParquetObjectWriter>> = None;
         for batch in data {
+            cut_short()?;
             let batch: RecordBatch = ArrowEngineData::try_from_engine_data(batch?.apply_selection_vector()?)?.into();
             let out = match parquet.as_mut() {
                 Some(out) => out,
@@ -92,6 +124,7 @@ async fn write_in(
             handle.block_on(out.write(&batch))?;
         }
         let out = parquet.ok_or(LogCheckpointError::Empty)?;
+        cut_short()?;
         handle.block_on(out.close())?;
         let bytes = handle.block_on(store.head(&path))?.size;
         let state = Arc::into_inner(state)
@@ -251,5 +284,33 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(marker, Some(3));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopped_writer_leaves_no_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("_delta_log");
+        write_log(&log);
+        let url = Url::from_directory_path(dir.path()).unwrap();
+        let table = DeltaTableBuilder::from_url(url).unwrap().load().await.unwrap();
+
+        let stopped = Arc::new(AtomicBool::new(true));
+        let err = write_until(table.log_store().as_ref(), 4, 2048, stopped)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LogCheckpointError::Cancelled), "{err}");
+        assert!(err.retryable());
+        let left: Vec<String> = std::fs::read_dir(&log)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.ends_with(".json"))
+            .collect();
+        assert!(left.is_empty(), "a stopped writer left {left:?}");
+
+        // Not stopped, the same writer writes it.
+        let written = write_until(table.log_store().as_ref(), 4, 2048, Arc::default())
+            .await
+            .unwrap();
+        assert!(matches!(written, Written::New { files: 110, .. }), "{written:?}");
     }
 }

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use deltalake::kernel::engine::arrow_conversion::{TryIntoArrow, TryIntoKernel};
 use deltalake::kernel::transaction::TransactionError;
 use deltalake::kernel::{Action, CommitInfo, Metadata, MetadataExt, StructField, StructType};
-use deltalake::logstore::CommitOrBytes;
+use deltalake::logstore::{CommitOrBytes, LogStoreRef};
 use deltalake::operations::create::CreateBuilder;
 use deltalake::table::config::TablePropertiesExt;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
@@ -150,36 +150,75 @@ pub(crate) async fn load(
 }
 
 /// After a commit at `version`: a log checkpoint every
-/// `delta.checkpointInterval` commits, then expired-log cleanup. A failure
-/// is logged, never reported: the commit has landed.
+/// `delta.checkpointInterval` commits, then expired-log cleanup, written
+/// where the commit is. A failure is logged, never reported: the commit
+/// has landed. (The sink writes its checkpoints in the background instead,
+/// through [`DueCheckpoint`].)
+pub(crate) async fn checkpoint_if_due(table: &DeltaTable, url: &Url, version: u64) {
+    if let Some(due) = DueCheckpoint::after(table, url, version) {
+        due.write().await;
+    }
+}
+
+/// The log checkpoint due after a commit, with what writing it needs, so
+/// that it can be written apart from the commit (a checkpoint of a fixed
+/// version is the same whatever commits after it).
 ///
 /// The checkpoint holds the kernel's reconciled actions from a snapshot it
-/// builds at `version` with `table`'s engine, written a row group at a time
-/// (see [`crate::log_checkpoint`]); no table with every live file is loaded
-/// for it.
-pub(crate) async fn checkpoint_if_due(table: &DeltaTable, url: &Url, version: u64) {
-    let Ok(snapshot) = table.snapshot() else { return };
-    let config = snapshot.table_config();
-    if !(version + 1).is_multiple_of(config.checkpoint_interval().get()) {
-        return;
-    }
-    let cleanup = config.enable_expired_log_cleanup();
-    let retention = config.log_retention_duration();
-    let log_store = table.log_store();
-    match log_checkpoint::write(log_store.as_ref(), version).await {
-        Ok(written) => tracing::debug!(table = %url, version, ?written, "log checkpoint"),
-        Err(e) => {
-            tracing::warn!(table = %url, version, error = %e, "the commit landed; the log checkpoint after it failed and is retried at the next interval");
-            return;
+/// builds at the version with the table's engine, written a row group at a
+/// time (see [`crate::log_checkpoint`]); no table with every live file is
+/// loaded for it.
+pub(crate) struct DueCheckpoint {
+    log_store: LogStoreRef,
+    url: Url,
+    version: u64,
+    /// The table's log retention, if it cleans up expired log entries.
+    cleanup: Option<std::time::Duration>,
+}
+
+impl DueCheckpoint {
+    /// The checkpoint due after the commit of `version` to `table`, every
+    /// `delta.checkpointInterval` commits (counted as deltalake does).
+    pub(crate) fn after(table: &DeltaTable, url: &Url, version: u64) -> Option<Self> {
+        let config = table.snapshot().ok()?.table_config();
+        if !(version + 1).is_multiple_of(config.checkpoint_interval().get()) {
+            return None;
         }
+        Some(DueCheckpoint {
+            log_store: table.log_store(),
+            url: url.clone(),
+            version,
+            cleanup: config
+                .enable_expired_log_cleanup()
+                .then(|| config.log_retention_duration()),
+        })
     }
-    if cleanup {
-        let cutoff = chrono::Utc::now().timestamp_millis() - retention.as_millis() as i64;
-        if let Err(e) =
-            deltalake::checkpoints::cleanup_expired_logs_for(version, log_store.as_ref(), cutoff, None).await
-        {
-            tracing::warn!(table = %url, version, error = %e, "expired-log cleanup failed; the next checkpoint retries it");
+
+    /// The version it summarises.
+    pub(crate) fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Writes it (unless there is one of that version), then removes the
+    /// log entries past the table's retention. Returns whether the table
+    /// has a checkpoint of the version; a failure is logged, and the next
+    /// due checkpoint tries again.
+    pub(crate) async fn write(self) -> bool {
+        let (url, version, log_store) = (&self.url, self.version, self.log_store.as_ref());
+        match log_checkpoint::write(log_store, version).await {
+            Ok(written) => tracing::debug!(table = %url, version, ?written, "log checkpoint"),
+            Err(e) => {
+                tracing::warn!(table = %url, version, error = %e, retryable = e.retryable(), "the commit landed; the log checkpoint after it failed and is retried at the next interval");
+                return false;
+            }
         }
+        if let Some(retention) = self.cleanup {
+            let cutoff = chrono::Utc::now().timestamp_millis() - retention.as_millis() as i64;
+            if let Err(e) = deltalake::checkpoints::cleanup_expired_logs_for(version, log_store, cutoff, None).await {
+                tracing::warn!(table = %url, version, error = %e, "expired-log cleanup failed; the next checkpoint retries it");
+            }
+        }
+        true
     }
 }
 

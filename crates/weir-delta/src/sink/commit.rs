@@ -152,7 +152,7 @@ impl TableCommit for DeltaCommit<'_> {
                 return Ok(Tried::Lost);
             }
             tracing::debug!(version, attempt, files = self.files.len(), "committed to Delta");
-            sink.after_commit(table, version, self.files.len()).await;
+            sink.after_commit(table, version, self.files.len());
             return Ok(Tried::Landed {
                 version: Some(version as i64),
             });

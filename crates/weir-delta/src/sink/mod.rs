@@ -10,6 +10,7 @@ use deltalake::kernel::Action;
 use deltalake::logstore::CommitOrBytes;
 use deltalake::table::config::TablePropertiesExt;
 use deltalake::{DeltaTable, DeltaTableError};
+use futures::FutureExt;
 use url::Url;
 use weir_core::protocol::{SinkIdentity, SinkMarker};
 use weir_core::sink::{
@@ -87,8 +88,10 @@ struct State {
     prepared: RwLock<Option<Prepared>>,
     /// Commits and the running background compaction.
     compacting: Periodic,
-    /// The background compaction, ended with the query.
+    /// The background compaction and log checkpoints, ended with the query.
     background: Background,
+    /// The log checkpoints, one at a time.
+    checkpoints: checkpoints::Checkpoints,
 }
 
 #[derive(Debug, Clone)]
@@ -105,6 +108,7 @@ struct Prepared {
 
 static REGISTER_STORES: Once = Once::new();
 
+mod checkpoints;
 mod commit;
 mod upsert;
 
@@ -236,7 +240,7 @@ impl DeltaSink {
         if let Some(table) = slot.as_ref() {
             let version = table.version().unwrap_or(0);
             let mut loaded_at = self.state.loaded_at.lock().unwrap_or_else(|e| e.into_inner());
-            if version >= *loaded_at + RELOAD_EVERY {
+            if self.reload_due(*loaded_at, version) {
                 *loaded_at = version;
                 *slot = None;
             }
@@ -288,9 +292,18 @@ impl DeltaSink {
         Ok(actions)
     }
 
+    /// Whether a table loaded at version `loaded` and now at `latest` is
+    /// loaded afresh: once a log checkpoint newer than `loaded` is written
+    /// (by this sink, in the background) and [`RELOAD_EVERY`] versions have
+    /// passed, or after twice that whatever the checkpoints.
+    fn reload_due(&self, loaded: u64, latest: u64) -> bool {
+        let gap = latest.saturating_sub(loaded);
+        gap >= 2 * RELOAD_EVERY || (gap >= RELOAD_EVERY && self.state.checkpoints.written().is_some_and(|w| w > loaded))
+    }
+
     /// One commit attempt. Returns the version once the log entry landed;
-    /// the post-commit work (log checkpoint, expired-log cleanup) runs after,
-    /// and its failure is logged, never reported as a failed commit. Without
+    /// the post-commit work (a log checkpoint in the background) starts
+    /// after, and its failure is logged, never reported as a failed commit. Without
     /// `may_rebase`, a version taken first is a lost race for the loop to
     /// read, not one for deltalake to rebase over.
     async fn try_commit(
@@ -328,16 +341,22 @@ impl DeltaSink {
             .await?
             .await?;
         let version = landed.version;
-        self.after_commit(table, version, added).await;
+        self.after_commit(table, version, added);
         Ok(version as i64)
     }
 
     /// Every `delta.checkpointInterval` commits (counted as deltalake does),
-    /// writes a log checkpoint and removes log files past the table's
-    /// retention. Failures are logged: the batch is committed, and the next
-    /// due commit tries again.
-    async fn after_commit(&self, table: &DeltaTable, version: u64, files: usize) {
-        table::checkpoint_if_due(table, &self.url, version).await;
+    /// starts writing a log checkpoint and removing log files past the
+    /// table's retention, in the background: the next batch never waits for
+    /// it. Failures are logged: the batch is committed, and the next due
+    /// checkpoint tries again.
+    fn after_commit(&self, table: &DeltaTable, version: u64, files: usize) {
+        if let Some(due) = table::DueCheckpoint::after(table, &self.url, version) {
+            let version = due.version();
+            self.state
+                .checkpoints
+                .start(&self.state.background, version, due.write().boxed());
+        }
         self.maybe_compact(files);
     }
 
@@ -358,7 +377,7 @@ impl DeltaSink {
             // A table left far behind the cache is loaded afresh from the
             // newest log checkpoint, so reloading it never replays much.
             let behind = match (&loaded, txns.version()) {
-                (Some((t, _)), Some(c)) => c.saturating_sub(*t) >= RELOAD_EVERY,
+                (Some((t, _)), Some(c)) => self.reload_due(*t, c),
                 _ => false,
             };
             if loaded.is_none() || !trusted || behind || changed {

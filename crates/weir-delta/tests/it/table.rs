@@ -213,6 +213,33 @@ async fn the_log_is_checkpointed_at_the_tables_interval() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_written_beside_the_commits_hold_the_whole_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    let sink = DeltaSink::try_new(table.to_str().unwrap())
+        .unwrap()
+        .with_table_property("delta.checkpointInterval", "2");
+    // A checkpoint falls due every other commit while the last is still
+    // being written: they are written in turn, never holding a commit.
+    run(rate(5), &dir.path().join("c"), sink, "q", 39).await.unwrap();
+    let log = table.join("_delta_log");
+    let last: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(log.join("_last_checkpoint")).unwrap()).unwrap();
+    let newest = last["version"].as_u64().unwrap();
+    // The query waited for its last checkpoint as it finished.
+    assert_eq!(newest, 39);
+    // Without the commits it summarises, the newest checkpoint alone gives
+    // every row and the query's marker.
+    for v in 0..=newest {
+        std::fs::remove_file(log.join(format!("{v:020}.json"))).unwrap();
+    }
+    assert_exactly_once(&readers::event_ids(&table).await, 0..200);
+    let sink = DeltaSink::try_new(table.to_str().unwrap()).unwrap();
+    run(rate(5), &dir.path().join("c"), sink, "q", 41).await.unwrap();
+    assert_exactly_once(&readers::event_ids(&table).await, 0..210);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_roll_at_the_target_size() {
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("t");
