@@ -278,6 +278,26 @@ fn configuration(options: &DeltaSinkOptions) -> impl Iterator<Item = (String, Op
         .map(|(k, v)| (k.clone(), Some(v.clone())))
 }
 
+/// Why weir does not partition a Delta table by a column of `data_type`,
+/// or `None` if it does.
+fn partition_type_refused(data_type: &DataType) -> Option<String> {
+    if partition::supported(data_type) {
+        return None;
+    }
+    Some(match data_type {
+        // The protocol writes a binary partition value as the string of its
+        // bytes; Delta Lake on Spark reads that string back as UTF-8 text,
+        // so bytes that are not UTF-8 come back changed (and an empty value
+        // as null).
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => format!(
+            "not {data_type}: Delta Lake on Spark reads a binary partition value back as UTF-8 text, so bytes that are not UTF-8 come back changed. Partition by a string of them instead (hex or base64). Nothing was written"
+        ),
+        _ => format!(
+            "weir partitions by strings, integers, dates, booleans, timestamps (in microseconds) and decimals, not {data_type}. Nothing was written"
+        ),
+    })
+}
+
 /// Creates the table from the stream's schema; if another writer created it
 /// meanwhile, loads that one.
 pub(crate) async fn create(
@@ -291,14 +311,11 @@ pub(crate) async fn create(
             column: column.clone(),
             reason: "the stream has no such column".into(),
         })?;
-        if !partition::supported(field.data_type()) {
+        if let Some(reason) = partition_type_refused(field.data_type()) {
             return Err(DeltaSinkError::Partition {
                 table: url.to_string(),
                 column: column.clone(),
-                reason: format!(
-                    "weir partitions by strings, integers, dates, booleans, timestamps (in microseconds) and decimals, not {}",
-                    field.data_type()
-                ),
+                reason,
             });
         }
     }
@@ -461,14 +478,11 @@ pub(crate) fn layout(
     let partition_columns: Vec<String> = metadata.partition_columns().to_vec();
     for column in &partition_columns {
         if let Some(field) = schema.fields().iter().find(|f| f.name() == column) {
-            if !partition::supported(field.data_type()) {
+            if let Some(reason) = partition_type_refused(field.data_type()) {
                 return Err(DeltaSinkError::Partition {
                     table: url.to_string(),
                     column: column.clone(),
-                    reason: format!(
-                        "weir writes partitions of strings, integers, dates, booleans, timestamps (in microseconds) and decimals, not {}",
-                        field.data_type()
-                    ),
+                    reason,
                 });
             }
         }

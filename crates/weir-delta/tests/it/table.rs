@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{Int64Array, RecordBatch, StringArray};
+use arrow_array::{BinaryArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use weir_core::prelude::*;
 use weir_core::source::RateSource;
@@ -237,6 +237,37 @@ async fn checkpoints_written_beside_the_commits_hold_the_whole_table() {
     let sink = DeltaSink::try_new(table.to_str().unwrap()).unwrap();
     run(rate(5), &dir.path().join("c"), sink, "q", 41).await.unwrap();
     assert_exactly_once(&readers::event_ids(&table).await, 0..210);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_partition_column_is_refused_with_the_reason_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    let keyed = rate(10).map_batches(|b| {
+        let ids = b.column(0).as_primitive::<Int64Type>();
+        let keys: BinaryArray = ids.iter().map(|v| v.map(|v| vec![0xff, v as u8])).collect();
+        let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("key", DataType::Binary, true));
+        let mut columns = b.columns().to_vec();
+        columns.push(Arc::new(keys));
+        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+    });
+    let sink = DeltaSink::try_new(table.to_str().unwrap())
+        .unwrap()
+        .with_partition_by(["key"]);
+    let err = run(keyed, &dir.path().join("c"), sink, "q", 0).await.unwrap_err();
+    let msg = err.to_string();
+    for part in [
+        "partition column \"key\"",
+        "not Binary",
+        "UTF-8",
+        "hex or base64",
+        "Nothing was written",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in: {msg}");
+    }
+    assert!(!err.retryable(), "{msg}");
+    assert!(!table.join("_delta_log").exists(), "a refused table was begun");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
