@@ -1,0 +1,278 @@
+//! weir against Spark Structured Streaming (pyspark in local[2] with two
+//! shuffle partitions, Delta Lake on Spark and Iceberg's Spark runtime):
+//! the same workloads from the rate source into a fresh table of each
+//! format, each side timed in the same run, rounds alternating, medians
+//! reported. weir runs as users run it, the release `weir stream` with its
+//! defaults; Spark as `benches/python/spark_stream.py`.
+//!
+//! 1. 300 batches of 1,000 rows back to back: ms per batch (median of the
+//!    first 50 after five of warm-up and of the last 50, p99 and max after
+//!    warm-up), total seconds, start to first batch, peak memory. Targets:
+//!    weir at least 30 times faster per batch at 300; weir's p99 at most 3
+//!    times its median; weir's start under a tenth of Spark's; weir's peak
+//!    memory under a quarter of Spark's.
+//! 2. 1,000 batches of 100 rows: the median of batches 900-1,000 over that
+//!    of 10-110. Target: at most 1.5 for weir.
+//! 3. One batch of 10M rows: rows per second and peak memory. Targets: at
+//!    least twice Spark's rate, under a quarter of its memory.
+//!
+//! ```text
+//! cargo bench -p weir-benches --bench spark
+//! WEIR_BENCH_PARTS=1 WEIR_BENCH_FORMATS=iceberg WEIR_BENCH_ROUNDS=1 cargo bench -p weir-benches --bench spark
+//! ```
+//!
+//! Spark needs the readers' Python and Spark's jars (`scripts/test.sh`
+//! makes them); `WEIR_BENCH_SPARK=0` runs weir's side alone (Spark's 1,000
+//! batches take many minutes). Results go to
+//! `target/bench-results/spark.json`; the process exits 1 when a target is
+//! missed.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+use weir_benches::peer::{percentile, run, spark_command, weir_command, Run};
+use weir_benches::{median, part, release_weir};
+
+/// Batches of warm-up left out of per-batch figures.
+const WARM_UP: usize = 5;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Both sides of one workload, round after round (Spark's empty if it
+/// did not run).
+struct Sides {
+    weir: Vec<Run>,
+    spark: Vec<Run>,
+}
+
+impl Sides {
+    /// `figures` of each side that ran, by name.
+    fn each(&self, figures: impl Fn(&[Run]) -> Value) -> Vec<(&'static str, Value)> {
+        let mut out = vec![("weir", figures(&self.weir))];
+        if !self.spark.is_empty() {
+            out.push(("spark", figures(&self.spark)));
+        }
+        out
+    }
+}
+
+/// Runs weir's side and, unless `WEIR_BENCH_SPARK=0` or Spark is missing,
+/// Spark's, alternating, `rounds` times.
+fn both(weir: &Path, format: &str, rounds: usize, batches: u64, rows: u64, partitions: u32) -> Sides {
+    let with_spark = std::env::var("WEIR_BENCH_SPARK").as_deref() != Ok("0");
+    let mut sides = Sides {
+        weir: Vec::new(),
+        spark: Vec::new(),
+    };
+    for round in 1..=rounds {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ours = run(weir_command(weir, format, &dir.path().join("weir"), batches, rows));
+        assert_eq!(ours.batch_ms.len() as u64, batches, "weir ran every batch");
+        eprintln!("  {format} round {round}: weir {:.1} s", ours.last_batch_s);
+        sides.weir.push(ours);
+        let spark = match with_spark {
+            true => spark_command(format, &dir.path().join("spark"), batches, rows, partitions),
+            false => None,
+        };
+        let Some(spark) = spark else { continue };
+        let theirs = run(spark);
+        assert_eq!(theirs.batch_ms.len() as u64, batches, "Spark ran every batch");
+        let in_table = theirs.table_rows.expect("Spark counts its table");
+        assert!(in_table >= batches * rows, "Spark's table holds {in_table} rows");
+        eprintln!("  {format} round {round}: Spark {:.1} s", theirs.last_batch_s);
+        sides.spark.push(theirs);
+    }
+    sides
+}
+
+/// The median over rounds of `f` of each run.
+fn over(runs: &[Run], f: impl Fn(&Run) -> f64) -> f64 {
+    median(&runs.iter().map(f).collect::<Vec<_>>())
+}
+
+/// The median of batches `from..to`.
+fn window(run: &Run, from: usize, to: usize) -> f64 {
+    let n = run.batch_ms.len();
+    median(&run.batch_ms[from.min(n - 1)..to.clamp(from.min(n - 1) + 1, n)])
+}
+
+/// The batches after warm-up.
+fn steady(run: &Run) -> &[f64] {
+    &run.batch_ms[WARM_UP.min(run.batch_ms.len() - 1)..]
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 20) as f64
+}
+
+fn get(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or(f64::NAN)
+}
+
+/// Targets met and missed.
+#[derive(Default)]
+struct Targets(Vec<String>);
+
+impl Targets {
+    fn check(&mut self, ok: bool, what: String) {
+        println!("   {} {what}", if ok { "met   " } else { "MISSED" });
+        if !ok {
+            self.0.push(what);
+        }
+    }
+}
+
+/// Workload 1: 300 batches of 1,000 rows.
+fn small_batches(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) -> Value {
+    println!("{format}, 300 batches of 1,000 rows, {rounds} rounds");
+    let s = both(weir, format, rounds, 300, 1_000, 1);
+    let sides = s.each(|runs| {
+        json!({
+            "early_p50_ms": over(runs, |r| window(r, WARM_UP, WARM_UP + 50)),
+            "late_p50_ms": over(runs, |r| window(r, 250, 300)),
+            "p50_ms": over(runs, |r| percentile(steady(r), 0.5)),
+            "p99_ms": over(runs, |r| percentile(steady(r), 0.99)),
+            "max_ms": over(runs, |r| percentile(steady(r), 1.0)),
+            "total_s": over(runs, |r| r.last_batch_s),
+            "first_batch_s": over(runs, |r| r.first_batch_s),
+            "peak_mib": over(runs, |r| mib(r.peak_bytes)),
+            "per_batch_ms": runs[0].batch_ms,
+        })
+    });
+    for (name, v) in &sides {
+        println!(
+            "   {name:>5}: {:>7.1} ms per batch early, {:>7.1} at 300 (p50 {:.1}, p99 {:.1}, max {:.1}); {:.1} s in all, {:.2} s to the first batch, {:.0} MiB peak",
+            get(v, "early_p50_ms"),
+            get(v, "late_p50_ms"),
+            get(v, "p50_ms"),
+            get(v, "p99_ms"),
+            get(v, "max_ms"),
+            get(v, "total_s"),
+            get(v, "first_batch_s"),
+            get(v, "peak_mib"),
+        );
+    }
+    let w = &sides[0].1;
+    let tail = get(w, "p99_ms") / get(w, "p50_ms");
+    targets.check(
+        tail <= 3.0,
+        format!("{format}: weir's p99 {tail:.2} times its p50 (target <= 3)"),
+    );
+    if let Some((_, sp)) = sides.get(1) {
+        let speedup = get(sp, "late_p50_ms") / get(w, "late_p50_ms");
+        targets.check(
+            speedup >= 30.0,
+            format!("{format}: weir {speedup:.0} times faster per batch at 300 (target >= 30)"),
+        );
+        let start = get(w, "first_batch_s") / get(sp, "first_batch_s");
+        targets.check(
+            start < 0.1,
+            format!("{format}: weir's start to first batch {start:.3} of Spark's (target < 0.1)"),
+        );
+        let memory = get(w, "peak_mib") / get(sp, "peak_mib");
+        targets.check(
+            memory < 0.25,
+            format!("{format}: weir's peak memory {memory:.3} of Spark's (target < 0.25)"),
+        );
+    }
+    Value::Object(sides.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
+/// Workload 2: 1,000 batches of 100 rows.
+fn growth(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) -> Value {
+    println!("{format}, 1,000 batches of 100 rows, {rounds} rounds");
+    let s = both(weir, format, rounds, 1_000, 100, 1);
+    let sides = s.each(|runs| {
+        json!({
+            "early_p50_ms": over(runs, |r| window(r, 10, 110)),
+            "late_p50_ms": over(runs, |r| window(r, 900, 1_000)),
+            "growth": over(runs, |r| window(r, 900, 1_000) / window(r, 10, 110)),
+            "p99_ms": over(runs, |r| percentile(steady(r), 0.99)),
+            "max_ms": over(runs, |r| percentile(steady(r), 1.0)),
+            "per_batch_ms": runs[0].batch_ms,
+        })
+    });
+    for (name, v) in &sides {
+        println!(
+            "   {name:>5}: {:>7.1} ms per batch at 10-110, {:>7.1} at 900-1,000: growth {:.2} (p99 {:.1}, max {:.1})",
+            get(v, "early_p50_ms"),
+            get(v, "late_p50_ms"),
+            get(v, "growth"),
+            get(v, "p99_ms"),
+            get(v, "max_ms"),
+        );
+    }
+    let g = get(&sides[0].1, "growth");
+    targets.check(
+        g <= 1.5,
+        format!("{format}: weir's growth over 1,000 batches {g:.2} (target <= 1.5)"),
+    );
+    Value::Object(sides.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
+/// Workload 3: one batch of many rows.
+fn one_batch(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) -> Value {
+    let rows: u64 = env_or("WEIR_BENCH_BIG_ROWS", 10_000_000);
+    println!("{format}, one batch of {rows} rows, {rounds} rounds");
+    let s = both(weir, format, rounds, 1, rows, 2);
+    let sides = s.each(|runs| {
+        json!({
+            "rows_per_s": over(runs, |r| rows as f64 / (r.batch_ms[0] / 1e3)),
+            "peak_mib": over(runs, |r| mib(r.peak_bytes)),
+        })
+    });
+    for (name, v) in &sides {
+        println!(
+            "   {name:>5}: {:>10.0} rows/s, {:.0} MiB peak",
+            get(v, "rows_per_s"),
+            get(v, "peak_mib")
+        );
+    }
+    if let [(_, w), (_, sp)] = &sides[..] {
+        let rate = get(w, "rows_per_s") / get(sp, "rows_per_s");
+        targets.check(
+            rate >= 2.0,
+            format!("{format}: weir's rate {rate:.2} times Spark's (target >= 2)"),
+        );
+        let memory = get(w, "peak_mib") / get(sp, "peak_mib");
+        targets.check(
+            memory < 0.25,
+            format!("{format}: weir's peak memory {memory:.3} of Spark's (target < 0.25)"),
+        );
+    }
+    Value::Object(sides.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
+fn main() {
+    let rounds: usize = env_or("WEIR_BENCH_ROUNDS", 2);
+    let formats = std::env::var("WEIR_BENCH_FORMATS").unwrap_or_else(|_| "delta,iceberg".into());
+    let weir = release_weir();
+    let mut results = serde_json::Map::new();
+    let mut targets = Targets::default();
+    for format in formats.split(',').map(str::trim) {
+        if part(1) {
+            let v = small_batches(&weir, format, rounds, &mut targets);
+            results.insert(format!("{format}_300x1000"), v);
+        }
+        if part(2) {
+            let v = growth(&weir, format, rounds, &mut targets);
+            results.insert(format!("{format}_1000x100"), v);
+        }
+        if part(3) {
+            let v = one_batch(&weir, format, rounds, &mut targets);
+            results.insert(format!("{format}_one_batch"), v);
+        }
+    }
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-results");
+    std::fs::create_dir_all(&out).expect("results directory");
+    let path = out.join("spark.json");
+    let json = serde_json::to_string_pretty(&Value::Object(results)).expect("json");
+    std::fs::write(&path, json).expect("results written");
+    println!("results in {}", path.display());
+    if !targets.0.is_empty() {
+        eprintln!("targets missed: {}", targets.0.join("; "));
+        std::process::exit(1);
+    }
+}
