@@ -62,6 +62,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::Message;
 use rdkafka::TopicPartitionList;
 use weir_benches::kafka::{payment, produce, Broker, PAYMENT_SCHEMA};
+use weir_benches::peer::high_water_mark;
 use weir_benches::{median, release_weir};
 use weir_core::prelude::*;
 use weir_kafka::{Guarantee, KafkaSink};
@@ -400,16 +401,6 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
     Some((ticks(11)? + ticks(12)?) / 100.0)
-}
-
-/// The peak resident set of process `pid` so far (`VmHWM`), in bytes.
-fn high_water_mark(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
 }
 
 /// The checkpoint's last committed batch.

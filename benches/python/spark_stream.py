@@ -13,26 +13,23 @@ table}. The jars come from WEIR_SPARK_JARS (default .cache/spark-jars),
 fetched by scripts/spark-jars.sh.
 """
 
-import glob
 import json
 import os
 import sys
 import threading
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "integration", "readers"))
+from read_spark import jars  # noqa: E402  (the suite's Spark reader finds the jars)
 
 
 def session(fmt, where):
     from pyspark.sql import SparkSession
 
-    folder = os.environ.get("WEIR_SPARK_JARS") or os.path.join(ROOT, ".cache", "spark-jars")
-    jars = sorted(glob.glob(os.path.join(folder, "*.jar")))
-    if not jars:
-        raise SystemExit(f"no Spark jars in {folder}; scripts/spark-jars.sh fetches them")
     builder = (
         SparkSession.builder.master("local[2]")
         .appName("weir-bench")
-        .config("spark.jars", ",".join(jars))
+        .config("spark.jars", ",".join(jars()))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")

@@ -143,8 +143,9 @@ fn tree(pid: u32) -> Vec<u32> {
     found
 }
 
-/// The peak resident set of process `pid` so far (`VmHWM`), in bytes.
-fn high_water_mark(pid: u32) -> u64 {
+/// The peak resident set of process `pid` so far (`VmHWM`), in bytes (0
+/// once it is gone).
+pub fn high_water_mark(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
