@@ -25,6 +25,11 @@ pub enum Fault {
     /// Does what was asked, then reports a failure (for a read or a
     /// listing, the same as [`Fault::Fail`]).
     LandThenFail,
+    /// Does what was asked, then does it once more and reports the second
+    /// answer, as a client does that retries a request whose answer was
+    /// lost (for a conditional put the retry is refused, though the first
+    /// landed; for a read or a listing, the same as no fault).
+    LandThenRetry,
     /// Waits, then does what was asked.
     Delay(Duration),
 }
@@ -230,6 +235,10 @@ impl ObjectStore for FaultyStore {
                 self.inner.put_opts(location, payload, opts).await?;
                 Err(injected_error())
             }
+            Some(Fault::LandThenRetry) => {
+                self.inner.put_opts(location, payload.clone(), opts.clone()).await?;
+                self.inner.put_opts(location, payload, opts).await
+            }
             Some(_) => Err(injected_error()),
         }
     }
@@ -247,7 +256,7 @@ impl ObjectStore for FaultyStore {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
         match self.fault(Call::Get(location)).await {
-            None => self.inner.get_opts(location, options).await,
+            None | Some(Fault::LandThenRetry) => self.inner.get_opts(location, options).await,
             Some(_) => Err(injected_error()),
         }
     }

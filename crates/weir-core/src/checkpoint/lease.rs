@@ -363,7 +363,12 @@ impl LeaseObject {
             path: probe.to_string(),
             source,
         };
-        create().await.map_err(err)?;
+        match create().await {
+            // The name is new, so it exists only if this very create
+            // landed and its answer was lost: the client retried it.
+            Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {}
+            Err(e) => return Err(err(e)),
+        }
         let second = create().await;
         let bogus = UpdateVersion {
             e_tag: Some("\"weir-probe-no-such-etag\"".into()),

@@ -288,6 +288,25 @@ async fn a_handle_takes_a_lease_again_after_releasing_one() {
     second.release().await.unwrap();
 }
 
+/// The probe's first create lands, its answer is lost, and the client's
+/// retry is refused because the object exists: the probe knows the name
+/// is its own and passes, so a dropped connection does not stop a query.
+#[tokio::test]
+async fn the_probe_passes_when_its_first_create_is_retried_after_landing() {
+    let faulty = FaultyStore::new(Arc::new(InMemory::new()));
+    faulty.next_put("_probe-", Fault::LandThenRetry);
+    let store = on(faulty.clone());
+    let lease = store.acquire_lease(&owner("any")).await.unwrap();
+    assert_eq!(faulty.injected(), 1, "the fault met the probe");
+    assert_eq!(lease_json(store.as_ref()).await["epoch"], 1);
+    assert_eq!(
+        store.list("").await.unwrap(),
+        vec!["lease".to_string()],
+        "the probe is gone"
+    );
+    lease.release().await.unwrap();
+}
+
 /// A store that ignores conditional puts would let two writers define one
 /// batch: taking the lease refuses it, and writes nothing.
 #[tokio::test]

@@ -100,6 +100,10 @@ impl Catalog for RandomFaults {
                 self.inner.swap(ident, base, metadata, changes).await?;
                 Err(reset("swap"))
             }
+            Some(Fault::LandThenRetry) => {
+                self.inner.swap(ident, base, metadata.clone(), changes).await?;
+                self.inner.swap(ident, base, metadata, changes).await
+            }
         }
     }
 }
