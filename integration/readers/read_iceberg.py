@@ -207,6 +207,17 @@ def describe(where, name):
     }
 
 
+def manifests(where, name):
+    """The manifests each snapshot lists, oldest snapshot first."""
+    table = catalog(where).load_table(name)
+    return {
+        "snapshots": [
+            {"id": s.snapshot_id, "manifests": [m.manifest_path for m in s.manifests(table.io)]}
+            for s in sorted(table.metadata.snapshots, key=lambda s: s.sequence_number)
+        ]
+    }
+
+
 def manage(where, name, what, *args):
     """Refs, partitioning and properties as another engine sets them:
     `branch REF SNAPSHOT MIN_KEEP MAX_AGE_MS` (`-` for unset), `tag REF
@@ -319,6 +330,8 @@ def main():
         out = window_totals(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "describe":
         out = describe(sys.argv[2], sys.argv[3])
+    elif cmd == "manifests":
+        out = manifests(sys.argv[2], sys.argv[3])
     elif cmd == "manage":
         out = manage(*sys.argv[2:])
     elif cmd == "drop":

@@ -20,6 +20,11 @@ use iceberg::spec::{
 use crate::catalog::LoadedTable;
 use crate::error::IcebergSinkError;
 
+mod merge;
+
+use merge::MergeAt;
+pub(crate) use merge::{AheadUse, MergedAhead};
+
 /// The size manifests are merged up to, and below which a data manifest is
 /// merged, unless the table sets `commit.manifest.target-size-bytes`.
 /// Java's default is 8 MiB, which Java streams; iceberg-rust holds a
@@ -29,6 +34,14 @@ use crate::error::IcebergSinkError;
 /// streaming process some 70 MB each time; 1 MiB manifests, of about 3,000
 /// files each, keep a merge under 10 MB whatever the table's size.
 pub(crate) const DEFAULT_TARGET: u64 = 1 << 20;
+
+/// Whether a commit on `metadata`, whose current snapshot lists
+/// `manifests`, would merge some of them.
+pub(crate) fn merge_due(metadata: &TableMetadata, manifests: &[ManifestFile]) -> bool {
+    !merge::plan_merge(metadata, manifests.to_vec(), MergeAt::MinCount)
+        .1
+        .is_empty()
+}
 
 /// The totals a snapshot summary carries, counted from the parent's.
 const TOTALS: [(&str, &str, &str); 3] = [
@@ -76,6 +89,8 @@ pub(crate) struct Produced {
     pub expired: Vec<String>,
     /// The changes from the base, as a REST catalog takes them.
     pub changes: Vec<iceberg::TableUpdate>,
+    /// What it did with the manifests merged ahead it was offered.
+    pub ahead: AheadUse,
 }
 
 /// What one commit attempt makes of its base.
@@ -97,6 +112,12 @@ pub(crate) struct Request<'a> {
     /// For [`Change::Replace`] and [`Change::Upsert`]: the files it removes
     /// (all live in the base).
     pub replaced: Option<&'a Replaced>,
+    /// For [`Change::Append`]: the writer merges manifests ahead, in the
+    /// background, so this commit merges only if that has fallen behind.
+    pub merges_ahead: bool,
+    /// Manifests merged ahead, listed in place of their inputs if the base
+    /// still lists them all.
+    pub merged_ahead: Option<&'a MergedAhead>,
 }
 
 /// Builds the snapshots of one batch's commit, attempt after attempt.
@@ -151,6 +172,8 @@ impl Producer {
             added_columns,
             always_snapshot,
             replaced,
+            merges_ahead,
+            merged_ahead,
         } = request;
         let metadata = &base.metadata;
         let table = self.table.clone();
@@ -185,6 +208,7 @@ impl Producer {
             || (matches!(change, Change::Overwrite | Change::RewriteManifests) && parent.is_some());
         let mut produced_manifests = None;
         let mut attempt_files = Vec::new();
+        let mut ahead = AheadUse::NotOffered;
         if needs_snapshot {
             if metadata.snapshot_by_id(self.snapshot_id).is_some() {
                 // Another writer's snapshot took the id: start this one anew.
@@ -214,9 +238,24 @@ impl Producer {
             self.attempt += 1;
             match change {
                 Change::Append | Change::RewriteManifests => {
-                    let (kept, merged) = self
-                        .merge(metadata, existing, change == Change::RewriteManifests)
-                        .await?;
+                    let at = match change {
+                        Change::RewriteManifests => MergeAt::All,
+                        _ if merges_ahead => MergeAt::Fallback,
+                        _ => MergeAt::MinCount,
+                    };
+                    let existing = match change {
+                        Change::Append => {
+                            let (listed, used) = self.list_ahead(merged_ahead, existing);
+                            ahead = used;
+                            listed
+                        }
+                        _ => existing,
+                    };
+                    // A commit that lists a merge made ahead merges no more.
+                    let (kept, merged) = match ahead {
+                        AheadUse::Listed => (existing, Vec::new()),
+                        _ => self.merge(metadata, existing, at).await?,
+                    };
                     attempt_files.extend(merged.iter().map(|m| m.manifest_path.clone()));
                     manifests.extend(merged);
                     manifests.extend(kept);
@@ -282,6 +321,7 @@ impl Producer {
                 .map(|l| l.metadata_file)
                 .collect(),
             changes: built.changes,
+            ahead,
         })
     }
 
@@ -460,103 +500,6 @@ impl Producer {
             FormatVersion::V2 => Ok(builder.build_v2_data()),
             FormatVersion::V3 => Ok(builder.build_v3_data()),
         }
-    }
-
-    /// Merges small data manifests as Java's merge-append does, once there
-    /// are `commit.manifest.min-count-to-merge` of them (default 100):
-    /// their live entries go, as existing entries, into manifests of up to
-    /// `commit.manifest.target-size-bytes` (default 1 MiB, see
-    /// [`DEFAULT_TARGET`]). With `all`
-    /// (a manifest rewrite), any two small manifests of a spec are merged,
-    /// whatever the table's settings. Returns the manifests kept as they
-    /// are and the merged ones.
-    async fn merge(
-        &self,
-        metadata: &TableMetadata,
-        existing: Vec<ManifestFile>,
-        all: bool,
-    ) -> Result<(Vec<ManifestFile>, Vec<ManifestFile>), IcebergSinkError> {
-        let property = |key: &str, default: u64| {
-            metadata
-                .properties()
-                .get(key)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(default)
-        };
-        let enabled = metadata
-            .properties()
-            .get("commit.manifest-merge.enabled")
-            .is_none_or(|v| v != "false");
-        let min_count = property("commit.manifest.min-count-to-merge", 100).max(2);
-        let target = property("commit.manifest.target-size-bytes", DEFAULT_TARGET);
-        // Manifests of only deleted entries matter to no later snapshot.
-        let existing = existing
-            .into_iter()
-            .filter(|m| m.content != ManifestContentType::Data || m.has_added_files() || m.has_existing_files());
-        let (small, mut kept): (Vec<ManifestFile>, Vec<ManifestFile>) =
-            existing.partition(|m| m.content == ManifestContentType::Data && (m.manifest_length as u64) < target);
-        if !enabled && !all {
-            kept.splice(0..0, small);
-            return Ok((kept, Vec::new()));
-        }
-        let default_spec = metadata.default_partition_spec().spec_id();
-        let mut by_spec: BTreeMap<i32, Vec<ManifestFile>> = BTreeMap::new();
-        for m in small {
-            by_spec.entry(m.partition_spec_id).or_default().push(m);
-        }
-        let err = self.err("merge manifests");
-        let mut merged = Vec::new();
-        for (spec_id, small) in by_spec {
-            // The batch's own manifest counts too, in the default spec.
-            let count = small.len() as u64 + u64::from(spec_id == default_spec && !all);
-            let min_count = if all { 2 } else { min_count };
-            if count < min_count {
-                kept.extend(small);
-                continue;
-            }
-            let mut groups: Vec<Vec<ManifestFile>> = vec![Vec::new()];
-            let mut size = 0u64;
-            for m in small {
-                if size + m.manifest_length as u64 > target && !groups.last().is_some_and(Vec::is_empty) {
-                    groups.push(Vec::new());
-                    size = 0;
-                }
-                size += m.manifest_length as u64;
-                groups.last_mut().expect("one group").push(m);
-            }
-            for (n, group) in groups.into_iter().enumerate() {
-                if group.len() < 2 {
-                    kept.extend(group);
-                    continue;
-                }
-                let path = format!(
-                    "{}/metadata/{}-merged-{spec_id}-{}-{n}.avro",
-                    metadata.location().trim_end_matches('/'),
-                    self.commit_uuid,
-                    self.attempt
-                );
-                let mut writer = self.manifest_writer(metadata, &path, spec_id, None)?;
-                for manifest in &group {
-                    let (entries, _) = manifest.load_manifest(&self.file_io).await.map_err(&err)?.into_parts();
-                    for entry in entries {
-                        if entry.status() == ManifestStatus::Deleted {
-                            continue;
-                        }
-                        // The loaded manifest is the only owner: its files
-                        // move into the writer rather than being copied.
-                        let entry = Arc::unwrap_or_clone(entry);
-                        let sequence = entry.sequence_number().unwrap_or(manifest.sequence_number);
-                        let snapshot = entry.snapshot_id().unwrap_or(manifest.added_snapshot_id);
-                        let file_sequence = entry.file_sequence_number.or(Some(sequence));
-                        writer
-                            .add_existing_file(entry.data_file, snapshot, sequence, file_sequence)
-                            .map_err(&err)?;
-                    }
-                }
-                merged.push(writer.write_manifest_file().await.map_err(&err)?);
-            }
-        }
-        Ok((kept, merged))
     }
 
     async fn write_manifest_list(

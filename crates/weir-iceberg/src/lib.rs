@@ -47,7 +47,11 @@
 //!   `commit.manifest.target-size-bytes` (default 1 MiB, where Java's is
 //!   8 MiB: a merge holds its manifest's entries in memory;
 //!   `commit.manifest-merge.enabled` turns merging off), so a snapshot's
-//!   manifest list stays short and a merge's memory bounded.
+//!   manifest list stays short and a merge's memory bounded. The sink
+//!   merges in the background, once a commit leaves that many, and a later
+//!   commit whose table still lists every input lists the merged manifests
+//!   instead: no batch waits for a merge. A merge no commit can list is
+//!   deleted, unless a swap that listed it has an unknown outcome.
 //! - **Metadata.** `write.metadata.previous-versions-max` bounds the
 //!   metadata log and `write.metadata.delete-after-commit.enabled` deletes
 //!   what leaves it (both set, to 100 and true, on tables weir creates); `metadata/version-hint.text` names the current version
@@ -90,6 +94,7 @@ mod error;
 mod expire;
 mod manifests;
 mod marker;
+mod merge_ahead;
 pub mod metadata_file;
 mod orphans;
 mod reachable;

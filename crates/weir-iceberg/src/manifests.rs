@@ -155,6 +155,8 @@ impl RewriteManifests {
                         added_columns: &[],
                         always_snapshot: false,
                         replaced: None,
+                        merges_ahead: false,
+                        merged_ahead: None,
                     },
                 )
                 .await?;

@@ -16,9 +16,10 @@ use weir_core::sink::{
 use weir_core::{QueryId, QueryName};
 
 use crate::catalog::{parse_ident, Catalog, LoadedTable, Swap};
-use crate::commit::{Change, Producer, Request};
+use crate::commit::{AheadUse, Change, Producer, Request};
 use crate::error::IcebergSinkError;
 use crate::marker;
+use crate::merge_ahead::Ahead;
 use crate::table::{self, Layout};
 use crate::upsert;
 use crate::writer::{self, IcebergWriter, WriterContext};
@@ -117,6 +118,8 @@ struct State {
     compacting: Periodic,
     /// The running background jobs, ended with the query.
     background: Background,
+    /// Manifests merged ahead of the commit path.
+    ahead: Arc<Ahead>,
 }
 
 #[derive(Debug, Clone)]
@@ -492,6 +495,7 @@ impl Sink for IcebergSink {
 
     async fn close(&self, how: Close) -> weir_core::Result<()> {
         self.state.background.close(how).await;
+        self.delete(self.state.ahead.unused()).await;
         Ok(())
     }
 }
@@ -616,6 +620,8 @@ impl TableCommit for SwapCommit<'_> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let (offered, expired) = self.sink.state.ahead.ready();
+        self.sink.delete(expired).await;
         let produced = self
             .producer
             .produce(
@@ -628,6 +634,8 @@ impl TableCommit for SwapCommit<'_> {
                     added_columns: self.layout.evolution.as_ref().map_or(&[], |e| &e.fields),
                     always_snapshot: !self.sink.catalog.writes_metadata(),
                     replaced: Some(&rewrite.replaced),
+                    merges_ahead: true,
+                    merged_ahead: offered.as_deref(),
                 },
             )
             .await;
@@ -639,12 +647,30 @@ impl TableCommit for SwapCommit<'_> {
             }
         };
         let sink = self.sink;
+        let settle = |landed: Option<bool>| match &offered {
+            Some(offered) => sink.state.ahead.settle(offered, produced.ahead, landed),
+            None => Vec::new(),
+        };
+        if produced.ahead != AheadUse::Listed {
+            sink.delete(settle(Some(false))).await;
+        }
         match sink
             .catalog
             .swap(&sink.ident, &base, produced.metadata, &produced.changes)
             .await
         {
             Ok(Swap::Swapped(table)) => {
+                settle(Some(true));
+                // Only an append lists a merge made ahead.
+                if let (Change::Append, Some((_, manifests))) = (self.change, &produced.manifests) {
+                    sink.state.ahead.start_if_due(
+                        &sink.state.background,
+                        sink.catalog.file_io(),
+                        sink.shown(),
+                        &table.metadata,
+                        manifests,
+                    );
+                }
                 let version = table.metadata.current_snapshot_id();
                 tracing::debug!(
                     ?version,
@@ -661,6 +687,9 @@ impl TableCommit for SwapCommit<'_> {
                 Ok(Tried::Landed { version })
             }
             Ok(Swap::Conflict) => {
+                // A retried request that had landed may be answered so:
+                // a merge it listed is kept until a base shows which.
+                settle(None);
                 self.lost = produced.attempt_files;
                 self.lost.extend(rewritten);
                 Ok(Tried::Lost)
@@ -674,6 +703,7 @@ impl TableCommit for SwapCommit<'_> {
             // The swap may have happened: nothing is deleted, and the table
             // tells (this attempt's marker, or the base still current).
             Err(e) => {
+                settle(None);
                 self.unknown_base = Some(base.metadata_location.clone());
                 Ok(Tried::Unknown(self.core(e)))
             }

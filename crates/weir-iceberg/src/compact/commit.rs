@@ -122,6 +122,8 @@ impl Compact {
                         added_columns: &[],
                         always_snapshot: false,
                         replaced: Some(&replaced),
+                        merges_ahead: false,
+                        merged_ahead: None,
                     },
                 )
                 .await?;

@@ -3,7 +3,9 @@
 //! failed swaps land first (a timeout after the catalog committed); the
 //! checkpoint's puts fail likewise. Every stop is retryable and says what
 //! failed, the next run resumes, and after a run without faults the table
-//! holds every id once, read by pyiceberg and DuckDB.
+//! holds every id once, read by pyiceberg and DuckDB. Manifests merge every
+//! five commits, ahead of the commit path, so swaps that list merged
+//! manifests fail too: every manifest a snapshot lists is still there.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,6 +19,7 @@ use weir_core::checkpoint::{CheckpointStore, LeaseTiming, ObjectStoreCheckpoint}
 use weir_core::prelude::*;
 use weir_iceberg::{Catalog, IcebergSink, IcebergSinkError, LoadedTable, Swap};
 use weir_test_support::faults::{Chance, Fault, FaultyStore};
+use weir_test_support::readers::iceberg;
 use weir_test_support::{assert_exactly_once, SinkHarness};
 
 use crate::compact::{ids, TABLE};
@@ -132,7 +135,9 @@ async fn catalog_and_checkpoint_faults_lose_and_repeat_nothing() {
         Arc::new(store) as Arc<dyn CheckpointStore>
     };
     let run = || async {
-        let sink = IcebergSink::try_new(catalog.clone(), TABLE).map_err(|e| (e.to_string(), false))?;
+        let sink = IcebergSink::try_new(catalog.clone(), TABLE)
+            .map_err(|e| (e.to_string(), false))?
+            .with_table_property("commit.manifest.min-count-to-merge", "5");
         let q = read_stream(RateSource::rows_per_batch(10))
             .write_stream()
             .query_name("faults")
@@ -176,4 +181,17 @@ async fn catalog_and_checkpoint_faults_lose_and_repeat_nothing() {
     // Once more without faults: nothing left to do, and nothing repeated.
     run().await.unwrap();
     assert_exactly_once(&ids(&h), 0..5_000);
+    let out = iceberg(&["manifests", &h.reader, TABLE]).expect("readers present");
+    let mut merged = 0;
+    for snapshot in out["snapshots"].as_array().unwrap() {
+        for m in snapshot["manifests"].as_array().unwrap() {
+            let path = m.as_str().unwrap().trim_start_matches("file://");
+            assert!(
+                std::path::Path::new(path).exists(),
+                "a snapshot lists {path}, which is gone"
+            );
+            merged += usize::from(path.contains("-merged-"));
+        }
+    }
+    assert!(merged >= 10, "{merged} merged manifests listed");
 }
