@@ -15,6 +15,14 @@
 //!    of 10-110. Target: at most 1.5 for weir.
 //! 3. One batch of 10M rows: rows per second and peak memory. Targets: at
 //!    least twice Spark's rate, under a quarter of its memory.
+//! 5. Compaction of 1,000 small files (`WEIR_BENCH_SMALL_FILES`) in a table
+//!    weir made: `weir compact` start to end against Spark's `OPTIMIZE` or
+//!    `rewrite_data_files` statement alone. Target: at least 1.5 times as
+//!    fast.
+//! 6. Cold start on history: a table of 10,000 commits that weir made
+//!    (`WEIR_BENCH_HISTORY`), then each side starts a query of its own that
+//!    appends one batch of 1,000 rows: process start to that batch. Target:
+//!    under a tenth of Spark's.
 //!
 //! ```text
 //! cargo bench -p weir-benches --bench spark
@@ -24,13 +32,17 @@
 //! Spark needs the readers' Python and Spark's jars (`scripts/test.sh`
 //! makes them); `WEIR_BENCH_SPARK=0` runs weir's side alone (Spark's 1,000
 //! batches take many minutes). Results go to
-//! `target/bench-results/spark.json`; the process exits 1 when a target is
-//! missed.
+//! `target/bench-results/spark.json` (workloads not run keep their last
+//! results there), plots of them to `docs/benchmarks/`; the process exits 1
+//! when a target is missed.
 
 use std::path::Path;
 
 use serde_json::{json, Value};
-use weir_benches::peer::{percentile, run, spark_command, weir_command, Run};
+use weir_benches::peer::{
+    percentile, run, run_whole, spark_command, spark_command_on, spark_compact_command, weir_command, weir_command_on,
+    Run,
+};
 use weir_benches::{median, part, release_weir};
 
 /// Batches of warm-up left out of per-batch figures.
@@ -245,6 +257,163 @@ fn one_batch(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) ->
     Value::Object(sides.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
+/// Workload 5: compaction of a table of `WEIR_BENCH_SMALL_FILES` (default
+/// 1,000) small files that weir made, one commit of 100 rows each: weir's
+/// `weir compact`, start to end, against Spark's statement alone (Delta's
+/// `OPTIMIZE`, Iceberg's `rewrite_data_files`, in a session already up, as
+/// a user's would be). Each side compacts a table of its own, made the
+/// same way, rounds alternating.
+fn compaction(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) -> Value {
+    let files: u64 = env_or("WEIR_BENCH_SMALL_FILES", 1_000);
+    println!("{format}, compaction of {files} small files, {rounds} rounds");
+    let with_spark = std::env::var("WEIR_BENCH_SPARK").as_deref() != Ok("0");
+    let make = |dir: &Path| {
+        let lake = dir.join("weir-lake");
+        let made = run(weir_command_on(weir, format, &lake, &dir.join("chk"), files, 100));
+        assert_eq!(made.batch_ms.len() as u64, files, "weir made every file");
+        lake
+    };
+    let mut sides = Sides {
+        weir: Vec::new(),
+        spark: Vec::new(),
+    };
+    for round in 1..=rounds {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lake = make(&dir.path().join("weir"));
+        let mut command = std::process::Command::new(weir);
+        command
+            .arg("--lake")
+            .arg(&lake)
+            .args(["compact", "bench.payments", "--json"])
+            .env_remove("WEIR_CONFIG");
+        let ours = run_whole(command);
+        eprintln!("  {format} round {round}: weir {:.2} s", ours.last_batch_s);
+        sides.weir.push(ours);
+        if !with_spark {
+            continue;
+        }
+        let lake = make(&dir.path().join("spark"));
+        let existing = match format {
+            "delta" => lake.join("warehouse/bench/payments"),
+            _ => lake.join("catalog.db"),
+        };
+        let Some(spark) = spark_compact_command(format, &dir.path().join("spark"), &existing) else {
+            continue;
+        };
+        let theirs = run(spark);
+        assert_eq!(
+            theirs.table_rows,
+            Some(files * 100),
+            "Spark's compaction kept every row"
+        );
+        eprintln!("  {format} round {round}: Spark {:.2} s", theirs.batch_ms[0] / 1e3);
+        sides.spark.push(theirs);
+    }
+    let sides = sides.each(|runs| {
+        json!({
+            "seconds": over(runs, |r| r.batch_ms[0] / 1e3),
+            "peak_mib": over(runs, |r| mib(r.peak_bytes)),
+        })
+    });
+    for (name, v) in &sides {
+        println!(
+            "   {name:>5}: {:.2} s, {:.0} MiB peak",
+            get(v, "seconds"),
+            get(v, "peak_mib")
+        );
+    }
+    if let [(_, w), (_, sp)] = &sides[..] {
+        let speedup = get(sp, "seconds") / get(w, "seconds");
+        targets.check(
+            speedup >= 1.5,
+            format!("{format}: weir's compaction {speedup:.1} times as fast as Spark's (target >= 1.5)"),
+        );
+    }
+    let mut out = serde_json::Map::new();
+    out.insert("files".into(), json!(files));
+    out.extend(sides.into_iter().map(|(k, v)| (k.to_string(), v)));
+    Value::Object(out)
+}
+
+/// Workload 6: process start to the first committed batch on a table of
+/// `WEIR_BENCH_HISTORY` (default 10,000) commits that weir made with its
+/// defaults; each side starts a new query (a checkpoint of its own) that
+/// appends one batch of 1,000 rows to it, rounds alternating.
+fn cold_start(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) -> Value {
+    let commits: u64 = env_or("WEIR_BENCH_HISTORY", 10_000);
+    println!("{format}, start to the first batch on a table of {commits} commits, {rounds} rounds");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lake = dir.path().join("weir-lake");
+    let made = run(weir_command_on(
+        weir,
+        format,
+        &lake,
+        &dir.path().join("chk-made"),
+        commits,
+        10,
+    ));
+    assert_eq!(made.batch_ms.len() as u64, commits, "weir made every commit");
+    eprintln!("  {format}: {commits} commits made in {:.0} s", made.last_batch_s);
+    let existing = match format {
+        "delta" => lake.join("warehouse/bench/payments"),
+        _ => lake.join("catalog.db"),
+    };
+    let with_spark = std::env::var("WEIR_BENCH_SPARK").as_deref() != Ok("0");
+    let mut sides = Sides {
+        weir: Vec::new(),
+        spark: Vec::new(),
+    };
+    for round in 1..=rounds {
+        let chk = dir.path().join(format!("chk-weir-{round}"));
+        let mut command = weir_command_on(weir, format, &lake, &chk, 1, 1_000);
+        // A query of its own: the table's name names the one that made it.
+        command.args(["--query-name", &format!("cold-start-{round}")]);
+        let ours = run(command);
+        assert_eq!(ours.batch_ms.len(), 1, "weir ran its batch");
+        eprintln!("  {format} round {round}: weir {:.2} s", ours.first_batch_s);
+        sides.weir.push(ours);
+        let spark_dir = dir.path().join(format!("spark-{round}"));
+        let spark = match with_spark {
+            true => spark_command_on(format, &spark_dir, 1, 1_000, 1, Some(&existing)),
+            false => None,
+        };
+        let Some(spark) = spark else { continue };
+        let theirs = run(spark);
+        assert_eq!(theirs.batch_ms.len(), 1, "Spark ran its batch");
+        let in_table = theirs.table_rows.expect("Spark counts its table");
+        assert!(in_table >= commits * 10 + 1_000, "the table holds {in_table} rows");
+        eprintln!("  {format} round {round}: Spark {:.2} s", theirs.first_batch_s);
+        sides.spark.push(theirs);
+    }
+    let sides = sides.each(|runs| {
+        json!({
+            "first_batch_s": over(runs, |r| r.first_batch_s),
+            "batch_ms": over(runs, |r| r.batch_ms[0]),
+            "peak_mib": over(runs, |r| mib(r.peak_bytes)),
+        })
+    });
+    for (name, v) in &sides {
+        println!(
+            "   {name:>5}: {:.2} s to the first batch (the batch {:.0} ms), {:.0} MiB peak",
+            get(v, "first_batch_s"),
+            get(v, "batch_ms"),
+            get(v, "peak_mib"),
+        );
+    }
+    if let [(_, w), (_, sp)] = &sides[..] {
+        let start = get(w, "first_batch_s") / get(sp, "first_batch_s");
+        targets.check(
+            start < 0.1,
+            format!("{format}: weir's start on {commits} commits {start:.3} of Spark's (target < 0.1)"),
+        );
+    }
+    let mut out = serde_json::Map::new();
+    out.insert("commits".into(), json!(commits));
+    out.insert("made_s".into(), json!(made.last_batch_s));
+    out.extend(sides.into_iter().map(|(k, v)| (k.to_string(), v)));
+    Value::Object(out)
+}
+
 fn main() {
     let rounds: usize = env_or("WEIR_BENCH_ROUNDS", 2);
     let formats = std::env::var("WEIR_BENCH_FORMATS").unwrap_or_else(|_| "delta,iceberg".into());
@@ -264,13 +433,32 @@ fn main() {
             let v = one_batch(&weir, format, rounds, &mut targets);
             results.insert(format!("{format}_one_batch"), v);
         }
+        if part(5) {
+            let v = compaction(&weir, format, rounds, &mut targets);
+            results.insert(format!("{format}_compaction"), v);
+        }
+        if part(6) {
+            let v = cold_start(&weir, format, rounds, &mut targets);
+            results.insert(format!("{format}_cold_start"), v);
+        }
     }
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-results");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = root.join("target/bench-results");
     std::fs::create_dir_all(&out).expect("results directory");
     let path = out.join("spark.json");
-    let json = serde_json::to_string_pretty(&Value::Object(results)).expect("json");
-    std::fs::write(&path, json).expect("results written");
+    // The workloads not run this time keep their last results.
+    let mut all = std::fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Map<String, Value>>(&b).ok())
+        .unwrap_or_default();
+    all.extend(results);
+    let all = Value::Object(all);
+    std::fs::write(&path, serde_json::to_string_pretty(&all).expect("json")).expect("results written");
     println!("results in {}", path.display());
+    let plots = weir_benches::spark_report::write_plots(&all, &root.join("docs/benchmarks")).expect("plots written");
+    for plot in plots {
+        println!("plot {}", plot.display());
+    }
     if !targets.0.is_empty() {
         eprintln!("targets missed: {}", targets.0.join("; "));
         std::process::exit(1);

@@ -3,10 +3,13 @@
 Iceberg table, exactly once, triggers back to back, as a tuned user runs
 it on this machine (local[2], two shuffle partitions).
 
-    spark_stream.py FORMAT DIR BATCHES ROWS PARTITIONS
+    spark_stream.py FORMAT DIR BATCHES ROWS PARTITIONS [EXISTING]
 
 FORMAT is delta (a table by path under DIR) or iceberg (a Hadoop catalog
-`lake` whose warehouse is under DIR). It prints one JSON line per batch,
+`lake` whose warehouse is under DIR). With EXISTING the stream appends to
+a table weir made: for delta the table's path, for iceberg the SQLite file
+of weir's embedded catalog `lake` (Iceberg's JDBC catalog), whose table
+`bench.payments` it is. It prints one JSON line per batch,
 {"batch": N, "ms": triggerExecution, "rows": N}, as Spark's listener
 reports it, stops after batch BATCHES-1 and prints {"done": rows in the
 table}. The jars come from WEIR_SPARK_JARS (default .cache/spark-jars),
@@ -23,7 +26,7 @@ sys.path.insert(0, os.path.join(ROOT, "integration", "readers"))
 from read_spark import jars  # noqa: E402  (the suite's Spark reader finds the jars)
 
 
-def session(fmt, where):
+def session(fmt, where, existing=None):
     from pyspark.sql import SparkSession
 
     builder = (
@@ -45,21 +48,31 @@ def session(fmt, where):
             .config("spark.databricks.delta.snapshotPartitions", "2")
         )
     else:
-        builder = (
-            builder.config(
-                "spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+        builder = builder.config(
+            "spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+        ).config("spark.sql.catalog.lake", "org.apache.iceberg.spark.SparkCatalog")
+        if existing:
+            builder = (
+                builder.config("spark.sql.catalog.lake.type", "jdbc")
+                .config("spark.sql.catalog.lake.uri", f"jdbc:sqlite:{os.path.abspath(existing)}")
+                .config("spark.sql.catalog.lake.jdbc.schema-version", "V1")
+                .config("spark.sql.catalog.lake.warehouse", os.path.join(where, "warehouse"))
+                # weir's columns are required; Spark's projection of the
+                # rate source is nullable though never null.
+                .config("spark.sql.iceberg.check-nullability", "false")
             )
-            .config("spark.sql.catalog.lake", "org.apache.iceberg.spark.SparkCatalog")
-            .config("spark.sql.catalog.lake.type", "hadoop")
-            .config("spark.sql.catalog.lake.warehouse", os.path.join(where, "warehouse"))
-        )
+        else:
+            builder = builder.config("spark.sql.catalog.lake.type", "hadoop").config(
+                "spark.sql.catalog.lake.warehouse", os.path.join(where, "warehouse")
+            )
     return builder.getOrCreate()
 
 
 def main():
     fmt, where, batches, rows, partitions = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+    existing = sys.argv[6] if len(sys.argv) > 6 else None
     last = batches - 1
-    spark = session(fmt, where)
+    spark = session(fmt, where, existing)
     spark.sparkContext.setLogLevel("ERROR")
     from pyspark.sql.streaming import StreamingQueryListener
 
@@ -101,8 +114,10 @@ def main():
     )
     writer = stream.writeStream.option("checkpointLocation", os.path.join(where, "chk"))
     if fmt == "delta":
-        table = os.path.join(where, "table")
+        table = existing or os.path.join(where, "table")
         query = writer.format("delta").start(table)
+    elif existing:
+        query = writer.format("iceberg").toTable("lake.bench.payments")
     else:
         spark.sql(
             "CREATE TABLE lake.bench.payments (event_id BIGINT, ts TIMESTAMP, account_id BIGINT,"

@@ -4,6 +4,8 @@ pub mod kafka;
 pub mod peer;
 pub mod s3;
 pub mod service;
+pub mod spark_report;
+pub mod svg;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -40,7 +40,17 @@ pub struct Run {
 /// # Panics
 /// If the process fails or reports no batch: a benchmark has no answer
 /// then.
-pub fn run(mut command: Command) -> Run {
+pub fn run(command: Command) -> Run {
+    run_with(command, false)
+}
+
+/// As [`run`], for a command that reports no batch (a maintenance job):
+/// its one "batch" is the whole process, start to end.
+pub fn run_whole(command: Command) -> Run {
+    run_with(command, true)
+}
+
+fn run_with(mut command: Command, whole: bool) -> Run {
     let started = Instant::now();
     let mut child = command
         .stdout(Stdio::piped())
@@ -102,6 +112,11 @@ pub fn run(mut command: Command) -> Run {
         }
     }
     let status = child.wait().expect("the process ends");
+    if whole {
+        let at = started.elapsed().as_secs_f64();
+        (out.first_batch_s, out.last_batch_s) = (at, at);
+        batches = vec![(0, at * 1e3)];
+    }
     stopped.store(true, Ordering::Relaxed);
     sampler.join().expect("the sampler");
     let errors = errors.join().unwrap_or_default();
@@ -154,25 +169,49 @@ pub fn high_water_mark(pid: u32) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// Spark's compaction of a table weir made (`existing`, as for
+/// [`spark_command_on`]): `benches/python/spark_compact.py`, Delta's
+/// `OPTIMIZE` or Iceberg's `rewrite_data_files`, timed by itself. `None`,
+/// with a notice, without the readers' Python or Spark's jars.
+pub fn spark_compact_command(format: &str, dir: &Path, existing: &Path) -> Option<Command> {
+    let mut command = Command::new(spark_python()?);
+    command
+        .arg(workspace().join("benches/python/spark_compact.py"))
+        .arg(format)
+        .arg(dir)
+        .arg(existing);
+    Some(command)
+}
+
 /// Spark's side: `benches/python/spark_stream.py` with the readers' Python
 /// (`.venv-readers`, which has pyspark), `batches` batches of `rows` rows
 /// in `partitions` partitions into a fresh `format` table under `dir`.
 /// `None`, with a notice, without that Python or Spark's jars.
 pub fn spark_command(format: &str, dir: &Path, batches: u64, rows: u64, partitions: u32) -> Option<Command> {
-    let root = workspace();
-    let python = root.join(".venv-readers/bin/python");
-    if !python.exists() || !root.join(".cache/spark-jars").is_dir() {
-        eprintln!(
-            "NOTE: .venv-readers or .cache/spark-jars is missing (scripts/test.sh makes them); Spark is left out"
-        );
-        return None;
-    }
+    spark_command_on(format, dir, batches, rows, partitions, None)
+}
+
+/// As [`spark_command`], appending to a table weir made when `existing`
+/// names it: a Delta table's path, or the SQLite file of weir's embedded
+/// catalog for Iceberg (see `benches/python/spark_stream.py`).
+pub fn spark_command_on(
+    format: &str,
+    dir: &Path,
+    batches: u64,
+    rows: u64,
+    partitions: u32,
+    existing: Option<&Path>,
+) -> Option<Command> {
+    let python = spark_python()?;
     let mut command = Command::new(python);
     command
-        .arg(root.join("benches/python/spark_stream.py"))
+        .arg(workspace().join("benches/python/spark_stream.py"))
         .arg(format)
         .arg(dir)
         .args([batches.to_string(), rows.to_string(), partitions.to_string()]);
+    if let Some(existing) = existing {
+        command.arg(existing);
+    }
     Some(command)
 }
 
@@ -180,10 +219,17 @@ pub fn spark_command(format: &str, dir: &Path, batches: u64, rows: u64, partitio
 /// `batches` batches of `rows` rows into a fresh `format` table of the
 /// embedded catalog under `dir`, its defaults otherwise.
 pub fn weir_command(weir: &Path, format: &str, dir: &Path, batches: u64, rows: u64) -> Command {
+    weir_command_on(weir, format, &dir.join("weir-lake"), &dir.join("chk"), batches, rows)
+}
+
+/// As [`weir_command`], on the embedded catalog at `lake` with the
+/// checkpoint `checkpoint`: a second query appends to the table a first
+/// one made.
+pub fn weir_command_on(weir: &Path, format: &str, lake: &Path, checkpoint: &Path, batches: u64, rows: u64) -> Command {
     let mut command = Command::new(weir);
     command
         .arg("--lake")
-        .arg(dir.join("weir-lake"))
+        .arg(lake)
         .args(["stream", "--from", "rate", "--rows-per-batch", &rows.to_string()])
         .args(["--to", "bench.payments", "--format", format])
         .args([
@@ -193,9 +239,23 @@ pub fn weir_command(weir: &Path, format: &str, dir: &Path, batches: u64, rows: u
             "json",
             "--checkpoint",
         ])
-        .arg(dir.join("chk"))
+        .arg(checkpoint)
         .env_remove("WEIR_CONFIG");
     command
+}
+
+/// The readers' Python (which has pyspark), if it and Spark's jars are
+/// there; else a notice.
+fn spark_python() -> Option<PathBuf> {
+    let root = workspace();
+    let python = root.join(".venv-readers/bin/python");
+    if !python.exists() || !root.join(".cache/spark-jars").is_dir() {
+        eprintln!(
+            "NOTE: .venv-readers or .cache/spark-jars is missing (scripts/test.sh makes them); Spark is left out"
+        );
+        return None;
+    }
+    Some(python)
 }
 
 fn workspace() -> PathBuf {
