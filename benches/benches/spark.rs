@@ -73,7 +73,7 @@ impl Sides {
 /// Runs weir's side and, unless `WEIR_BENCH_SPARK=0` or Spark is missing,
 /// Spark's, alternating, `rounds` times.
 fn both(weir: &Path, format: &str, rounds: usize, batches: u64, rows: u64, partitions: u32) -> Sides {
-    let with_spark = std::env::var("WEIR_BENCH_SPARK").as_deref() != Ok("0");
+    let with_spark = spark_wanted();
     let mut sides = Sides {
         weir: Vec::new(),
         spark: Vec::new(),
@@ -97,6 +97,20 @@ fn both(weir: &Path, format: &str, rounds: usize, batches: u64, rows: u64, parti
         sides.spark.push(theirs);
     }
     sides
+}
+
+/// Whether Spark's side runs: unless `WEIR_BENCH_SPARK=0`.
+fn spark_wanted() -> bool {
+    std::env::var("WEIR_BENCH_SPARK").as_deref() != Ok("0")
+}
+
+/// How Spark finds the table `bench.payments` weir made in the embedded
+/// catalog at `lake`: the Delta table's path, or the catalog's SQLite file.
+fn made_by_weir(lake: &Path, format: &str) -> std::path::PathBuf {
+    match format {
+        "delta" => lake.join("warehouse/bench/payments"),
+        _ => lake.join("catalog.db"),
+    }
 }
 
 /// The median over rounds of `f` of each run.
@@ -266,7 +280,7 @@ fn one_batch(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) ->
 fn compaction(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) -> Value {
     let files: u64 = env_or("WEIR_BENCH_SMALL_FILES", 1_000);
     println!("{format}, compaction of {files} small files, {rounds} rounds");
-    let with_spark = std::env::var("WEIR_BENCH_SPARK").as_deref() != Ok("0");
+    let with_spark = spark_wanted();
     let make = |dir: &Path| {
         let lake = dir.join("weir-lake");
         let made = run(weir_command_on(weir, format, &lake, &dir.join("chk"), files, 100));
@@ -293,10 +307,7 @@ fn compaction(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) -
             continue;
         }
         let lake = make(&dir.path().join("spark"));
-        let existing = match format {
-            "delta" => lake.join("warehouse/bench/payments"),
-            _ => lake.join("catalog.db"),
-        };
+        let existing = made_by_weir(&lake, format);
         let Some(spark) = spark_compact_command(format, &dir.path().join("spark"), &existing) else {
             continue;
         };
@@ -354,11 +365,8 @@ fn cold_start(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) -
     ));
     assert_eq!(made.batch_ms.len() as u64, commits, "weir made every commit");
     eprintln!("  {format}: {commits} commits made in {:.0} s", made.last_batch_s);
-    let existing = match format {
-        "delta" => lake.join("warehouse/bench/payments"),
-        _ => lake.join("catalog.db"),
-    };
-    let with_spark = std::env::var("WEIR_BENCH_SPARK").as_deref() != Ok("0");
+    let existing = made_by_weir(&lake, format);
+    let with_spark = spark_wanted();
     let mut sides = Sides {
         weir: Vec::new(),
         spark: Vec::new(),

@@ -353,11 +353,7 @@ impl Producer {
         if let Some(m) = &self.added {
             return Ok(m.clone());
         }
-        let path = format!(
-            "{}/metadata/{}-m0.avro",
-            metadata.location().trim_end_matches('/'),
-            self.commit_uuid
-        );
+        let path = self.manifest_path(metadata, "m0");
         let spec_id = metadata.default_partition_spec().spec_id();
         let mut writer = self.manifest_writer(metadata, &path, spec_id, Some(schema))?;
         for f in &self.files {
@@ -395,12 +391,7 @@ impl Producer {
                 .partition_spec_by_id(spec_id)
                 .cloned()
                 .unwrap_or_else(|| metadata.default_partition_spec().clone());
-            let path = format!(
-                "{}/metadata/{}-deleted-{spec_id}-{}.avro",
-                metadata.location().trim_end_matches('/'),
-                self.commit_uuid,
-                self.attempt
-            );
+            let path = self.manifest_path(metadata, &format!("deleted-{spec_id}-{}", self.attempt));
             let mut writer = self.manifest_writer(metadata, &path, spec_id, None)?;
             let mut any = false;
             for manifest in manifests {
@@ -444,13 +435,7 @@ impl Producer {
             .partition_spec_by_id(spec_id)
             .cloned()
             .unwrap_or_else(|| metadata.default_partition_spec().clone());
-        let path = format!(
-            "{}/metadata/{}-replaced-{}-{}.avro",
-            metadata.location().trim_end_matches('/'),
-            self.commit_uuid,
-            self.attempt,
-            uuid::Uuid::new_v4()
-        );
+        let path = self.manifest_path(metadata, &format!("replaced-{}-{}", self.attempt, uuid::Uuid::new_v4()));
         let mut writer = self.manifest_writer(metadata, &path, spec_id, None)?;
         let loaded = manifest.load_manifest(&self.file_io).await.map_err(&err)?;
         for entry in loaded
@@ -472,6 +457,16 @@ impl Producer {
             }
         }
         writer.write_manifest_file().await.map_err(&err)
+    }
+
+    /// The path of a manifest this commit writes: `metadata/<commit
+    /// uuid>-<name>.avro` under the table.
+    fn manifest_path(&self, metadata: &TableMetadata, name: &str) -> String {
+        format!(
+            "{}/metadata/{}-{name}.avro",
+            metadata.location().trim_end_matches('/'),
+            self.commit_uuid
+        )
     }
 
     /// A writer of a manifest of files of partition spec `spec_id`.

@@ -228,12 +228,7 @@ impl Producer {
         n: usize,
     ) -> Result<ManifestFile, IcebergSinkError> {
         let err = self.err("merge manifests");
-        let path = format!(
-            "{}/metadata/{}-{kind}-{spec_id}-{}-{n}.avro",
-            metadata.location().trim_end_matches('/'),
-            self.commit_uuid,
-            self.attempt
-        );
+        let path = self.manifest_path(metadata, &format!("{kind}-{spec_id}-{}-{n}", self.attempt));
         let mut writer = self.manifest_writer(metadata, &path, spec_id, None)?;
         for manifest in group {
             let (entries, _) = manifest.load_manifest(&self.file_io).await.map_err(&err)?.into_parts();
