@@ -61,7 +61,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::Message;
 use rdkafka::TopicPartitionList;
-use weir_benches::kafka::{payment, produce, Broker, PAYMENT_SCHEMA};
+use weir_benches::kafka::{payment, produce, stream_command, Broker};
 use weir_benches::peer::high_water_mark;
 use weir_benches::{median, release_weir};
 use weir_core::prelude::*;
@@ -329,46 +329,20 @@ struct Streamed {
 /// `weir stream --from kafka` over the whole topic into a new table.
 fn stream(weir: &Path, bootstrap: &str, topic: &str, records: u64, format: &str, values: &str) -> Streamed {
     let lake = tempfile::tempdir().unwrap();
-    let schema = lake.path().join("payment.ddl");
-    std::fs::write(&schema, PAYMENT_SCHEMA).unwrap();
     let batches = records.div_ceil(PER_BATCH);
+    let mut command = stream_command(
+        weir,
+        lake.path(),
+        bootstrap,
+        topic,
+        records,
+        PER_BATCH,
+        format,
+        values,
+        "none",
+    );
     let started = Instant::now();
-    let mut child = Command::new(weir)
-        .arg("--lake")
-        .arg(lake.path().join("weir-lake"))
-        .args([
-            "stream",
-            "--from",
-            "kafka",
-            "--bootstrap-servers",
-            bootstrap,
-            "--topic",
-            topic,
-        ])
-        .args([
-            "--starting-offsets",
-            "earliest",
-            "--max-offsets-per-trigger",
-            &PER_BATCH.to_string(),
-        ])
-        .args(["--value-format", values])
-        .args(if values == "json" {
-            vec!["--schema".as_ref(), schema.as_os_str()]
-        } else {
-            vec![]
-        })
-        .args(["--to", "bench.payments", "--format", format, "--trigger-interval", "1s"])
-        .args([
-            "--max-batches",
-            &batches.to_string(),
-            "--progress",
-            "none",
-            "--checkpoint",
-        ])
-        .arg(lake.path().join("chk"))
-        .env_remove("WEIR_CONFIG")
-        .spawn()
-        .expect("weir starts");
+    let mut child = command.spawn().expect("weir starts");
     let (mut peak, mut cpu) = (0, 0.0);
     while child.try_wait().unwrap().is_none() {
         peak = peak.max(high_water_mark(child.id()));

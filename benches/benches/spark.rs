@@ -15,6 +15,18 @@
 //!    of 10-110. Target: at most 1.5 for weir.
 //! 3. One batch of 10M rows: rows per second and peak memory. Targets: at
 //!    least twice Spark's rate, under a quarter of its memory.
+//! 4. Kafka to a table: `WEIR_BENCH_KAFKA_RECORDS` (default 5,000,000)
+//!    JSON payments of about 200 bytes in 8 partitions of a topic written
+//!    before the clock starts, read from its start, each value parsed into
+//!    typed columns, on a 1 s trigger of at most 1,250,000 records a
+//!    batch, until every record is in the table: records per second end to
+//!    end (process start to the last batch committed) and in the batches
+//!    alone, and peak memory. weir is `weir stream --from kafka
+//!    --value-format json`, Spark its Kafka source with `from_json`
+//!    (`benches/python/spark_kafka.py`). Target: weir's peak memory under
+//!    a quarter of Spark's. The broker is the suite's
+//!    (`WEIR_TEST_KAFKA_BOOTSTRAP`) or one `scripts/services/kafka.sh`
+//!    starts.
 //! 5. Compaction of 1,000 small files (`WEIR_BENCH_SMALL_FILES`) in a table
 //!    weir made: `weir compact` start to end against Spark's `OPTIMIZE` or
 //!    `rewrite_data_files` statement alone. Target: at least 1.5 times as
@@ -39,9 +51,10 @@
 use std::path::Path;
 
 use serde_json::{json, Value};
+use weir_benches::kafka::{produce, stream_command, Broker};
 use weir_benches::peer::{
-    percentile, run, run_whole, spark_command, spark_command_on, spark_compact_command, weir_command, weir_command_on,
-    Run,
+    percentile, run, run_whole, spark_command, spark_command_on, spark_compact_command, spark_kafka_command,
+    weir_command, weir_command_on, Run,
 };
 use weir_benches::{median, part, release_weir};
 
@@ -271,6 +284,117 @@ fn one_batch(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) ->
     Value::Object(sides.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
+/// The topic workload 4 reads, written once for every format and round.
+struct Topic {
+    broker: Broker,
+    name: String,
+    records: u64,
+}
+
+/// Kafka partitions of workload 4's topic.
+const KAFKA_PARTITIONS: i32 = 8;
+/// Workload 4's records a trigger at most (`maxOffsetsPerTrigger`).
+const KAFKA_PER_TRIGGER: u64 = 1_250_000;
+
+impl Topic {
+    fn make() -> Topic {
+        let records: u64 = env_or("WEIR_BENCH_KAFKA_RECORDS", 5_000_000);
+        let broker = Broker::start();
+        let name = weir_test_support::kafka::create_topic(&broker.bootstrap, "payments", KAFKA_PARTITIONS);
+        let started = std::time::Instant::now();
+        produce(&broker.bootstrap, &name, KAFKA_PARTITIONS, records);
+        eprintln!(
+            "  {records} records into {KAFKA_PARTITIONS} partitions in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        Topic { broker, name, records }
+    }
+}
+
+/// Workload 4: Kafka to a table.
+fn kafka_to_table(weir: &Path, format: &str, rounds: usize, topic: &Topic, targets: &mut Targets) -> Value {
+    let records = topic.records;
+    println!("{format}, Kafka to table: {records} JSON records, 1 s trigger, {rounds} rounds");
+    let with_spark = spark_wanted();
+    let mut sides = Sides {
+        weir: Vec::new(),
+        spark: Vec::new(),
+    };
+    let (bootstrap, name) = (topic.broker.bootstrap.as_str(), topic.name.as_str());
+    for round in 1..=rounds {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ours = run(stream_command(
+            weir,
+            &dir.path().join("weir"),
+            bootstrap,
+            name,
+            records,
+            KAFKA_PER_TRIGGER,
+            format,
+            "json",
+            "json",
+        ));
+        assert_eq!(ours.rows, records, "weir wrote every record once");
+        eprintln!("  {format} round {round}: weir {:.1} s", ours.last_batch_s);
+        sides.weir.push(ours);
+        let spark = match with_spark {
+            true => spark_kafka_command(
+                format,
+                &dir.path().join("spark"),
+                bootstrap,
+                name,
+                records,
+                KAFKA_PER_TRIGGER,
+            ),
+            false => None,
+        };
+        let Some(spark) = spark else { continue };
+        let theirs = run(spark);
+        assert_eq!(theirs.rows, records, "Spark wrote every record once");
+        assert_eq!(
+            theirs.table_rows,
+            Some(records),
+            "Spark's table holds every record, parsed"
+        );
+        eprintln!("  {format} round {round}: Spark {:.1} s", theirs.last_batch_s);
+        sides.spark.push(theirs);
+    }
+    let sides = sides.each(|runs| {
+        json!({
+            "records_per_s": over(runs, |r| records as f64 / r.last_batch_s),
+            "in_batches_per_s": over(runs, |r| records as f64 / (r.batch_ms.iter().sum::<f64>() / 1e3)),
+            "seconds": over(runs, |r| r.last_batch_s),
+            "first_batch_s": over(runs, |r| r.first_batch_s),
+            "peak_mib": over(runs, |r| mib(r.peak_bytes)),
+        })
+    });
+    for (name, v) in &sides {
+        println!(
+            "   {name:>5}: {:>9.0} records/s end to end ({:.1} s), {:.0}/s in its batches, {:.0} MiB peak",
+            get(v, "records_per_s"),
+            get(v, "seconds"),
+            get(v, "in_batches_per_s"),
+            get(v, "peak_mib")
+        );
+    }
+    if let [(_, w), (_, sp)] = &sides[..] {
+        println!(
+            "   weir {:.1} times Spark's records/s end to end, {:.1} times in the batches",
+            get(w, "records_per_s") / get(sp, "records_per_s"),
+            get(w, "in_batches_per_s") / get(sp, "in_batches_per_s")
+        );
+        let memory = get(w, "peak_mib") / get(sp, "peak_mib");
+        targets.check(
+            memory < 0.25,
+            format!("{format}: weir's peak memory from Kafka {memory:.3} of Spark's (target < 0.25)"),
+        );
+    }
+    let mut out = serde_json::Map::new();
+    out.insert("records".into(), json!(records));
+    out.extend(sides.into_iter().map(|(k, v)| (k.to_string(), v)));
+    Value::Object(out)
+}
+
 /// Workload 5: compaction of a table of `WEIR_BENCH_SMALL_FILES` (default
 /// 1,000) small files that weir made, one commit of 100 rows each: weir's
 /// `weir compact`, start to end, against Spark's statement alone (Delta's
@@ -428,6 +552,7 @@ fn main() {
     let weir = release_weir();
     let mut results = serde_json::Map::new();
     let mut targets = Targets::default();
+    let mut topic: Option<Topic> = None;
     for format in formats.split(',').map(str::trim) {
         if part(1) {
             let v = small_batches(&weir, format, rounds, &mut targets);
@@ -440,6 +565,11 @@ fn main() {
         if part(3) {
             let v = one_batch(&weir, format, rounds, &mut targets);
             results.insert(format!("{format}_one_batch"), v);
+        }
+        if part(4) {
+            let topic = topic.get_or_insert_with(Topic::make);
+            let v = kafka_to_table(&weir, format, rounds, topic, &mut targets);
+            results.insert(format!("{format}_kafka"), v);
         }
         if part(5) {
             let v = compaction(&weir, format, rounds, &mut targets);

@@ -1,5 +1,8 @@
 //! A broker and a topic of payments for the benchmarks that read Kafka.
 
+use std::path::Path;
+use std::process::Command;
+
 use rdkafka::producer::BaseRecord;
 use weir_test_support::kafka;
 
@@ -75,4 +78,53 @@ pub fn produce(bootstrap: &str, topic: &str, partitions: i32, records: u64) -> u
     }
     kafka::flush(&producer);
     bytes
+}
+
+/// `weir stream` (the binary `weir`) reading the whole of `topic` from its
+/// start into a fresh `format` table `bench.payments` of the embedded
+/// catalog under `dir` (checkpoint `dir/chk`), at most `per_batch`
+/// records a batch on a 1 s trigger, values as `values` (`raw`, or `json`
+/// parsed into [`PAYMENT_SCHEMA`]); it stops after the batches that hold
+/// `records`, printing its progress as `progress` says.
+#[allow(clippy::too_many_arguments)]
+pub fn stream_command(
+    weir: &Path,
+    dir: &Path,
+    bootstrap: &str,
+    topic: &str,
+    records: u64,
+    per_batch: u64,
+    format: &str,
+    values: &str,
+    progress: &str,
+) -> Command {
+    let schema = dir.join("payment.ddl");
+    std::fs::create_dir_all(dir).expect("the run's directory");
+    std::fs::write(&schema, PAYMENT_SCHEMA).expect("the schema's file");
+    let mut command = Command::new(weir);
+    command
+        .arg("--lake")
+        .arg(dir.join("weir-lake"))
+        .args([
+            "stream",
+            "--from",
+            "kafka",
+            "--bootstrap-servers",
+            bootstrap,
+            "--topic",
+            topic,
+        ])
+        .args(["--starting-offsets", "earliest"])
+        .args(["--max-offsets-per-trigger", &per_batch.to_string()])
+        .args(["--value-format", values]);
+    if values == "json" {
+        command.arg("--schema").arg(&schema);
+    }
+    command
+        .args(["--to", "bench.payments", "--format", format, "--trigger-interval", "1s"])
+        .args(["--max-batches", &records.div_ceil(per_batch).to_string()])
+        .args(["--progress", progress, "--checkpoint"])
+        .arg(dir.join("chk"))
+        .env_remove("WEIR_CONFIG");
+    command
 }

@@ -31,11 +31,15 @@ pub struct Run {
     pub peak_bytes: u64,
     /// Rows in the table at the end, when the process reports them.
     pub table_rows: Option<u64>,
+    /// Rows the batches wrote, summed over the batches that report them
+    /// (`rows` on Spark's side, `output_rows` on weir's).
+    pub rows: u64,
 }
 
 /// Runs `command` to its end, reading a JSON object per line from its
-/// stdout: `{"batch": N, "ms": M}` (Spark's side) or weir's progress
-/// (`batch_id`, `durations_ms.total`), and `{"done": rows}`.
+/// stdout: `{"batch": N, "ms": M, "rows": R}` (Spark's side) or weir's
+/// progress (`batch_id`, `durations_ms.total`, `output_rows`), and
+/// `{"done": rows}`.
 ///
 /// # Panics
 /// If the process fails or reports no batch: a benchmark has no answer
@@ -102,6 +106,10 @@ fn run_with(mut command: Command, whole: bool) -> Run {
         }
         let batch = json["batch"].as_u64().or_else(|| json["batch_id"].as_u64());
         let ms = json["ms"].as_f64().or_else(|| json["durations_ms"]["total"].as_f64());
+        out.rows += json["rows"]
+            .as_u64()
+            .or_else(|| json["output_rows"].as_u64())
+            .unwrap_or(0);
         if let (Some(batch), Some(ms)) = (batch, ms) {
             let at = started.elapsed().as_secs_f64();
             if batches.is_empty() {
@@ -215,6 +223,29 @@ pub fn spark_command_on(
     Some(command)
 }
 
+/// Spark's side of Kafka to a table: `benches/python/spark_kafka.py`,
+/// Spark's Kafka source reading `topic` from its start into a fresh
+/// `format` table under `dir`, at most `per_trigger` records a trigger,
+/// until `records` are written. `None`, with a notice, as for
+/// [`spark_command`].
+pub fn spark_kafka_command(
+    format: &str,
+    dir: &Path,
+    bootstrap: &str,
+    topic: &str,
+    records: u64,
+    per_trigger: u64,
+) -> Option<Command> {
+    let mut command = Command::new(spark_python()?);
+    command
+        .arg(workspace().join("benches/python/spark_kafka.py"))
+        .arg(format)
+        .arg(dir)
+        .args([bootstrap, topic])
+        .args([records.to_string(), per_trigger.to_string()]);
+    Some(command)
+}
+
 /// weir's side: the release `weir stream` (`weir`), the rate source,
 /// `batches` batches of `rows` rows into a fresh `format` table of the
 /// embedded catalog under `dir`, its defaults otherwise.
@@ -285,12 +316,13 @@ mod tests {
 
     #[test]
     fn a_run_reads_both_kinds_of_lines_and_measures_the_tree() {
-        let script = r#"echo '{"batch": 1, "ms": 4.5}'; echo 'not json'; echo '{"batch_id": 0, "durations_ms": {"total": 2.0}}'; sleep 1 & wait; echo '{"done": 7}'"#;
+        let script = r#"echo '{"batch": 1, "ms": 4.5, "rows": 3}'; echo 'not json'; echo '{"batch_id": 0, "durations_ms": {"total": 2.0}, "output_rows": 5}'; sleep 1 & wait; echo '{"done": 7}'"#;
         let mut command = Command::new("sh");
         command.args(["-c", script]);
         let run = run(command);
         assert_eq!(run.batch_ms, vec![2.0, 4.5]);
         assert_eq!(run.table_rows, Some(7));
+        assert_eq!(run.rows, 8);
         assert!(run.first_batch_s <= run.last_batch_s);
         assert!(run.peak_bytes > 0);
     }
