@@ -102,9 +102,9 @@ impl Ahead {
         metadata: &TableMetadata,
         manifests: &[ManifestFile],
     ) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        if tokio::runtime::Handle::try_current().is_err() {
             return;
-        };
+        }
         if !crate::commit::merge_due(metadata, manifests) {
             return;
         }
@@ -141,9 +141,9 @@ impl Ahead {
             *this.slot() = next;
         };
         // Decoding and encoding manifests is CPU work: on a thread of its
-        // own it never holds up a worker of the query's runtime.
-        let handle = runtime.clone();
-        background.spawn(&runtime, async move {
+        // own (of the background runtime's pool) it never holds up a worker.
+        background.spawn(async move {
+            let handle = tokio::runtime::Handle::current();
             if let Err(e) = handle.clone().spawn_blocking(move || handle.block_on(merge)).await {
                 tracing::warn!(error = %e, "merging manifests ahead stopped");
             }

@@ -213,9 +213,9 @@ impl IcebergSink {
     /// while it runs follows it); its failure is logged, never the batch's.
     fn maybe_expire(&self) {
         let Some(policy) = self.expiry else { return };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        if tokio::runtime::Handle::try_current().is_err() {
             return;
-        };
+        }
         let Some(running) = self.state.expiring.after_commit(policy.every_commits) else {
             return;
         };
@@ -238,7 +238,7 @@ impl IcebergSink {
                 }
             }
         };
-        self.state.background.spawn_chained(&runtime, running, expire);
+        self.state.background.spawn_chained(running, expire);
     }
 
     /// Add the stream's new nullable columns to the table (as optional

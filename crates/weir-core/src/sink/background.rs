@@ -1,10 +1,19 @@
 //! Maintenance a sink runs beside its query, off the commit path.
+//!
+//! Background jobs run on a runtime of their own whose threads (workers and
+//! blocking pool) have a lower scheduling priority than the query's
+//! (Linux: nice 10). A job's CPU work (decoding and encoding manifests,
+//! log checkpoints, files being compacted) then yields the cores to the
+//! query's batches whenever both want them, instead of taking an equal
+//! share of them. A job still runs at full speed on idle cores, and at
+//! about a tenth of a core beside a query that keeps every core busy. (Its
+//! disk writes still share the disk with the query's.)
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::FutureExt;
-use tokio::runtime::Handle;
+use tokio::runtime::{Handle, Runtime};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
@@ -50,13 +59,54 @@ impl Drop for Live {
     }
 }
 
+/// The nice value of the background runtime's threads: their CPU share
+/// against a thread of the query's is about 1 to 9 when both want a core.
+const BACKGROUND_NICE: i32 = 10;
+
+/// The runtime background jobs run on: two workers and a blocking pool,
+/// every thread at [`BACKGROUND_NICE`]. It lives as long as the process.
+fn background_runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("weir-background")
+            .on_thread_start(lower_priority)
+            .enable_all()
+            .build()
+            .expect("the background runtime's threads start")
+    })
+}
+
+/// Lowers the calling thread's scheduling priority to [`BACKGROUND_NICE`]
+/// (Linux gives each thread its own nice value). Elsewhere it does nothing:
+/// there the call would lower the whole process.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid and setpriority take no pointers; setpriority on
+        // the thread's own id changes that thread alone.
+        let failed = unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::setpriority(libc::PRIO_PROCESS, tid, BACKGROUND_NICE) != 0
+        };
+        if failed {
+            tracing::debug!(
+                error = %std::io::Error::last_os_error(),
+                "a background thread keeps the query's priority"
+            );
+        }
+    }
+}
+
 impl Background {
-    /// Runs `job` on `runtime`, beside the query. Its panic is logged; it
-    /// is never the query's.
-    pub fn spawn(&self, runtime: &Handle, job: impl Future<Output = ()> + Send + 'static) {
+    /// Runs `job` beside the query, on the background runtime (threads of
+    /// a lower priority than the query's). Its panic is logged; it is
+    /// never the query's.
+    pub fn spawn(&self, job: impl Future<Output = ()> + Send + 'static) {
         self.live.send_modify(|n| *n += 1);
         let live = Live(self.live.clone());
-        let task = runtime.spawn(async move {
+        let task = background_runtime().spawn(async move {
             let _live = live;
             if std::panic::AssertUnwindSafe(job).catch_unwind().await.is_err() {
                 tracing::error!("a background job panicked");
@@ -69,12 +119,12 @@ impl Background {
 
     /// Runs `job`, and again while another became due as it ran (see
     /// [`Running::next`]), holding `running` until none is.
-    pub fn spawn_chained<F, J>(&self, runtime: &Handle, running: Running, job: J)
+    pub fn spawn_chained<F, J>(&self, running: Running, job: J)
     where
         J: Fn() -> F + Send + 'static,
         F: Future<Output = ()> + Send,
     {
-        self.spawn(runtime, async move {
+        self.spawn(async move {
             let mut running = running;
             loop {
                 job().await;
@@ -192,14 +242,14 @@ impl CompactionPolicy {
         F: Future<Output = Result<crate::maintenance::CompactReport, E>> + Send,
         E: std::fmt::Display,
     {
-        let Ok(runtime) = Handle::try_current() else {
+        if Handle::try_current().is_err() {
             return;
-        };
+        }
         let Some(running) = self.due(periodic, files as u64) else {
             return;
         };
         let options = self.compact_options(sink_target);
-        background.spawn_chained(&runtime, running, move || {
+        background.spawn_chained(running, move || {
             let (job, table) = (compact(options.clone()), table.clone());
             async move { log_compaction(&table, job.await) }
         });
@@ -319,11 +369,10 @@ mod tests {
     #[tokio::test]
     async fn closing_waits_for_jobs_to_finish_or_cancels_them() {
         let background = Background::default();
-        let runtime = Handle::current();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let finished = Arc::new(AtomicBool::new(false));
         let flag = finished.clone();
-        background.spawn(&runtime, async move {
+        background.spawn(async move {
             rx.await.unwrap();
             flag.store(true, Ordering::SeqCst);
         });
@@ -340,7 +389,7 @@ mod tests {
         release.await.unwrap();
 
         // A panicking job is logged and counted as ended.
-        background.spawn(&runtime, async { panic!("a job's bug") });
+        background.spawn(async { panic!("a job's bug") });
         background.close(Close::Finish).await;
 
         // A job that would never end is stopped; its state is dropped.
@@ -352,7 +401,7 @@ mod tests {
             }
         }
         let guard = OnDrop(dropped.clone());
-        background.spawn(&runtime, async move {
+        background.spawn(async move {
             let _guard = guard;
             std::future::pending::<()>().await;
         });

@@ -74,9 +74,9 @@ impl Checkpoints {
     /// being written, else after the running one (unless a newer one is
     /// already waiting). Outside a tokio runtime nothing runs.
     pub(super) fn start(&self, background: &Background, version: u64, write: Write) {
-        let Ok(runtime) = Handle::try_current() else {
+        if Handle::try_current().is_err() {
             return;
-        };
+        }
         {
             let mut slot = self.0.slot();
             if slot.running {
@@ -91,7 +91,7 @@ impl Checkpoints {
         // Made here, not in the job: a job cancelled before it first runs
         // frees the slot too.
         let running = Running(Some(shared.clone()));
-        background.spawn(&runtime, async move {
+        background.spawn(async move {
             let mut running = running;
             let (mut version, mut write) = (version, write);
             loop {
