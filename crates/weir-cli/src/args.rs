@@ -318,8 +318,9 @@ pub struct StreamArgs {
     /// files of a partition worth a rewrite.
     #[arg(long, value_name = "N", default_value_t = 10, requires = "compaction")]
     pub compact_min_files: usize,
-    /// Iceberg: expire old snapshots in the background once the query has
-    /// made N commits since the last expiry began, keeping the newest
+    /// Iceberg: expire old snapshots in the query's own commit once it has
+    /// made N commits since the last expiry (their files are deleted in the
+    /// background), keeping the newest
     /// --expire-retain of any age. Without it, every 100 commits the
     /// snapshots beyond the newest 100 expire, unless the table's
     /// history.expire.* properties keep more.

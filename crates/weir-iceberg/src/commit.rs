@@ -118,6 +118,9 @@ pub(crate) struct Request<'a> {
     /// Manifests merged ahead, listed in place of their inputs if the base
     /// still lists them all.
     pub merged_ahead: Option<&'a MergedAhead>,
+    /// Snapshots of the base to remove in the same version (the writer's
+    /// expiry policy), none of them a ref's head.
+    pub remove_snapshots: &'a [i64],
 }
 
 /// Builds the snapshots of one batch's commit, attempt after attempt.
@@ -174,6 +177,7 @@ impl Producer {
             replaced,
             merges_ahead,
             merged_ahead,
+            remove_snapshots,
         } = request;
         let metadata = &base.metadata;
         let table = self.table.clone();
@@ -184,6 +188,9 @@ impl Producer {
         };
         let mut builder =
             TableMetadataBuilder::new_from_metadata(metadata.clone(), Some(base.metadata_location.clone()));
+        if !remove_snapshots.is_empty() {
+            builder = builder.remove_snapshots(remove_snapshots);
+        }
         let parent = metadata.current_snapshot();
         // New columns (schema merging) join the base's current schema in
         // this same version, under the field ids the files were written with.

@@ -11,7 +11,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use iceberg::spec::{ManifestStatus, SnapshotReference, SnapshotRetention, TableMetadata};
+use iceberg::spec::{ManifestStatus, SnapshotReference, SnapshotRetention, TableMetadata, MAIN_BRANCH};
 use iceberg::TableIdent;
 use serde::Serialize;
 
@@ -23,6 +23,26 @@ use crate::reachable::manifests_of;
 /// The age past which snapshots expire unless the table or the caller says
 /// otherwise (Java's `history.expire.max-snapshot-age-ms` default).
 const DEFAULT_MAX_AGE_MS: i64 = 5 * 86_400 * 1000;
+
+/// Snapshots chosen to expire in a commit of their writer's own, and the
+/// refs of the version they were chosen on.
+#[derive(Debug, Clone)]
+pub(crate) struct Chosen {
+    /// The snapshots to remove.
+    pub(crate) expired: BTreeSet<i64>,
+    refs: HashMap<String, SnapshotReference>,
+}
+
+/// Whether `a` and `b` hold the same refs, alike but for `main`'s head.
+fn same_but_main_head(a: &HashMap<String, SnapshotReference>, b: &HashMap<String, SnapshotReference>) -> bool {
+    a.len() == b.len()
+        && a.iter().all(|(name, r)| {
+            b.get(name).is_some_and(|other| match name.as_str() {
+                MAIN_BRANCH => r.retention == other.retention,
+                _ => r == other,
+            })
+        })
+}
 
 /// How many times a lost swap is planned again before giving up.
 const MAX_ATTEMPTS: usize = 50;
@@ -217,21 +237,9 @@ impl ExpireSnapshots {
                     // Deletes only if the new version holds the refs the
                     // choice was made on (a REST server checks only main).
                     let now = self.refs(&table).await.ok();
-                    if now.as_ref() != Some(&refs) {
-                        report.deletes_skipped =
-                            Some("the table's refs changed meanwhile; the files stay (remove orphans later)".into());
-                    } else if let Err(e) = self.plan_deletes(&base.metadata, &expired, &mut report).await {
-                        report.deletes_skipped = Some(format!("the files could not be planned: {e}"));
-                    }
-                    if let Some(why) = &report.deletes_skipped {
-                        tracing::warn!(table = %self.shown(), why, "expired snapshots; their files were not deleted");
-                        report.manifest_lists.clear();
-                        report.manifests.clear();
-                        report.data_files.clear();
-                        report.data_bytes = 0;
-                    } else {
-                        self.delete(&mut report).await;
-                    }
+                    let kept_refs = now.as_ref() == Some(&refs);
+                    self.delete_planned(&base.metadata, &expired, kept_refs, &mut report)
+                        .await;
                     return Ok(report);
                 }
                 // Another writer committed first: choose again on its
@@ -250,6 +258,69 @@ impl ExpireSnapshots {
             operation: "snapshot expiry".into(),
             attempts: MAX_ATTEMPTS,
         })
+    }
+
+    /// The snapshots to expire from `metadata`, and its refs, for a writer
+    /// that removes them in a commit of its own (a sink's expiry policy):
+    /// it reads nothing, the refs coming from the metadata itself.
+    pub(crate) fn choose(&self, metadata: &TableMetadata) -> Result<Chosen, IcebergSinkError> {
+        let refs = serde_json::to_vec(metadata)
+            .ok()
+            .and_then(|json| read_refs(&json))
+            .ok_or_else(|| IcebergSinkError::Unsupported {
+                table: self.shown(),
+                feature: "metadata whose refs cannot be read".into(),
+            })?;
+        let expired = self.expired(metadata, &refs)?;
+        Ok(Chosen { expired, refs })
+    }
+
+    /// After a commit on `base` that removed `chosen`'s snapshots landed as
+    /// `landed`: deletes the files only those snapshots reached, unless a
+    /// ref other than `main`'s head changed meanwhile (the commit itself
+    /// moves `main`).
+    pub(crate) async fn delete_chosen(
+        &self,
+        base: &TableMetadata,
+        chosen: &Chosen,
+        landed: &TableMetadata,
+    ) -> ExpireReport {
+        let mut report = ExpireReport {
+            retained: landed.snapshots().len(),
+            expired: chosen.expired.iter().copied().collect(),
+            ..ExpireReport::default()
+        };
+        let now = self.choose(landed).ok().map(|c| c.refs);
+        let kept_refs = now.is_some_and(|now| same_but_main_head(&now, &chosen.refs));
+        self.delete_planned(base, &chosen.expired, kept_refs, &mut report).await;
+        report
+    }
+
+    /// Plans (on `base`, the version that still listed `expired`) and
+    /// deletes the files only `expired` reached, if `kept_refs`; otherwise,
+    /// or if planning fails, says why in the report and deletes nothing.
+    async fn delete_planned(
+        &self,
+        base: &TableMetadata,
+        expired: &BTreeSet<i64>,
+        kept_refs: bool,
+        report: &mut ExpireReport,
+    ) {
+        if !kept_refs {
+            report.deletes_skipped =
+                Some("the table's refs changed meanwhile; the files stay (remove orphans later)".into());
+        } else if let Err(e) = self.plan_deletes(base, expired, report).await {
+            report.deletes_skipped = Some(format!("the files could not be planned: {e}"));
+        }
+        if let Some(why) = &report.deletes_skipped {
+            tracing::warn!(table = %self.shown(), why, "expired snapshots; their files were not deleted");
+            report.manifest_lists.clear();
+            report.manifests.clear();
+            report.data_files.clear();
+            report.data_bytes = 0;
+        } else {
+            self.delete(report).await;
+        }
     }
 
     fn err(&self, context: &str) -> impl Fn(iceberg::Error) -> IcebergSinkError + '_ {

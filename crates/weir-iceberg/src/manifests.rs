@@ -157,6 +157,7 @@ impl RewriteManifests {
                         replaced: None,
                         merges_ahead: false,
                         merged_ahead: None,
+                        remove_snapshots: &[],
                     },
                 )
                 .await?;

@@ -1,11 +1,12 @@
 //! The Iceberg sink: the [`Sink`] of weir-core on an Iceberg table.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use iceberg::spec::{DataFile, ManifestFile};
+use iceberg::spec::{DataFile, ManifestFile, TableMetadata};
 use iceberg::writer::file_writer::location_generator::DefaultLocationGenerator;
 use iceberg::TableIdent;
 use weir_core::protocol::{SinkIdentity, SinkMarker};
@@ -18,6 +19,7 @@ use weir_core::{QueryId, QueryName};
 use crate::catalog::{parse_ident, Catalog, LoadedTable, Swap};
 use crate::commit::{AheadUse, Change, Producer, Request};
 use crate::error::IcebergSinkError;
+use crate::expire::Chosen;
 use crate::marker;
 use crate::merge_ahead::Ahead;
 use crate::table::{self, Layout};
@@ -62,12 +64,14 @@ pub struct IcebergSink {
     state: Arc<State>,
 }
 
-/// Snapshot expiry a sink runs by itself, off the commit path: once the
-/// query has made `every_commits` commits since the last expiry began (one
-/// that falls due while another runs starts as that one ends), it expires,
-/// in the background, the snapshots older than `older_than` beyond the
-/// newest `retain_last` (see [`crate::ExpireSnapshots`]). Keeps a streaming
-/// table's metadata, and so its commit time, bounded.
+/// Snapshot expiry a sink runs by itself: once the query has made
+/// `every_commits` commits since the last expiry, its next commit also
+/// removes the snapshots older than `older_than` beyond the newest
+/// `retain_last` (chosen as [`crate::ExpireSnapshots`] chooses, on that
+/// commit's own base), and the files only they reached are deleted in the
+/// background once that commit has landed. Keeps a streaming table's
+/// metadata, and so its commit time, bounded, without a swap of its own
+/// that the query's next commit would lose and retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExpiryPolicy {
     /// Commits from one expiry's start to the next (at least 1).
@@ -112,8 +116,8 @@ struct State {
     manifests: std::sync::Mutex<Option<(i64, Vec<ManifestFile>)>>,
     /// Fixed by `prepare`.
     prepared: RwLock<Option<Prepared>>,
-    /// Commits and the running background expiry, for the expiry policy.
-    expiring: Periodic,
+    /// Commits since the last expiry, for the expiry policy.
+    expiring: AtomicU64,
     /// The same for the compaction policy.
     compacting: Periodic,
     /// The running background jobs, ended with the query.
@@ -208,37 +212,58 @@ impl IcebergSink {
         );
     }
 
-    /// After a commit: once `every_commits` commits were made since the
-    /// last began, an expiry in the background, one at a time (one due
-    /// while it runs follows it); its failure is logged, never the batch's.
-    fn maybe_expire(&self) {
-        let Some(policy) = self.expiry else { return };
-        if tokio::runtime::Handle::try_current().is_err() {
+    /// The expiry policy's job on this sink's table.
+    fn expiry_job(&self, policy: ExpiryPolicy) -> Result<crate::ExpireSnapshots, IcebergSinkError> {
+        let job = crate::ExpireSnapshots::new(self.catalog.clone(), &crate::catalog::shown(&self.ident))?;
+        let age = policy.older_than.unwrap_or(Duration::ZERO);
+        Ok(match policy.table_properties_first {
+            true => job.with_keeping_at_least(policy.retain_last, age),
+            false => job.with_retain_last(policy.retain_last).with_older_than(age),
+        })
+    }
+
+    /// The snapshots a commit on `base` removes: none until the policy's
+    /// `every_commits` commits were made since the last expiry. A table
+    /// whose retention cannot be read is logged and left as it is until
+    /// the next expiry falls due.
+    fn expiry_due(&self, base: &LoadedTable) -> Option<(crate::ExpireSnapshots, Chosen)> {
+        let policy = self.expiry?;
+        if self.state.expiring.load(Ordering::Relaxed) < policy.every_commits.max(1) {
+            return None;
+        }
+        match self
+            .expiry_job(policy)
+            .and_then(|job| Ok((job.choose(&base.metadata)?, job)))
+        {
+            Ok((chosen, job)) => Some((job, chosen)),
+            Err(e) => {
+                tracing::warn!(table = %self.shown(), error = %e, "snapshot expiry skipped; the next one retries");
+                self.state.expiring.store(0, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// After a commit on `base` that landed as `landed` and removed the
+    /// snapshots of `expiry`: the next expiry counts from here, and the
+    /// files only those snapshots reached are deleted in the background.
+    fn expired(&self, expiry: Option<(crate::ExpireSnapshots, Chosen)>, base: &TableMetadata, landed: &TableMetadata) {
+        let Some((job, chosen)) = expiry else { return };
+        self.state.expiring.store(0, Ordering::Relaxed);
+        if chosen.expired.is_empty() {
             return;
         }
-        let Some(running) = self.state.expiring.after_commit(policy.every_commits) else {
-            return;
-        };
-        let (catalog, name) = (self.catalog.clone(), crate::catalog::shown(&self.ident));
-        let expire = move || {
-            let (catalog, name) = (catalog.clone(), name.clone());
-            async move {
-                let age = policy.older_than.unwrap_or(Duration::ZERO);
-                let job = crate::ExpireSnapshots::new(catalog, &name).map(|job| match policy.table_properties_first {
-                    true => job.with_keeping_at_least(policy.retain_last, age),
-                    false => job.with_retain_last(policy.retain_last).with_older_than(age),
-                });
-                let outcome = match job {
-                    Ok(job) => job.await,
-                    Err(e) => Err(e),
-                };
-                match outcome {
-                    Ok(report) => tracing::info!(table = name, expired = report.expired.len(), "expired snapshots"),
-                    Err(e) => tracing::warn!(table = name, error = %e, "snapshot expiry failed; the next one retries"),
-                }
-            }
-        };
-        self.state.background.spawn_chained(running, expire);
+        let table = self.shown();
+        tracing::info!(table, expired = chosen.expired.len(), "expired snapshots");
+        let (base, landed) = (base.clone(), landed.clone());
+        self.state.background.spawn(async move {
+            let report = job.delete_chosen(&base, &chosen, &landed).await;
+            tracing::debug!(
+                table,
+                deleted = report.deleted_files(),
+                "deleted the files of expired snapshots"
+            );
+        });
     }
 
     /// Add the stream's new nullable columns to the table (as optional
@@ -564,9 +589,10 @@ impl SwapCommit<'_> {
         Ok(rewrite)
     }
 
-    /// After a commit of this attempt: background expiry and compaction.
+    /// After a commit of this attempt: counts it for the expiry policy, and
+    /// starts a background compaction if one is due.
     fn committed(&self) {
-        self.sink.maybe_expire();
+        self.sink.state.expiring.fetch_add(1, Ordering::Relaxed);
         self.sink.maybe_compact(self.producer.files().len());
     }
 }
@@ -622,6 +648,10 @@ impl TableCommit for SwapCommit<'_> {
             .clone();
         let (offered, expired) = self.sink.state.ahead.ready();
         self.sink.delete(expired).await;
+        let expiry = self.sink.expiry_due(&base);
+        let remove: Vec<i64> = expiry
+            .as_ref()
+            .map_or_else(Vec::new, |(_, c)| c.expired.iter().copied().collect());
         let produced = self
             .producer
             .produce(
@@ -636,6 +666,7 @@ impl TableCommit for SwapCommit<'_> {
                     replaced: Some(&rewrite.replaced),
                     merges_ahead: true,
                     merged_ahead: offered.as_deref(),
+                    remove_snapshots: &remove,
                 },
             )
             .await;
@@ -682,6 +713,7 @@ impl TableCommit for SwapCommit<'_> {
                     *sink.state.manifests.lock().unwrap_or_else(|e| e.into_inner()) = produced.manifests;
                 }
                 crate::catalog::after_swap(sink.catalog.as_ref(), &table, produced.expired).await;
+                sink.expired(expiry, &base.metadata, &table.metadata);
                 *self.slot = Some(*table);
                 self.committed();
                 Ok(Tried::Landed { version })

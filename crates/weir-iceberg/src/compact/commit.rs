@@ -124,6 +124,7 @@ impl Compact {
                         replaced: Some(&replaced),
                         merges_ahead: false,
                         merged_ahead: None,
+                        remove_snapshots: &[],
                     },
                 )
                 .await?;

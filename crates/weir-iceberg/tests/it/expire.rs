@@ -188,6 +188,29 @@ async fn a_sink_with_an_expiry_policy_keeps_its_history_bounded() {
     assert_exactly_once(&event_ids(&h, TABLE), 0..800);
     let d = iceberg(&["describe", &h.reader, TABLE]).expect("readers present");
     assert_eq!(d["properties"]["weir.query.payments-bronze.batch-id"], "39");
+    // The expiries were folded into the query's commits: each removed
+    // snapshots in a commit that also added one, and the files only the
+    // removed ones reached were deleted once it landed. One manifest list
+    // is left for each snapshot.
+    let parents: Vec<_> = d["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["parent"])
+        .collect();
+    assert!(
+        parents.iter().all(|p| !p.is_null()),
+        "the table's first snapshot expired"
+    );
+    let metadata = local(d["location"].as_str().unwrap()).join("metadata");
+    let lists = std::fs::read_dir(&metadata)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("snap-"))
+        .count();
+    assert_eq!(
+        lists, left,
+        "a manifest list for each snapshot left, none of the expired ones"
+    );
 }
 
 /// A policy that puts the table first (the streaming default's way) keeps
