@@ -5,6 +5,7 @@ mod common;
 mod compact;
 mod files;
 mod kafka;
+mod maintenance_kills;
 mod memory;
 mod s3_checkpoint;
 mod shared_table;
