@@ -129,6 +129,32 @@ pub enum IcebergSinkError {
     /// The sink was used before the driver prepared it.
     #[error("Iceberg table {table}: the sink was used before prepare; start it through a streaming query")]
     NotPrepared { table: String },
+
+    /// A sink's expiry policy expires nothing on this table, for `reason`;
+    /// the query goes on.
+    #[error("Iceberg table {table}: the expiry policy expires nothing: {reason}; nothing was removed or deleted")]
+    PolicyExpiry {
+        table: String,
+        #[source]
+        reason: PolicyExpiryRefusal,
+    },
+}
+
+/// Why a sink's expiry policy leaves a table's snapshots alone.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyExpiryRefusal {
+    /// `gc.enabled=false`: its files may belong to other tables.
+    #[error("gc.enabled=false (its files may belong to other tables)")]
+    GcDisabled,
+    /// Format version 1 metadata, whose refs the policy does not read (it
+    /// reads them from the metadata in memory); `ExpireSnapshots` reads
+    /// them from the metadata file.
+    #[error("its metadata is of format version 1, whose branches and tags the policy cannot see; expire it with ExpireSnapshots (weir expire)")]
+    FormatV1,
+    /// The refs could not be read from the metadata.
+    #[error("its refs cannot be read from its metadata")]
+    Refs(#[source] serde_json::Error),
 }
 
 impl IcebergSinkError {

@@ -11,12 +11,12 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use iceberg::spec::{ManifestStatus, SnapshotReference, SnapshotRetention, TableMetadata, MAIN_BRANCH};
+use iceberg::spec::{FormatVersion, ManifestStatus, SnapshotReference, SnapshotRetention, TableMetadata, MAIN_BRANCH};
 use iceberg::TableIdent;
 use serde::Serialize;
 
 use crate::catalog::{after_swap, parse_ident, Catalog, LoadedTable, Swap};
-use crate::error::IcebergSinkError;
+use crate::error::{IcebergSinkError, PolicyExpiryRefusal};
 use crate::metadata_file::read_refs;
 use crate::reachable::manifests_of;
 
@@ -31,6 +31,12 @@ pub(crate) struct Chosen {
     /// The snapshots to remove.
     pub(crate) expired: BTreeSet<i64>,
     refs: HashMap<String, SnapshotReference>,
+}
+
+/// The refs of `metadata`, from its serialised form (iceberg 0.10 does not
+/// expose them).
+fn refs_in_memory(metadata: &TableMetadata) -> Result<HashMap<String, SnapshotReference>, serde_json::Error> {
+    crate::metadata_file::try_read_refs(&serde_json::to_vec(metadata)?)
 }
 
 /// Whether `a` and `b` hold the same refs, alike but for `main`'s head.
@@ -260,25 +266,34 @@ impl ExpireSnapshots {
         })
     }
 
-    /// The snapshots to expire from `metadata`, and its refs, for a writer
+    /// The snapshots to expire from `base`, and its refs, for a writer
     /// that removes them in a commit of its own (a sink's expiry policy):
-    /// it reads nothing, the refs coming from the metadata itself.
-    pub(crate) fn choose(&self, metadata: &TableMetadata) -> Result<Chosen, IcebergSinkError> {
-        let refs = serde_json::to_vec(metadata)
-            .ok()
-            .and_then(|json| read_refs(&json))
-            .ok_or_else(|| IcebergSinkError::Unsupported {
-                table: self.shown(),
-                feature: "metadata whose refs cannot be read".into(),
-            })?;
-        let expired = self.expired(metadata, &refs)?;
+    /// it reads nothing, the refs coming from the metadata in memory. A
+    /// table with `gc.enabled=false`, or of format version 1 (whose refs
+    /// iceberg's metadata does not carry), is refused.
+    pub(crate) fn choose(&self, base: &LoadedTable) -> Result<Chosen, IcebergSinkError> {
+        let refused = |reason| IcebergSinkError::PolicyExpiry {
+            table: self.shown(),
+            reason,
+        };
+        if crate::reachable::refuse_without_gc(base, &self.shown()).is_err() {
+            return Err(refused(PolicyExpiryRefusal::GcDisabled));
+        }
+        if base.metadata.format_version() == FormatVersion::V1 {
+            return Err(refused(PolicyExpiryRefusal::FormatV1));
+        }
+        let refs = refs_in_memory(&base.metadata).map_err(|e| refused(PolicyExpiryRefusal::Refs(e)))?;
+        let expired = self.expired(&base.metadata, &refs)?;
         Ok(Chosen { expired, refs })
     }
 
     /// After a commit on `base` that removed `chosen`'s snapshots landed as
-    /// `landed`: deletes the files only those snapshots reached, unless a
-    /// ref other than `main`'s head changed meanwhile (the commit itself
-    /// moves `main`).
+    /// `landed`: deletes the files only those snapshots reached. Only if
+    /// nothing but that commit came between: `landed` holds `base`'s
+    /// snapshots but the expired ones, plus its own new one, and the same
+    /// refs but for `main`'s head (a REST catalog's swap checks only
+    /// `main`: a snapshot or ref another writer added meanwhile may reach
+    /// an expired snapshot's files).
     pub(crate) async fn delete_chosen(
         &self,
         base: &TableMetadata,
@@ -290,9 +305,29 @@ impl ExpireSnapshots {
             expired: chosen.expired.iter().copied().collect(),
             ..ExpireReport::default()
         };
-        let now = self.choose(landed).ok().map(|c| c.refs);
-        let kept_refs = now.is_some_and(|now| same_but_main_head(&now, &chosen.refs));
-        self.delete_planned(base, &chosen.expired, kept_refs, &mut report).await;
+        let kept: BTreeSet<i64> = base
+            .snapshots()
+            .map(|s| s.snapshot_id())
+            .filter(|id| !chosen.expired.contains(id))
+            .chain(landed.current_snapshot_id())
+            .collect();
+        let now: BTreeSet<i64> = landed.snapshots().map(|s| s.snapshot_id()).collect();
+        let skipped = if now != kept {
+            Some("another writer's snapshots came between; the files stay (remove orphans later)")
+        } else {
+            match refs_in_memory(landed) {
+                Ok(refs) if same_but_main_head(&refs, &chosen.refs) => None,
+                Ok(_) => Some("the table's refs changed meanwhile; the files stay (remove orphans later)"),
+                Err(_) => Some("the new version's refs cannot be read; the files stay (remove orphans later)"),
+            }
+        };
+        match skipped {
+            Some(why) => {
+                tracing::warn!(table = %self.shown(), why, "expired snapshots; their files were not deleted");
+                report.deletes_skipped = Some(why.into());
+            }
+            None => self.delete_planned(base, &chosen.expired, true, &mut report).await,
+        }
         report
     }
 

@@ -107,7 +107,7 @@ mod writer;
 
 pub use catalog::{check_ident, parse_ident, shown, Catalog, LoadedTable, Swap};
 pub use compact::Compact;
-pub use error::IcebergSinkError;
+pub use error::{IcebergSinkError, PolicyExpiryRefusal};
 pub use expire::{ExpireReport, ExpireSnapshots};
 pub use manifests::{ManifestReport, RewriteManifests};
 pub use orphans::{OrphanReport, RemoveOrphanFiles, DEFAULT_ORPHAN_AGE};

@@ -44,8 +44,13 @@ struct RefsOnly {
 /// Reads a metadata file's refs. A file without refs has only `main`, at the
 /// current snapshot (the spec's rule for older writers).
 pub fn read_refs(json: &[u8]) -> Option<HashMap<String, SnapshotReference>> {
-    let parsed: RefsOnly = serde_json::from_slice(json).ok()?;
-    Some(parsed.refs.unwrap_or_else(|| {
+    try_read_refs(json).ok()
+}
+
+/// As [`read_refs`], with the reason JSON that cannot be read has.
+pub(crate) fn try_read_refs(json: &[u8]) -> Result<HashMap<String, SnapshotReference>, serde_json::Error> {
+    let parsed: RefsOnly = serde_json::from_slice(json)?;
+    Ok(parsed.refs.unwrap_or_else(|| {
         parsed
             .current_snapshot_id
             .filter(|id| *id != -1)

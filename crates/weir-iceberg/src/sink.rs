@@ -173,10 +173,11 @@ impl IcebergSink {
         self
     }
 
-    /// Expires old snapshots in the background as the query commits, one
-    /// expiry at a time. The query's end ends them ([`Sink::close`]);
-    /// clones of this sink share them, so give each query a sink of its
-    /// own.
+    /// Expires old snapshots as the query commits (see [`ExpiryPolicy`]):
+    /// in the query's own commits, with their files deleted in the
+    /// background. The query's end waits for the deletes or ends them
+    /// ([`Sink::close`]); clones of this sink share them, so give each
+    /// query a sink of its own.
     pub fn with_snapshot_expiry(mut self, policy: ExpiryPolicy) -> Self {
         self.expiry = Some(policy);
         self
@@ -224,17 +225,15 @@ impl IcebergSink {
 
     /// The snapshots a commit on `base` removes: none until the policy's
     /// `every_commits` commits were made since the last expiry. A table
-    /// whose retention cannot be read is logged and left as it is until
-    /// the next expiry falls due.
+    /// the policy refuses (`gc.enabled=false`, format version 1) or whose
+    /// retention cannot be read is logged and left as it is until the next
+    /// expiry falls due.
     fn expiry_due(&self, base: &LoadedTable) -> Option<(crate::ExpireSnapshots, Chosen)> {
         let policy = self.expiry?;
         if self.state.expiring.load(Ordering::Relaxed) < policy.every_commits.max(1) {
             return None;
         }
-        match self
-            .expiry_job(policy)
-            .and_then(|job| Ok((job.choose(&base.metadata)?, job)))
-        {
+        match self.expiry_job(policy).and_then(|job| Ok((job.choose(base)?, job))) {
             Ok((chosen, job)) => Some((job, chosen)),
             Err(e) => {
                 tracing::warn!(table = %self.shown(), error = %e, "snapshot expiry skipped; the next one retries");

@@ -29,9 +29,15 @@ fn args(table: &str, format: &str, batches: u64, extra: &[&str]) -> Vec<String> 
 
 /// Runs one batch of `args` (the table exists then), lets `tune` set the
 /// table's properties, then kills `KILLS` runs of a stream that would not
-/// end by itself (a batch every 5 ms at most), and finishes 50 batches
-/// past the last it committed. Returns the ids the table must hold.
-fn through_kills(lake: &Path, args: impl Fn(u64, &[&str]) -> Vec<String>, tune: impl FnOnce()) -> Range<i64> {
+/// end by itself (a batch every 5 ms at most), checks the table with
+/// `between` (given the last batch committed), and finishes 50 batches
+/// past that one. Returns the ids the table must hold.
+fn through_kills(
+    lake: &Path,
+    args: impl Fn(u64, &[&str]) -> Vec<String>,
+    tune: impl FnOnce(),
+    between: impl FnOnce(u64),
+) -> Range<i64> {
     let ok_with = |args: Vec<String>| ok(lake, &args.iter().map(String::as_str).collect::<Vec<_>>());
     ok_with(args(1, &[]));
     tune();
@@ -49,6 +55,7 @@ fn through_kills(lake: &Path, args: impl Fn(u64, &[&str]) -> Vec<String>, tune: 
     let before = last_committed(lake, "chk").expect("batches committed");
     eprintln!("{KILLS} kills, batches 0..={before} committed");
     assert!(before >= 60, "only batches 0..={before} committed between kills");
+    between(before);
     let batches = before + 51;
     ok_with(args(batches, &[]));
     assert_eq!(last_committed(lake, "chk"), Some(batches - 1));
@@ -63,11 +70,19 @@ fn iceberg_killed_while_merging_manifests_and_expiring_lands_every_id_once() {
     let db = db.to_str().unwrap();
     let expiry = ["--expire-every", "20", "--expire-retain", "5"];
     let args = |batches, extra: &[&str]| args("bronze.merges", "iceberg", batches, &[&expiry[..], extra].concat());
-    let ids = through_kills(lake, args, || {
+    let tune = || {
         let set = ["manage", db, "bronze.merges", "property"];
         let key = "commit.manifest.min-count-to-merge";
         iceberg(&[&set[..], &[key, "5"]].concat()).expect("readers present");
-    });
+    };
+    // The killed runs expired snapshots themselves: fewer are left than
+    // they committed.
+    let between = |before: u64| {
+        let d = iceberg(&["describe", db, "bronze.merges"]).expect("readers present");
+        let left = d["snapshots"].as_array().unwrap().len() as u64;
+        assert!(left <= before, "{left} snapshots of {} commits", before + 1);
+    };
+    let ids = through_kills(lake, args, tune, between);
     for reader in ["pyiceberg", "duckdb"] {
         let out = iceberg(&["ids", reader, db, "bronze.merges"]).expect("readers present");
         assert_exactly_once(&json_ids(&out), ids.clone());
@@ -87,7 +102,7 @@ fn iceberg_killed_while_merging_manifests_and_expiring_lands_every_id_once() {
     assert!(merged >= 1, "no snapshot lists a merged manifest");
     assert!(
         snapshots.len() < 100,
-        "{} snapshots of {} commits: expiry did not run",
+        "{} snapshots of {} commits",
         snapshots.len(),
         ids.end / ROWS
     );
@@ -100,9 +115,10 @@ fn delta_killed_while_writing_log_checkpoints_lands_every_id_once() {
     let table = lake.join("weir-lake/warehouse/bronze/checkpoints");
     let path = table.to_str().unwrap();
     let args = |batches, extra: &[&str]| args("bronze.checkpoints", "delta", batches, extra);
-    let ids = through_kills(lake, args, || {
+    let tune = || {
         alter(&["set-property", path, "delta.checkpointInterval", "5"]).expect("readers present");
-    });
+    };
+    let ids = through_kills(lake, args, tune, |_| {});
     for reader in ["deltalake", "duckdb"] {
         let out = read(&["ids", reader, path]).expect("readers present");
         assert_exactly_once(&json_ids(&out), ids.clone());

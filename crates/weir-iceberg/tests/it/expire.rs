@@ -211,6 +211,41 @@ async fn a_sink_with_an_expiry_policy_keeps_its_history_bounded() {
         lists, left,
         "a manifest list for each snapshot left, none of the expired ones"
     );
+    // Every snapshot kept still reads: its manifests exist.
+    let out = iceberg(&["manifests", &h.reader, TABLE]).expect("readers present");
+    for snapshot in out["snapshots"].as_array().unwrap() {
+        for m in snapshot["manifests"].as_array().unwrap() {
+            assert!(
+                local(m.as_str().unwrap()).exists(),
+                "a kept snapshot lists {m}, which is gone"
+            );
+        }
+    }
+}
+
+/// A table whose files may belong to other tables (`gc.enabled=false`, as
+/// Spark's snapshot and migrate procedures leave it) keeps every snapshot
+/// under a sink's expiry policy; the query goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_expiry_policy_leaves_a_table_without_gc_alone() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    let sink = h
+        .sink_on(TABLE)
+        .await
+        .with_table_property("gc.enabled", "false")
+        .with_snapshot_expiry(weir_iceberg::ExpiryPolicy {
+            every_commits: 10,
+            retain_last: 3,
+            older_than: None,
+            table_properties_first: false,
+        });
+    forty_batches(chk.path(), sink).await;
+    assert_eq!(snapshots(&h), 40, "no snapshot expired");
+    assert_exactly_once(&event_ids(&h, TABLE), 0..800);
 }
 
 /// A policy that puts the table first (the streaming default's way) keeps
@@ -312,4 +347,71 @@ async fn expiry_keeps_what_refs_and_their_retention_keep() {
     }
     assert_exactly_once(&at(new[3]), 0..1400);
     assert_exactly_once(&event_ids(&h, TABLE), 0..1500);
+}
+
+/// A tag another engine puts on an old snapshot while a query with an
+/// expiry policy runs: the query's later expiries keep it and what it
+/// lists, and time travel to it reads its rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_expiry_policy_keeps_a_tagged_snapshot() {
+    if python().is_none() {
+        return;
+    }
+    let h = sqlite_harness().await;
+    let chk = tempfile::tempdir().unwrap();
+    let policy = weir_iceberg::ExpiryPolicy {
+        every_commits: 5,
+        retain_last: 2,
+        older_than: None,
+        table_properties_first: false,
+    };
+    let run = |last: u64| {
+        let (h, chk) = (&h, chk.path());
+        async move {
+            let sink = h.sink_on(TABLE).await.with_snapshot_expiry(policy);
+            read_stream(RateSource::rows_per_batch(20))
+                .write_stream()
+                .query_name("payments-bronze")
+                .checkpoint_location(chk)
+                .stop_after_batch(BatchId(last))
+                .start(sink)
+                .await
+                .unwrap()
+                .await_termination()
+                .await
+                .unwrap();
+        }
+    };
+    run(3).await;
+    let d = iceberg(&["describe", &h.reader, TABLE]).expect("readers present");
+    // The snapshot of batch 1 (rows 0..40), tagged as another engine would.
+    let tagged = d["snapshots"][1]["id"].as_i64().unwrap().to_string();
+    iceberg(&["manage", &h.reader, TABLE, "tag", "audit", &tagged]).expect("readers present");
+    run(29).await;
+    let d = iceberg(&["describe", &h.reader, TABLE]).expect("readers present");
+    let kept: Vec<String> = d["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_i64().unwrap().to_string())
+        .collect();
+    assert!(kept.contains(&tagged), "the tagged snapshot expired");
+    assert!(
+        kept.len() < 15,
+        "{} snapshots of 30 commits: nothing expired",
+        kept.len()
+    );
+    assert_eq!(d["refs"]["audit"]["snapshot"].as_i64().unwrap().to_string(), tagged);
+    let out = iceberg(&["manifests", &h.reader, TABLE]).expect("readers present");
+    for snapshot in out["snapshots"].as_array().unwrap() {
+        for m in snapshot["manifests"].as_array().unwrap() {
+            assert!(
+                local(m.as_str().unwrap()).exists(),
+                "a kept snapshot lists {m}, which is gone"
+            );
+        }
+    }
+    let at_tag = iceberg(&["ids-at", &h.reader, TABLE, &tagged]).expect("readers present");
+    assert_exactly_once(&json_ids(&at_tag), 0..40);
+    assert_exactly_once(&event_ids(&h, TABLE), 0..600);
 }
