@@ -53,6 +53,23 @@ impl Default for Background {
 /// Counts a job as ended when its task is gone, however it ends.
 struct Live(Arc<watch::Sender<usize>>);
 
+/// A job and its count, dropped in that order (a struct's fields drop in
+/// the order they are declared): the count falls only once all of the
+/// job's state is gone, even when another thread drops a cancelled job
+/// while [`Background::close`] waits.
+struct Tracked {
+    job: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+    _live: Live,
+}
+
+impl Future for Tracked {
+    type Output = ();
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.job.as_mut().poll(cx)
+    }
+}
+
 impl Drop for Live {
     fn drop(&mut self) {
         self.0.send_modify(|n| *n -= 1);
@@ -105,12 +122,14 @@ impl Background {
     /// never the query's.
     pub fn spawn(&self, job: impl Future<Output = ()> + Send + 'static) {
         self.live.send_modify(|n| *n += 1);
-        let live = Live(self.live.clone());
-        let task = background_runtime().spawn(async move {
-            let _live = live;
+        let job = Box::pin(async move {
             if std::panic::AssertUnwindSafe(job).catch_unwind().await.is_err() {
                 tracing::error!("a background job panicked");
             }
+        });
+        let task = background_runtime().spawn(Tracked {
+            job,
+            _live: Live(self.live.clone()),
         });
         let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
         jobs.retain(|j| !j.is_finished());
