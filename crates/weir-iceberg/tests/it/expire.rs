@@ -155,15 +155,44 @@ async fn expiry_beside_a_running_stream_loses_no_row() {
 
 /// Forty batches of 20 rows (ids 0..800) by the query `payments-bronze`.
 async fn forty_batches(chk: &Path, sink: weir_iceberg::IcebergSink) {
+    batches_to(chk, sink, 39).await;
+}
+
+/// The query `payments-bronze`, 20 rows a batch, through batch `last`.
+async fn batches_to(chk: &Path, sink: weir_iceberg::IcebergSink, last: u64) {
     let q = read_stream(RateSource::rows_per_batch(20))
         .write_stream()
         .query_name("payments-bronze")
         .checkpoint_location(chk)
-        .stop_after_batch(BatchId(39))
+        .stop_after_batch(BatchId(last))
         .start(sink)
         .await
         .unwrap();
     q.await_termination().await.unwrap();
+}
+
+/// An expiry policy of the sink's own counts: every `every` commits, the
+/// newest `keep` snapshots kept, of any age.
+fn policy(every: u64, keep: usize) -> weir_iceberg::ExpiryPolicy {
+    weir_iceberg::ExpiryPolicy {
+        every_commits: every,
+        retain_last: keep,
+        older_than: None,
+        table_properties_first: false,
+    }
+}
+
+/// Asserts that every manifest a snapshot of the table lists exists.
+fn assert_listed_manifests_exist(h: &SqlHarness) {
+    let out = iceberg(&["manifests", &h.reader, TABLE]).expect("readers present");
+    for snapshot in out["snapshots"].as_array().unwrap() {
+        for m in snapshot["manifests"].as_array().unwrap() {
+            assert!(
+                local(m.as_str().unwrap()).exists(),
+                "a snapshot lists {m}, which is gone"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,12 +202,7 @@ async fn a_sink_with_an_expiry_policy_keeps_its_history_bounded() {
     }
     let h = sqlite_harness().await;
     let chk = tempfile::tempdir().unwrap();
-    let sink = h.sink_on(TABLE).await.with_snapshot_expiry(weir_iceberg::ExpiryPolicy {
-        every_commits: 10,
-        retain_last: 3,
-        older_than: None,
-        table_properties_first: false,
-    });
+    let sink = h.sink_on(TABLE).await.with_snapshot_expiry(policy(10, 3));
     forty_batches(chk.path(), sink).await;
     assert_exactly_once(&event_ids(&h, TABLE), 0..800);
     // The query ran to its end, so its expiries have ended too: the last
@@ -212,15 +236,7 @@ async fn a_sink_with_an_expiry_policy_keeps_its_history_bounded() {
         "a manifest list for each snapshot left, none of the expired ones"
     );
     // Every snapshot kept still reads: its manifests exist.
-    let out = iceberg(&["manifests", &h.reader, TABLE]).expect("readers present");
-    for snapshot in out["snapshots"].as_array().unwrap() {
-        for m in snapshot["manifests"].as_array().unwrap() {
-            assert!(
-                local(m.as_str().unwrap()).exists(),
-                "a kept snapshot lists {m}, which is gone"
-            );
-        }
-    }
+    assert_listed_manifests_exist(&h);
 }
 
 /// A table whose files may belong to other tables (`gc.enabled=false`, as
@@ -237,12 +253,7 @@ async fn a_sink_expiry_policy_leaves_a_table_without_gc_alone() {
         .sink_on(TABLE)
         .await
         .with_table_property("gc.enabled", "false")
-        .with_snapshot_expiry(weir_iceberg::ExpiryPolicy {
-            every_commits: 10,
-            retain_last: 3,
-            older_than: None,
-            table_properties_first: false,
-        });
+        .with_snapshot_expiry(policy(10, 3));
     forty_batches(chk.path(), sink).await;
     assert_eq!(snapshots(&h), 40, "no snapshot expired");
     assert_exactly_once(&event_ids(&h, TABLE), 0..800);
@@ -359,27 +370,11 @@ async fn a_sink_expiry_policy_keeps_a_tagged_snapshot() {
     }
     let h = sqlite_harness().await;
     let chk = tempfile::tempdir().unwrap();
-    let policy = weir_iceberg::ExpiryPolicy {
-        every_commits: 5,
-        retain_last: 2,
-        older_than: None,
-        table_properties_first: false,
-    };
-    let run = |last: u64| {
+    let run = |last| {
         let (h, chk) = (&h, chk.path());
         async move {
-            let sink = h.sink_on(TABLE).await.with_snapshot_expiry(policy);
-            read_stream(RateSource::rows_per_batch(20))
-                .write_stream()
-                .query_name("payments-bronze")
-                .checkpoint_location(chk)
-                .stop_after_batch(BatchId(last))
-                .start(sink)
-                .await
-                .unwrap()
-                .await_termination()
-                .await
-                .unwrap();
+            let sink = h.sink_on(TABLE).await.with_snapshot_expiry(policy(5, 2));
+            batches_to(chk, sink, last).await
         }
     };
     run(3).await;
@@ -402,15 +397,7 @@ async fn a_sink_expiry_policy_keeps_a_tagged_snapshot() {
         kept.len()
     );
     assert_eq!(d["refs"]["audit"]["snapshot"].as_i64().unwrap().to_string(), tagged);
-    let out = iceberg(&["manifests", &h.reader, TABLE]).expect("readers present");
-    for snapshot in out["snapshots"].as_array().unwrap() {
-        for m in snapshot["manifests"].as_array().unwrap() {
-            assert!(
-                local(m.as_str().unwrap()).exists(),
-                "a kept snapshot lists {m}, which is gone"
-            );
-        }
-    }
+    assert_listed_manifests_exist(&h);
     let at_tag = iceberg(&["ids-at", &h.reader, TABLE, &tagged]).expect("readers present");
     assert_exactly_once(&json_ids(&at_tag), 0..40);
     assert_exactly_once(&event_ids(&h, TABLE), 0..600);
