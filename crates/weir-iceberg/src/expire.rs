@@ -26,7 +26,7 @@ const DEFAULT_MAX_AGE_MS: i64 = 5 * 86_400 * 1000;
 
 /// Snapshots chosen to expire in a commit of their writer's own, and the
 /// refs of the version they were chosen on.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Chosen {
     /// The snapshots to remove.
     pub(crate) expired: BTreeSet<i64>,
@@ -49,6 +49,10 @@ fn same_but_main_head(a: &HashMap<String, SnapshotReference>, b: &HashMap<String
             })
         })
 }
+
+/// Why the files of expired snapshots stay when a ref changed between the
+/// choice and the swap.
+const REFS_CHANGED: &str = "the table's refs changed meanwhile; the files stay (remove orphans later)";
 
 /// How many times a lost swap is planned again before giving up.
 const MAX_ATTEMPTS: usize = 50;
@@ -243,9 +247,8 @@ impl ExpireSnapshots {
                     // Deletes only if the new version holds the refs the
                     // choice was made on (a REST server checks only main).
                     let now = self.refs(&table).await.ok();
-                    let kept_refs = now.as_ref() == Some(&refs);
-                    self.delete_planned(&base.metadata, &expired, kept_refs, &mut report)
-                        .await;
+                    let skip = (now.as_ref() != Some(&refs)).then_some(REFS_CHANGED);
+                    self.delete_planned(&base.metadata, &expired, skip, &mut report).await;
                     return Ok(report);
                 }
                 // Another writer committed first: choose again on its
@@ -312,38 +315,32 @@ impl ExpireSnapshots {
             .chain(landed.current_snapshot_id())
             .collect();
         let now: BTreeSet<i64> = landed.snapshots().map(|s| s.snapshot_id()).collect();
-        let skipped = if now != kept {
+        let skip = if now != kept {
             Some("another writer's snapshots came between; the files stay (remove orphans later)")
         } else {
             match refs_in_memory(landed) {
                 Ok(refs) if same_but_main_head(&refs, &chosen.refs) => None,
-                Ok(_) => Some("the table's refs changed meanwhile; the files stay (remove orphans later)"),
+                Ok(_) => Some(REFS_CHANGED),
                 Err(_) => Some("the new version's refs cannot be read; the files stay (remove orphans later)"),
             }
         };
-        match skipped {
-            Some(why) => {
-                tracing::warn!(table = %self.shown(), why, "expired snapshots; their files were not deleted");
-                report.deletes_skipped = Some(why.into());
-            }
-            None => self.delete_planned(base, &chosen.expired, true, &mut report).await,
-        }
+        self.delete_planned(base, &chosen.expired, skip, &mut report).await;
         report
     }
 
     /// Plans (on `base`, the version that still listed `expired`) and
-    /// deletes the files only `expired` reached, if `kept_refs`; otherwise,
-    /// or if planning fails, says why in the report and deletes nothing.
+    /// deletes the files only `expired` reached, unless `skip` says why
+    /// not; that reason, or a failure to plan, goes into the report, and
+    /// nothing is deleted.
     async fn delete_planned(
         &self,
         base: &TableMetadata,
         expired: &BTreeSet<i64>,
-        kept_refs: bool,
+        skip: Option<&str>,
         report: &mut ExpireReport,
     ) {
-        if !kept_refs {
-            report.deletes_skipped =
-                Some("the table's refs changed meanwhile; the files stay (remove orphans later)".into());
+        if let Some(why) = skip {
+            report.deletes_skipped = Some(why.into());
         } else if let Err(e) = self.plan_deletes(base, expired, report).await {
             report.deletes_skipped = Some(format!("the files could not be planned: {e}"));
         }

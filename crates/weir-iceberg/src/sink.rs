@@ -246,7 +246,12 @@ impl IcebergSink {
     /// After a commit on `base` that landed as `landed` and removed the
     /// snapshots of `expiry`: the next expiry counts from here, and the
     /// files only those snapshots reached are deleted in the background.
-    fn expired(&self, expiry: Option<(crate::ExpireSnapshots, Chosen)>, base: &TableMetadata, landed: &TableMetadata) {
+    fn expiry_landed(
+        &self,
+        expiry: Option<(crate::ExpireSnapshots, Chosen)>,
+        base: &TableMetadata,
+        landed: &TableMetadata,
+    ) {
         let Some((job, chosen)) = expiry else { return };
         self.state.expiring.store(0, Ordering::Relaxed);
         if chosen.expired.is_empty() {
@@ -712,7 +717,7 @@ impl TableCommit for SwapCommit<'_> {
                     *sink.state.manifests.lock().unwrap_or_else(|e| e.into_inner()) = produced.manifests;
                 }
                 crate::catalog::after_swap(sink.catalog.as_ref(), &table, produced.expired).await;
-                sink.expired(expiry, &base.metadata, &table.metadata);
+                sink.expiry_landed(expiry, &base.metadata, &table.metadata);
                 *self.slot = Some(*table);
                 self.committed();
                 Ok(Tried::Landed { version })
