@@ -12,8 +12,10 @@ use crate::error::{Error, Result};
 
 /// A checkpoint in a directory of the local file system.
 ///
-/// Conditional creates write a temporary file, sync it, and hard-link it into
-/// place (which fails if the name exists); replacements rename. The directory
+/// Conditional creates write a temporary file, sync it, and move it into
+/// place with a rename that fails if the name exists (Linux's
+/// `RENAME_NOREPLACE`; elsewhere, or on a file system without it, a hard
+/// link and the temporary name's removal); replacements rename. The directory
 /// is synced after each change, so a file that was reported written survives
 /// a power loss. The lease is an advisory `flock` on the `lease` file, which
 /// the operating system releases when the holder dies; it needs a local file
@@ -50,20 +52,30 @@ impl LocalStore {
         self.root.join(path)
     }
 
-    /// A new temporary name beside `target` (its directory created).
-    fn temp_beside(target: &Path) -> io::Result<PathBuf> {
+    /// A new temporary file beside `target`, and its name. The directory is
+    /// made only when it is missing (the usual case costs no `mkdir`).
+    fn create_temp(target: &Path) -> io::Result<(PathBuf, File)> {
         let dir = target.parent().unwrap_or(Path::new("."));
-        fs::create_dir_all(dir)?;
         let name = target.file_name().and_then(|n| n.to_str()).unwrap_or("entry");
-        Ok(dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4())))
+        let tmp = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4()));
+        let file = match File::create(&tmp) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir_all(dir)?;
+                File::create(&tmp)?
+            }
+            created => created?,
+        };
+        Ok((tmp, file))
     }
 
     /// Writes `bytes` to a synced temporary file beside `target`.
     fn write_temp(target: &Path, bytes: &[u8]) -> io::Result<PathBuf> {
-        let tmp = Self::temp_beside(target)?;
-        let mut file = File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
+        let (tmp, mut file) = Self::create_temp(target)?;
+        let written = file.write_all(bytes).and_then(|()| file.sync_all());
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
         Ok(tmp)
     }
 
@@ -76,19 +88,18 @@ impl LocalStore {
 
     fn put_if_absent_blocking(target: &Path, bytes: &[u8]) -> io::Result<PutOutcome> {
         let tmp = Self::write_temp(target, bytes)?;
-        let linked = fs::hard_link(&tmp, target);
-        // The temporary name is removed whatever happened; the link (if any)
-        // keeps the data.
-        let _ = fs::remove_file(&tmp);
-        match linked {
+        match move_if_absent(&tmp, target) {
             Ok(()) => {
                 Self::sync_dir(target)?;
                 Ok(PutOutcome::Created)
             }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                Ok(PutOutcome::AlreadyExists(fs::read(target)?.into()))
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                match e.kind() {
+                    io::ErrorKind::AlreadyExists => Ok(PutOutcome::AlreadyExists(fs::read(target)?.into())),
+                    _ => Err(e),
+                }
             }
-            Err(e) => Err(e),
         }
     }
 
@@ -98,7 +109,7 @@ impl LocalStore {
     }
 
     fn put_written_blocking(target: &Path, contents: WriteContents) -> io::Result<()> {
-        let tmp = Self::temp_beside(target)?;
+        let (tmp, file) = Self::create_temp(target)?;
         // Removed unless it was moved into place, also when `contents`
         // fails or panics.
         struct Unfinished<'a>(&'a Path, bool);
@@ -111,7 +122,7 @@ impl LocalStore {
         }
         let mut guard = Unfinished(&tmp, false);
         // Written through a small buffer: a large file is never gathered.
-        let mut file = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+        let mut file = io::BufWriter::with_capacity(1 << 20, file);
         contents(&mut file)?;
         file.into_inner().map_err(io::IntoInnerError::into_error)?.sync_all()?;
         guard.1 = true;
@@ -126,6 +137,45 @@ impl LocalStore {
         }
         Self::sync_dir(target)
     }
+}
+
+/// Moves `from` to `to` unless `to` exists (`AlreadyExists` then, and
+/// `from` is left): one atomic rename where the system has it, else a hard
+/// link and the removal of `from`.
+fn move_if_absent(from: &Path, to: &Path) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other);
+        let (src, dst) = (c(from)?, c(to)?);
+        // SAFETY: both are valid NUL-terminated paths that outlive the call.
+        let done = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                src.as_ptr(),
+                libc::AT_FDCWD,
+                dst.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        };
+        if done == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        // A file system without the flag says EINVAL; the link does the same.
+        if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+            return Err(e);
+        }
+    }
+    link_if_absent(from, to)
+}
+
+/// [`move_if_absent`] by a hard link (which fails if `to` exists) and the
+/// removal of `from`.
+fn link_if_absent(from: &Path, to: &Path) -> io::Result<()> {
+    fs::hard_link(from, to)?;
+    let _ = fs::remove_file(from);
+    Ok(())
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
@@ -285,17 +335,35 @@ mod tests {
             PutOutcome::AlreadyExists(Bytes::from("a"))
         );
         assert_eq!(store.get("offsets/0").await.unwrap(), Some(Bytes::from("a")));
-        assert_eq!(
-            store.list("offsets").await.unwrap(),
-            vec!["0".to_string()],
-            "no temporary files left"
-        );
+        let names: Vec<_> = fs::read_dir(dir.path().join("offsets"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["0"], "no temporary files left");
         store.put("offsets/0", Bytes::from("c")).await.unwrap();
         assert_eq!(store.get("offsets/0").await.unwrap(), Some(Bytes::from("c")));
         store.delete("offsets/0").await.unwrap();
         store.delete("offsets/0").await.unwrap();
         assert_eq!(store.get("offsets/0").await.unwrap(), None);
         assert!(store.list("missing").await.unwrap().is_empty());
+    }
+
+    /// Without an atomic no-replace rename, a link does the same: the first
+    /// name wins and the loser's file stays where it was.
+    #[test]
+    fn a_link_moves_a_file_only_to_a_free_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, to) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("to"));
+        fs::write(&a, "a").unwrap();
+        fs::write(&b, "b").unwrap();
+        link_if_absent(&a, &to).unwrap();
+        assert!(!a.exists());
+        let e = link_if_absent(&b, &to).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(fs::read_to_string(&to).unwrap(), "a");
+        assert_eq!(fs::read_to_string(&b).unwrap(), "b");
+        move_if_absent(&b, &to).unwrap_err();
+        assert_eq!(fs::read_to_string(&to).unwrap(), "a");
     }
 
     /// A written file replaces the old one whole; contents that fail leave
