@@ -149,13 +149,15 @@ impl Checkpoint {
         })
     }
 
-    /// Keeps the newest `retain` entries of each log and deletes the rest.
-    pub async fn purge(&self, retain: u64) -> Result<()> {
-        if let Some(last) = self.commits.latest().await? {
-            let keep_from = BatchId((last.0 + 1).saturating_sub(retain));
-            self.offsets.purge_before(keep_from).await?;
-            self.commits.purge_before(keep_from).await?;
-        }
-        Ok(())
+    /// Keeps the newest `retain` entries of each log and deletes the rest;
+    /// returns the first batch kept (`None`: nothing was committed).
+    pub async fn purge(&self, retain: u64) -> Result<Option<BatchId>> {
+        let Some(last) = self.commits.latest().await? else {
+            return Ok(None);
+        };
+        let keep_from = BatchId((last.0 + 1).saturating_sub(retain));
+        self.offsets.purge_before(keep_from).await?;
+        self.commits.purge_before(keep_from).await?;
+        Ok(Some(keep_from))
     }
 }

@@ -8,6 +8,7 @@ mod run;
 mod stateful;
 mod stream;
 mod trigger;
+mod trim;
 mod writer;
 
 pub use handle::StreamingQuery;

@@ -27,6 +27,7 @@ use super::options::{ProgressListener, StreamWriter};
 use super::stateful::Stateful;
 use super::stream::{check_schema, ReadStream};
 use super::trigger::Trigger;
+use super::trim::LogTrim;
 use crate::checkpoint::{
     Checkpoint, CheckpointMetadata, CommitEntry, Lease, LeaseOwner, OffsetEntry, SourceOffset, FORMAT_VERSION,
 };
@@ -68,6 +69,8 @@ pub(crate) struct Driver {
     sink_mode: OutputMode,
     parallelism: usize,
     retain: u64,
+    /// Deletes the log entries of batches before the retained ones.
+    trim: LogTrim,
     crash: CrashPoints,
     listeners: Vec<Arc<ProgressListener>>,
     taken_over: Option<SinkMarker>,
@@ -232,6 +235,7 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
     let shared = Arc::new(QueryShared::default());
     let task_shared = shared.clone();
     let mut driver = Driver {
+        trim: LogTrim::new(checkpoint.clone(), options.retain_batches),
         checkpoint,
         stream: options.stream.clone(),
         schema,
@@ -268,6 +272,7 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
     let task = tokio::spawn(
         async move {
             let result = driver.run(plan, stop_rx).await;
+            driver.trim.finish().await;
             let result = close_sink(driver.sink.as_ref(), result, stopping).await;
             if let Some(lease) = driver.lease.take() {
                 if let Err(e) = lease.release().await {
@@ -724,13 +729,7 @@ impl Driver {
         if let Some(end) = end {
             self.stream.source.commit(end).await?;
         }
-        if let Some(old) = batch_id.0.checked_sub(self.retain) {
-            // Both at once: on object storage each is a request.
-            futures::try_join!(
-                self.checkpoint.offsets().remove(BatchId(old)),
-                self.checkpoint.commits().remove(BatchId(old)),
-            )?;
-        }
+        self.trim.recorded(batch_id);
         // State files outlive a batch's log entries by a few batches: they
         // are swept together, every few batches.
         if batch_id.0.is_multiple_of(STATE_PURGE_EVERY) {
@@ -744,8 +743,8 @@ impl Driver {
     }
 
     /// Trims the logs and the state to the retained batches.
-    async fn purge(&self) -> Result<()> {
-        self.checkpoint.purge(self.retain).await?;
+    async fn purge(&mut self) -> Result<()> {
+        self.trim.purge().await?;
         if let (Some(stateful), Some(last)) = (&self.stateful, self.checkpoint.commits().latest().await?) {
             stateful
                 .purge_before(BatchId((last.0 + 1).saturating_sub(self.retain)))

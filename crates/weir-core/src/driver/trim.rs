@@ -1,0 +1,144 @@
+//! Trimming the checkpoint's logs to the retained batches beside the
+//! batches, not on their path: deleting the entries that fell out of the
+//! retained window costs a request each on object storage (two a batch),
+//! and nothing ever reads them.
+
+use futures::FutureExt;
+use tokio::task::JoinHandle;
+
+use crate::checkpoint::Checkpoint;
+use crate::error::Result;
+use crate::ids::BatchId;
+
+/// The log entries of batches before `due_before` go, one trim at a time.
+pub(super) struct LogTrim {
+    checkpoint: Checkpoint,
+    retain: u64,
+    /// Entries before this are gone; `None` until the start's purge.
+    done_before: Option<u64>,
+    /// Entries before this are due to go.
+    due_before: u64,
+    /// The trim under way, returning where the logs now begin.
+    running: Option<JoinHandle<Result<u64>>>,
+}
+
+impl LogTrim {
+    pub(super) fn new(checkpoint: Checkpoint, retain: u64) -> Self {
+        LogTrim {
+            checkpoint,
+            retain,
+            done_before: None,
+            due_before: 0,
+            running: None,
+        }
+    }
+
+    /// Trims the logs whole, listing them (at the query's start: a crash
+    /// may have left anything behind).
+    pub(super) async fn purge(&mut self) -> Result<()> {
+        self.finish().await;
+        let kept_from = self.checkpoint.purge(self.retain).await?;
+        self.done_before = Some(kept_from.map_or(0, |b| b.0));
+        self.due_before = self.due_before.max(self.done_before.unwrap_or(0));
+        Ok(())
+    }
+
+    /// `batch` was recorded: the entries before the newest `retain` are
+    /// due, and a trim starts unless one is under way (the next record
+    /// catches up what it leaves).
+    pub(super) fn recorded(&mut self, batch: BatchId) {
+        self.due_before = self.due_before.max((batch.0 + 1).saturating_sub(self.retain));
+        self.settle();
+        let Some(from) = self.done_before else { return };
+        if self.running.is_some() || from >= self.due_before {
+            return;
+        }
+        let (checkpoint, to) = (self.checkpoint.clone(), self.due_before);
+        self.running = Some(tokio::spawn(trim(checkpoint, from, to)));
+    }
+
+    /// Waits for the trim under way, then trims what is still due.
+    pub(super) async fn finish(&mut self) {
+        if let Some(running) = self.running.take() {
+            self.ended(running.await);
+        }
+        if let Some(from) = self.done_before.filter(|from| *from < self.due_before) {
+            self.done(trim(self.checkpoint.clone(), from, self.due_before).await);
+        }
+    }
+
+    /// Takes the result of a trim that has ended.
+    fn settle(&mut self) {
+        let Some(ended) = self.running.as_mut().and_then(|r| r.now_or_never()) else {
+            return;
+        };
+        self.running = None;
+        self.ended(ended);
+    }
+
+    fn ended(&mut self, ended: std::result::Result<Result<u64>, tokio::task::JoinError>) {
+        match ended {
+            Ok(result) => self.done(result),
+            Err(e) => tracing::warn!(error = %e, "a trim of the checkpoint's logs ended early; retrying later"),
+        }
+    }
+
+    fn done(&mut self, result: Result<u64>) {
+        match result {
+            Ok(before) => self.done_before = Some(before),
+            // Left where they were: the next trim tries them again.
+            Err(e) => tracing::warn!(error = %e, "could not delete old checkpoint log entries; retrying later"),
+        }
+    }
+}
+
+/// Deletes the entries of batches `from..to` from both logs; returns `to`.
+async fn trim(checkpoint: Checkpoint, from: u64, to: u64) -> Result<u64> {
+    for batch in (from..to).map(BatchId) {
+        // Both at once: on object storage each is a request.
+        futures::try_join!(checkpoint.offsets().remove(batch), checkpoint.commits().remove(batch))?;
+    }
+    Ok(to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(dir: &std::path::Path, log: &str) -> Vec<u64> {
+        let mut ids: Vec<u64> = std::fs::read_dir(dir.join(log))
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().to_str()?.parse().ok())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Records made while a trim runs are caught up by a later one, and the
+    /// query's end leaves exactly the retained entries.
+    #[tokio::test(flavor = "current_thread")]
+    async fn trims_catch_up_and_end_at_the_retained_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        for log in ["offsets", "commits"] {
+            std::fs::create_dir_all(dir.path().join(log)).unwrap();
+            for id in 0..=20 {
+                std::fs::write(dir.path().join(log).join(id.to_string()), "{}").unwrap();
+            }
+        }
+        let mut trim = LogTrim::new(Checkpoint::open_local(dir.path()).unwrap(), 5);
+        trim.recorded(BatchId(12));
+        assert!(trim.running.is_none(), "nothing is trimmed before the start's purge");
+        trim.purge().await.unwrap();
+        assert_eq!(entries(dir.path(), "commits"), (16..=20).collect::<Vec<_>>());
+        for id in 21..=40 {
+            for log in ["offsets", "commits"] {
+                std::fs::write(dir.path().join(log).join(id.to_string()), "{}").unwrap();
+            }
+            // No await between records: every trim after the first waits.
+            trim.recorded(BatchId(id));
+        }
+        trim.finish().await;
+        assert_eq!(entries(dir.path(), "offsets"), (36..=40).collect::<Vec<_>>());
+        assert_eq!(entries(dir.path(), "commits"), (36..=40).collect::<Vec<_>>());
+    }
+}
