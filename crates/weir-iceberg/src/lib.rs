@@ -113,6 +113,9 @@ pub use manifests::{ManifestReport, RewriteManifests};
 pub use orphans::{OrphanReport, RemoveOrphanFiles, DEFAULT_ORPHAN_AGE};
 pub use read::{current_snapshot, read_rows, table_schema, TableRows};
 pub use sink::{ExpiryPolicy, IcebergSink};
-pub use storage::{file_io, is_secret_setting, object_file_io, object_store_at, ObjectStorage, ObjectStoreFactory};
+pub use storage::{
+    file_io, is_secret_setting, local_file_io, object_file_io, object_store_at, LocalStorage, LocalStorageFactory,
+    ObjectStorage, ObjectStoreFactory,
+};
 pub use table::DEFAULT_TARGET_FILE_SIZE;
 pub use weir_core::maintenance::{CompactGroup, CompactOptions, CompactProgress, CompactReport};

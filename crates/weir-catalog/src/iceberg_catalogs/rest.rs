@@ -69,7 +69,7 @@ impl RestCatalog {
                 .timeout(Duration::from_secs(60))
                 .build()
                 .map_err(|e| rest_err(name, "build the HTTP client", RestError::Request(e)))?,
-            file_io: FileIO::new_with_fs(),
+            file_io: weir_iceberg::local_file_io(),
             storage: HashMap::new(),
         };
         let (status, config) = catalog

@@ -378,7 +378,7 @@ mod tests {
         let spec = metadata.default_partition_spec();
         Job {
             table: "t.t".into(),
-            file_io: FileIO::new_with_fs(),
+            file_io: crate::local_file_io(),
             identity_sources: spec
                 .fields()
                 .iter()

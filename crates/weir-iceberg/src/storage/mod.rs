@@ -26,6 +26,10 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
+mod local;
+
+pub use local::{local_file_io, LocalStorage, LocalStorageFactory};
+
 /// Whether a setting is never printed or serialised (keys, secrets,
 /// tokens, passwords).
 /// Whether a storage or catalog setting holds a secret (its value is never
@@ -38,13 +42,13 @@ pub fn is_secret_setting(name: &str) -> bool {
 }
 
 /// A `FileIO` for `location` (a warehouse or table location) with
-/// `settings`: the local file system for paths and `file://` URLs,
-/// `object_store` for `s3://` (and `s3a://`).
+/// `settings`: the local file system for paths and `file://` URLs
+/// ([`LocalStorage`]), `object_store` for `s3://` (and `s3a://`).
 pub fn file_io(location: &str, settings: HashMap<String, String>) -> FileIO {
     if location.contains("://") && !location.starts_with("file://") {
         object_file_io(settings)
     } else {
-        FileIO::new_with_fs()
+        local_file_io()
     }
 }
 
