@@ -142,38 +142,61 @@ pub fn parse_ident(name: &str) -> Result<TableIdent, IcebergSinkError> {
 /// (`write.metadata.delete-after-commit.enabled`). Nothing for a catalog
 /// whose server owns the metadata files.
 pub(crate) async fn after_swap(catalog: &dyn Catalog, table: &LoadedTable, expired: Vec<String>) {
+    write_hint(catalog, table).await;
+    delete_logs(catalog.file_io(), logs_to_delete(catalog, table, expired)).await;
+}
+
+/// Writes `version-hint.text` naming `table`'s current metadata file, for
+/// readers that open the table directory (unless the catalog's server owns
+/// the metadata files).
+pub(crate) async fn write_hint(catalog: &dyn Catalog, table: &LoadedTable) {
     if !catalog.writes_metadata() {
         return;
     }
-    let io = catalog.file_io();
     let location = table.metadata.location().trim_end_matches('/');
     // The current file's stem (`NNNNN-<uuid>`): readers that open the
     // directory read `<hint>.metadata.json`.
-    if let Some(stem) = table
+    let Some(stem) = table
         .metadata_location
         .rsplit('/')
         .next()
         .and_then(|f| f.strip_suffix(".metadata.json"))
-    {
-        let hint = format!("{location}/metadata/version-hint.text");
-        let written = match io.new_output(&hint) {
-            Ok(out) => out.write(bytes::Bytes::from(stem.to_string())).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = written {
-            tracing::warn!(error = %e, "could not write version-hint.text");
-        }
+    else {
+        return;
+    };
+    let hint = format!("{location}/metadata/version-hint.text");
+    let written = match catalog.file_io().new_output(&hint) {
+        Ok(out) => out.write(bytes::Bytes::from(stem.to_string())).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = written {
+        tracing::warn!(error = %e, "could not write version-hint.text");
     }
-    let delete = table
-        .metadata
-        .properties()
-        .get("write.metadata.delete-after-commit.enabled")
-        .is_some_and(|v| v == "true");
-    if delete {
-        for file in expired {
-            if let Err(e) = io.delete(&file).await {
-                tracing::warn!(file, error = %e, "could not delete an expired metadata file");
-            }
+}
+
+/// Of the metadata files a swap dropped from `table`'s log (`expired`),
+/// those to delete: all of them when the table asks for it
+/// (`write.metadata.delete-after-commit.enabled`) and the catalog writes
+/// the metadata files, else none.
+pub(crate) fn logs_to_delete(catalog: &dyn Catalog, table: &LoadedTable, expired: Vec<String>) -> Vec<String> {
+    let delete = catalog.writes_metadata()
+        && table
+            .metadata
+            .properties()
+            .get("write.metadata.delete-after-commit.enabled")
+            .is_some_and(|v| v == "true");
+    match delete {
+        true => expired,
+        false => Vec::new(),
+    }
+}
+
+/// Deletes metadata files no version lists any more (a failure is logged:
+/// the file stays an orphan).
+pub(crate) async fn delete_logs(io: &FileIO, files: Vec<String>) {
+    for file in files {
+        if let Err(e) = io.delete(&file).await {
+            tracing::warn!(file, error = %e, "could not delete an expired metadata file");
         }
     }
 }

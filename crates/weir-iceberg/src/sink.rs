@@ -270,6 +270,21 @@ impl IcebergSink {
         });
     }
 
+    /// Deletes the metadata files a commit dropped from `table`'s log (when
+    /// the table asks for it) in the background, off the batch's path: a
+    /// file left by a query that stops first is an orphan, as after a
+    /// crash.
+    fn delete_logs_later(&self, table: &LoadedTable, expired: Vec<String>) {
+        let files = crate::catalog::logs_to_delete(self.catalog.as_ref(), table, expired);
+        if files.is_empty() {
+            return;
+        }
+        let catalog = self.catalog.clone();
+        self.state
+            .background
+            .spawn(async move { crate::catalog::delete_logs(catalog.file_io(), files).await });
+    }
+
     /// Add the stream's new nullable columns to the table (as optional
     /// columns with new field ids), in the swap of the first batch.
     pub fn with_merge_schema(mut self, merge: bool) -> Self {
@@ -716,7 +731,8 @@ impl TableCommit for SwapCommit<'_> {
                 if produced.manifests.is_some() {
                     *sink.state.manifests.lock().unwrap_or_else(|e| e.into_inner()) = produced.manifests;
                 }
-                crate::catalog::after_swap(sink.catalog.as_ref(), &table, produced.expired).await;
+                crate::catalog::write_hint(sink.catalog.as_ref(), &table).await;
+                sink.delete_logs_later(&table, produced.expired);
                 sink.expiry_landed(expiry, &base.metadata, &table.metadata);
                 *self.slot = Some(*table);
                 self.committed();
