@@ -97,14 +97,15 @@ fn both(weir: &Path, format: &str, rounds: usize, batches: u64, rows: u64, parti
         weir: Vec::new(),
         spark: Vec::new(),
     };
+    let mut kept = Vec::new();
     for round in 1..=rounds {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let ours = run(weir_command(weir, format, &dir.path().join("weir"), batches, rows));
+        let dir = round_dir(&mut kept);
+        let ours = run(weir_command(weir, format, &dir.join("weir"), batches, rows));
         assert_eq!(ours.batch_ms.len() as u64, batches, "weir ran every batch");
         eprintln!("  {format} round {round}: weir {:.1} s", ours.last_batch_s);
         sides.weir.push(ours);
         let spark = match with_spark {
-            true => spark_command(format, &dir.path().join("spark"), batches, rows, partitions),
+            true => spark_command(format, &dir.join("spark"), batches, rows, partitions),
             false => None,
         };
         let Some(spark) = spark else { continue };
@@ -117,14 +118,26 @@ fn both(weir: &Path, format: &str, rounds: usize, batches: u64, rows: u64, parti
     }
     let weir_rounds = env_or("WEIR_BENCH_WEIR_ROUNDS", 5).max(rounds);
     while sides.weir.len() < weir_rounds {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let ours = run(weir_command(weir, format, &dir.path().join("weir"), batches, rows));
+        let dir = round_dir(&mut kept);
+        let ours = run(weir_command(weir, format, &dir.join("weir"), batches, rows));
         assert_eq!(ours.batch_ms.len() as u64, batches, "weir ran every batch");
         sides.weir.push(ours);
     }
     let tails: Vec<String> = sides.weir.iter().map(|r| format!("{:.2}", tail(r))).collect();
     eprintln!("  {format}: weir's p99 over p50 by round: {}", tails.join(", "));
     sides
+}
+
+/// A fresh directory for one round, kept (in `kept`) until the workload's
+/// rounds are all done: deleting a round's thousands of files just before
+/// the next round starts slows that round's file creation (by a quarter of
+/// weir's time per batch here: ext4 without a journal passes over the
+/// inodes freed in the last half minute), which would measure the cleanup.
+fn round_dir(kept: &mut Vec<tempfile::TempDir>) -> std::path::PathBuf {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    kept.push(dir);
+    path
 }
 
 /// Whether Spark's side runs: unless `WEIR_BENCH_SPARK=0`.
@@ -344,11 +357,12 @@ fn kafka_to_table(weir: &Path, format: &str, rounds: usize, topic: &Topic, targe
         spark: Vec::new(),
     };
     let (bootstrap, name) = (topic.broker.bootstrap.as_str(), topic.name.as_str());
+    let mut kept = Vec::new();
     for round in 1..=rounds {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = round_dir(&mut kept);
         let ours = run(stream_command(
             weir,
-            &dir.path().join("weir"),
+            &dir.join("weir"),
             bootstrap,
             name,
             records,
@@ -361,14 +375,7 @@ fn kafka_to_table(weir: &Path, format: &str, rounds: usize, topic: &Topic, targe
         eprintln!("  {format} round {round}: weir {:.1} s", ours.last_batch_s);
         sides.weir.push(ours);
         let spark = match with_spark {
-            true => spark_kafka_command(
-                format,
-                &dir.path().join("spark"),
-                bootstrap,
-                name,
-                records,
-                KAFKA_PER_TRIGGER,
-            ),
+            true => spark_kafka_command(format, &dir.join("spark"), bootstrap, name, records, KAFKA_PER_TRIGGER),
             false => None,
         };
         let Some(spark) = spark else { continue };
@@ -438,9 +445,10 @@ fn compaction(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) -
         weir: Vec::new(),
         spark: Vec::new(),
     };
+    let mut kept = Vec::new();
     for round in 1..=rounds {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let lake = make(&dir.path().join("weir"));
+        let dir = round_dir(&mut kept);
+        let lake = make(&dir.join("weir"));
         let mut command = std::process::Command::new(weir);
         command
             .arg("--lake")
@@ -453,9 +461,9 @@ fn compaction(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) -
         if !with_spark {
             continue;
         }
-        let lake = make(&dir.path().join("spark"));
+        let lake = make(&dir.join("spark"));
         let existing = made_by_weir(&lake, format);
-        let Some(spark) = spark_compact_command(format, &dir.path().join("spark"), &existing) else {
+        let Some(spark) = spark_compact_command(format, &dir.join("spark"), &existing) else {
             continue;
         };
         let theirs = run(spark);
