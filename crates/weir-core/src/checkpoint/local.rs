@@ -31,7 +31,7 @@ impl LocalStore {
     pub fn open(root: impl AsRef<Path>) -> Result<Self> {
         let root = root.as_ref().to_path_buf();
         let location = root.display().to_string();
-        fs::create_dir_all(&root).map_err(|source| Error::CheckpointIo {
+        create_dirs_durably(&root).map_err(|source| Error::CheckpointIo {
             location: location.clone(),
             path: String::new(),
             source,
@@ -60,7 +60,7 @@ impl LocalStore {
         let tmp = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4()));
         let file = match File::create(&tmp) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir_all(dir)?;
+                create_dirs_durably(dir)?;
                 File::create(&tmp)?
             }
             created => created?,
@@ -148,9 +148,11 @@ fn move_if_absent(from: &Path, to: &Path) -> io::Result<()> {
         use std::os::unix::ffi::OsStrExt;
         let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other);
         let (src, dst) = (c(from)?, c(to)?);
+        // The system call itself, not libc's wrapper: that needs glibc 2.28.
         // SAFETY: both are valid NUL-terminated paths that outlive the call.
         let done = unsafe {
-            libc::renameat2(
+            libc::syscall(
+                libc::SYS_renameat2,
                 libc::AT_FDCWD,
                 src.as_ptr(),
                 libc::AT_FDCWD,
@@ -162,12 +164,41 @@ fn move_if_absent(from: &Path, to: &Path) -> io::Result<()> {
             return Ok(());
         }
         let e = io::Error::last_os_error();
-        // A file system without the flag says EINVAL; the link does the same.
-        if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+        if !rename_unsupported(&e) {
             return Err(e);
         }
     }
     link_if_absent(from, to)
+}
+
+/// Whether a no-replace rename failed for want of support (an old kernel,
+/// a file system without the flag, a sandbox that refuses the call): the
+/// link then does the same, and reports any real error itself.
+#[cfg(target_os = "linux")]
+fn rename_unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::ENOSYS | libc::EPERM | libc::EOPNOTSUPP)
+    )
+}
+
+/// Makes `dir` and its missing ancestors, each synced into its parent, so
+/// a file synced into `dir` survives a power loss with its path (table
+/// sinks use it for their local files too).
+pub fn create_dirs_durably(dir: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        missing.push(d);
+        at = d.parent();
+    }
+    fs::create_dir_all(dir)?;
+    for made in missing.iter().rev() {
+        if let Some(parent) = made.parent().filter(|p| !p.as_os_str().is_empty()) {
+            File::open(parent)?.sync_all()?;
+        }
+    }
+    Ok(())
 }
 
 /// [`move_if_absent`] by a hard link (which fails if `to` exists) and the
@@ -364,6 +395,26 @@ mod tests {
         assert_eq!(fs::read_to_string(&b).unwrap(), "b");
         move_if_absent(&b, &to).unwrap_err();
         assert_eq!(fs::read_to_string(&to).unwrap(), "a");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn only_a_missing_rename_falls_back_to_the_link() {
+        for code in [libc::EINVAL, libc::ENOSYS, libc::EPERM, libc::EOPNOTSUPP] {
+            assert!(rename_unsupported(&io::Error::from_raw_os_error(code)), "{code}");
+        }
+        for code in [libc::EEXIST, libc::ENOENT, libc::EACCES, libc::ENOSPC] {
+            assert!(!rename_unsupported(&io::Error::from_raw_os_error(code)), "{code}");
+        }
+    }
+
+    #[test]
+    fn missing_directories_are_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("a/b/c");
+        create_dirs_durably(&deep).unwrap();
+        assert!(deep.is_dir());
+        create_dirs_durably(&deep).unwrap();
     }
 
     /// A written file replaces the old one whole; contents that fail leave

@@ -28,7 +28,7 @@ use serde::Serialize;
 pub(crate) use format::decode;
 pub use format::{CheckpointMetadata, CommitEntry, OffsetEntry, SourceOffset, FORMAT_VERSION};
 pub use lease::{LeaseLoss, LeaseTiming};
-pub use local::LocalStore;
+pub use local::{create_dirs_durably, LocalStore};
 pub use log::BatchLog;
 pub use object::ObjectStoreCheckpoint;
 pub use store::{CheckpointStore, Lease, LeaseOwner, ProcessIdentity, PutOutcome, WriteContents};
