@@ -271,8 +271,13 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
     let stopping = stop_rx.clone();
     let task = tokio::spawn(
         async move {
-            let result = driver.run(plan, stop_rx).await;
-            driver.trim.finish().await;
+            let result = match driver.run(plan, stop_rx).await {
+                Ok(()) => driver.trim.finish().await,
+                Err(e) => {
+                    driver.trim.abort();
+                    Err(e)
+                }
+            };
             let result = close_sink(driver.sink.as_ref(), result, stopping).await;
             if let Some(lease) = driver.lease.take() {
                 if let Err(e) = lease.release().await {
@@ -729,7 +734,7 @@ impl Driver {
         if let Some(end) = end {
             self.stream.source.commit(end).await?;
         }
-        self.trim.recorded(batch_id);
+        self.trim.recorded(batch_id)?;
         // State files outlive a batch's log entries by a few batches: they
         // are swept together, every few batches.
         if batch_id.0.is_multiple_of(STATE_PURGE_EVERY) {

@@ -36,60 +36,69 @@ impl LogTrim {
     /// Trims the logs whole, listing them (at the query's start: a crash
     /// may have left anything behind).
     pub(super) async fn purge(&mut self) -> Result<()> {
-        self.finish().await;
-        let kept_from = self.checkpoint.purge(self.retain).await?;
-        self.done_before = Some(kept_from.map_or(0, |b| b.0));
-        self.due_before = self.due_before.max(self.done_before.unwrap_or(0));
+        self.finish().await?;
+        let kept_from = self.checkpoint.purge(self.retain).await?.map_or(0, |b| b.0);
+        self.done_before = Some(kept_from);
+        self.due_before = self.due_before.max(kept_from);
         Ok(())
     }
 
     /// `batch` was recorded: the entries before the newest `retain` are
     /// due, and a trim starts unless one is under way (the next record
-    /// catches up what it leaves).
-    pub(super) fn recorded(&mut self, batch: BatchId) {
+    /// catches up what it leaves). A trim that failed fails this record,
+    /// as a delete on the record's own path did.
+    pub(super) fn recorded(&mut self, batch: BatchId) -> Result<()> {
         self.due_before = self.due_before.max((batch.0 + 1).saturating_sub(self.retain));
-        self.settle();
-        let Some(from) = self.done_before else { return };
-        if self.running.is_some() || from >= self.due_before {
-            return;
+        if let Some(ended) = self.running.as_mut().and_then(|r| r.now_or_never()) {
+            self.running = None;
+            self.done_before = Some(joined(self.checkpoint.location(), ended)?);
         }
-        let (checkpoint, to) = (self.checkpoint.clone(), self.due_before);
-        self.running = Some(tokio::spawn(trim(checkpoint, from, to)));
+        let Some(from) = self.done_before else { return Ok(()) };
+        if self.running.is_none() && from < self.due_before {
+            let (checkpoint, to) = (self.checkpoint.clone(), self.due_before);
+            self.running = Some(tokio::spawn(trim(checkpoint, from, to)));
+        }
+        Ok(())
     }
 
-    /// Waits for the trim under way, then trims what is still due.
-    pub(super) async fn finish(&mut self) {
+    /// Waits for the trim under way, then trims what is still due (at the
+    /// query's end, when it ended well).
+    pub(super) async fn finish(&mut self) -> Result<()> {
         if let Some(running) = self.running.take() {
-            self.ended(running.await);
+            self.done_before = Some(joined(self.checkpoint.location(), running.await)?);
         }
         if let Some(from) = self.done_before.filter(|from| *from < self.due_before) {
-            self.done(trim(self.checkpoint.clone(), from, self.due_before).await);
+            self.done_before = Some(trim(self.checkpoint.clone(), from, self.due_before).await?);
         }
+        Ok(())
     }
 
-    /// Takes the result of a trim that has ended.
-    fn settle(&mut self) {
-        let Some(ended) = self.running.as_mut().and_then(|r| r.now_or_never()) else {
-            return;
-        };
-        self.running = None;
-        self.ended(ended);
-    }
-
-    fn ended(&mut self, ended: std::result::Result<Result<u64>, tokio::task::JoinError>) {
-        match ended {
-            Ok(result) => self.done(result),
-            Err(e) => tracing::warn!(error = %e, "a trim of the checkpoint's logs ended early; retrying later"),
+    /// Stops the trim under way (a query that failed or lost its lease:
+    /// the next start's purge deletes what is left).
+    pub(super) fn abort(&mut self) {
+        if let Some(running) = self.running.take() {
+            running.abort();
         }
     }
+}
 
-    fn done(&mut self, result: Result<u64>) {
-        match result {
-            Ok(before) => self.done_before = Some(before),
-            // Left where they were: the next trim tries them again.
-            Err(e) => tracing::warn!(error = %e, "could not delete old checkpoint log entries; retrying later"),
-        }
+impl Drop for LogTrim {
+    /// No trim outlives the run, nor so its lease.
+    fn drop(&mut self) {
+        self.abort();
     }
+}
+
+/// The result of a trim task of the checkpoint at `location`: its own, or
+/// a panic's.
+fn joined(location: &str, ended: std::result::Result<Result<u64>, tokio::task::JoinError>) -> Result<u64> {
+    ended.unwrap_or_else(|e| {
+        Err(crate::Error::CheckpointIo {
+            location: location.to_string(),
+            path: "offsets/, commits/".into(),
+            source: std::io::Error::other(format!("the trim of old log entries ended early: {e}")),
+        })
+    })
 }
 
 /// Deletes the entries of batches `from..to` from both logs; returns `to`.
@@ -126,7 +135,7 @@ mod tests {
             }
         }
         let mut trim = LogTrim::new(Checkpoint::open_local(dir.path()).unwrap(), 5);
-        trim.recorded(BatchId(12));
+        trim.recorded(BatchId(12)).unwrap();
         assert!(trim.running.is_none(), "nothing is trimmed before the start's purge");
         trim.purge().await.unwrap();
         assert_eq!(entries(dir.path(), "commits"), (16..=20).collect::<Vec<_>>());
@@ -135,9 +144,9 @@ mod tests {
                 std::fs::write(dir.path().join(log).join(id.to_string()), "{}").unwrap();
             }
             // No await between records: every trim after the first waits.
-            trim.recorded(BatchId(id));
+            trim.recorded(BatchId(id)).unwrap();
         }
-        trim.finish().await;
+        trim.finish().await.unwrap();
         assert_eq!(entries(dir.path(), "offsets"), (36..=40).collect::<Vec<_>>());
         assert_eq!(entries(dir.path(), "commits"), (36..=40).collect::<Vec<_>>());
     }
