@@ -38,9 +38,9 @@ impl StorageFactory for LocalStorageFactory {
 }
 
 /// Files of the local file system. A writer's file is synced when it
-/// closes. `write` (iceberg's whole-file write, which weir uses for
-/// `version-hint.text` alone) replaces the bytes in place without a sync,
-/// as a hint needs.
+/// closes; `write` (iceberg's whole-file write, which weir uses for
+/// `version-hint.text` alone) replaces a file's bytes without a sync, as
+/// iceberg's own local storage does.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct LocalStorage;
 
@@ -66,18 +66,24 @@ fn local_path(location: &str) -> PathBuf {
     }
 }
 
-/// Opens `path` for writing with `options`, making its directory first if
-/// it is missing.
+/// Opens `path` for writing with `options`, making its directory first
+/// (durably) if it is missing.
 fn open_making_dirs(path: &Path, options: &OpenOptions) -> io::Result<File> {
     match options.open(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             if let Some(parent) = path.parent() {
-                fs::create_dir_all(parent)?;
+                weir_core::checkpoint::create_dirs_durably(parent)?;
             }
             options.open(path)
         }
         opened => opened,
     }
+}
+
+/// Whether an error means the file is not there (also when a directory on
+/// its path is a file).
+fn absent(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory)
 }
 
 #[typetag::serde]
@@ -110,14 +116,10 @@ impl Storage for LocalStorage {
 
     async fn write(&self, path: &str, bs: Bytes) -> iceberg::Result<()> {
         let path = local_path(path);
-        // In place: no truncation first, which frees (and on some file
-        // systems discards) the old blocks only to allocate new ones.
         let mut options = OpenOptions::new();
-        options.write(true).create(true).truncate(false);
+        options.write(true).create(true).truncate(true);
         let mut file = open_making_dirs(&path, &options).map_err(io_err("cannot write", &path))?;
-        file.write_all(&bs)
-            .and_then(|()| file.set_len(bs.len() as u64))
-            .map_err(io_err("cannot write", &path))
+        file.write_all(&bs).map_err(io_err("cannot write", &path))
     }
 
     async fn writer(&self, path: &str) -> iceberg::Result<Box<dyn FileWrite>> {
@@ -134,21 +136,30 @@ impl Storage for LocalStorage {
     async fn delete(&self, path: &str) -> iceberg::Result<()> {
         let path = local_path(path);
         match fs::remove_file(&path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("cannot delete", &path)(e)),
+            Err(e) if !absent(&e) => Err(io_err("cannot delete", &path)(e)),
             _ => Ok(()),
         }
     }
 
+    /// Deletes the directory `path` and all in it (nothing if it is not a
+    /// directory); refuses the root and paths with `..`.
     async fn delete_prefix(&self, path: &str) -> iceberg::Result<()> {
         let path = local_path(path);
-        if path.parent().is_none() {
+        let climbs = path.components().any(|c| c == std::path::Component::ParentDir);
+        if path.parent().is_none() || climbs {
             return Err(Error::new(
                 ErrorKind::DataInvalid,
-                format!("{}: refusing to delete a whole file system", path.display()),
+                format!(
+                    "{}: refusing to delete a whole file system or a path with ..",
+                    path.display()
+                ),
             ));
         }
+        if !path.is_dir() {
+            return Ok(());
+        }
         match fs::remove_dir_all(&path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("cannot delete", &path)(e)),
+            Err(e) if !absent(&e) => Err(io_err("cannot delete", &path)(e)),
             _ => Ok(()),
         }
     }
@@ -219,6 +230,8 @@ mod tests {
         assert_eq!(local_path("/w/t/a.avro"), PathBuf::from("/w/t/a.avro"));
         assert_eq!(local_path("file:///w/t/a.avro"), PathBuf::from("/w/t/a.avro"));
         assert_eq!(local_path("file:/w/t/a.avro"), PathBuf::from("/w/t/a.avro"));
+        // As iceberg reads it: a host is the first directory.
+        assert_eq!(local_path("file://w/t/a.avro"), PathBuf::from("/w/t/a.avro"));
     }
 
     #[tokio::test]
@@ -249,9 +262,17 @@ mod tests {
         io.delete(&deep).await.unwrap();
         io.delete(&deep).await.unwrap();
         assert!(!io.exists(&deep).await.unwrap());
+        io.delete(&format!("{}/version-hint.text/x", dir.path().join("m").display()))
+            .await
+            .unwrap();
+        io.delete_prefix(&hint).await.unwrap();
+        assert!(dir.path().join("m/version-hint.text").exists(), "a file is no prefix");
         io.delete_prefix(&format!("{}/a", dir.path().display())).await.unwrap();
         assert!(!dir.path().join("a").exists());
+        io.delete_prefix(&format!("{}/a", dir.path().display())).await.unwrap();
         assert!(io.delete_prefix("/").await.is_err());
+        assert!(io.delete_prefix(&format!("{}/..", dir.path().display())).await.is_err());
+        assert!(dir.path().exists());
         assert!(io.new_input("/no/such/file").unwrap().read().await.is_err());
     }
 }
