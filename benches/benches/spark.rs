@@ -97,9 +97,8 @@ fn both(weir: &Path, format: &str, rounds: usize, batches: u64, rows: u64, parti
         weir: Vec::new(),
         spark: Vec::new(),
     };
-    let mut kept = Vec::new();
     for round in 1..=rounds {
-        let dir = round_dir(&mut kept);
+        let dir = round_dir();
         let ours = run(weir_command(weir, format, &dir.join("weir"), batches, rows));
         assert_eq!(ours.batch_ms.len() as u64, batches, "weir ran every batch");
         eprintln!("  {format} round {round}: weir {:.1} s", ours.last_batch_s);
@@ -118,7 +117,7 @@ fn both(weir: &Path, format: &str, rounds: usize, batches: u64, rows: u64, parti
     }
     let weir_rounds = env_or("WEIR_BENCH_WEIR_ROUNDS", 5).max(rounds);
     while sides.weir.len() < weir_rounds {
-        let dir = round_dir(&mut kept);
+        let dir = round_dir();
         let ours = run(weir_command(weir, format, &dir.join("weir"), batches, rows));
         assert_eq!(ours.batch_ms.len() as u64, batches, "weir ran every batch");
         sides.weir.push(ours);
@@ -128,15 +127,19 @@ fn both(weir: &Path, format: &str, rounds: usize, batches: u64, rows: u64, parti
     sides
 }
 
-/// A fresh directory for one round, kept (in `kept`) until the workload's
-/// rounds are all done: deleting a round's thousands of files just before
-/// the next round starts slows that round's file creation (by a quarter of
-/// weir's time per batch here: ext4 without a journal passes over the
-/// inodes freed in the last half minute), which would measure the cleanup.
-fn round_dir(kept: &mut Vec<tempfile::TempDir>) -> std::path::PathBuf {
+/// Every round's directory, kept until the benchmark ends (see
+/// [`round_dir`]).
+static KEPT: std::sync::Mutex<Vec<tempfile::TempDir>> = std::sync::Mutex::new(Vec::new());
+
+/// A fresh directory for one round, kept until the benchmark ends: deleting
+/// a round's thousands of files just before the next round (or workload)
+/// starts slows its file creation (by a quarter of weir's time per batch
+/// here: ext4 without a journal passes over the inodes freed in the last
+/// half minute), which would measure the cleanup.
+fn round_dir() -> std::path::PathBuf {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_path_buf();
-    kept.push(dir);
+    KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(dir);
     path
 }
 
@@ -357,9 +360,8 @@ fn kafka_to_table(weir: &Path, format: &str, rounds: usize, topic: &Topic, targe
         spark: Vec::new(),
     };
     let (bootstrap, name) = (topic.broker.bootstrap.as_str(), topic.name.as_str());
-    let mut kept = Vec::new();
     for round in 1..=rounds {
-        let dir = round_dir(&mut kept);
+        let dir = round_dir();
         let ours = run(stream_command(
             weir,
             &dir.join("weir"),
@@ -445,9 +447,8 @@ fn compaction(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) -
         weir: Vec::new(),
         spark: Vec::new(),
     };
-    let mut kept = Vec::new();
     for round in 1..=rounds {
-        let dir = round_dir(&mut kept);
+        let dir = round_dir();
         let lake = make(&dir.join("weir"));
         let mut command = std::process::Command::new(weir);
         command
@@ -508,16 +509,9 @@ fn compaction(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) -
 fn cold_start(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) -> Value {
     let commits: u64 = env_or("WEIR_BENCH_HISTORY", 10_000);
     println!("{format}, start to the first batch on a table of {commits} commits, {rounds} rounds");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let lake = dir.path().join("weir-lake");
-    let made = run(weir_command_on(
-        weir,
-        format,
-        &lake,
-        &dir.path().join("chk-made"),
-        commits,
-        10,
-    ));
+    let dir = round_dir();
+    let lake = dir.join("weir-lake");
+    let made = run(weir_command_on(weir, format, &lake, &dir.join("chk-made"), commits, 10));
     assert_eq!(made.batch_ms.len() as u64, commits, "weir made every commit");
     eprintln!("  {format}: {commits} commits made in {:.0} s", made.last_batch_s);
     let existing = made_by_weir(&lake, format);
@@ -527,7 +521,7 @@ fn cold_start(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) -
         spark: Vec::new(),
     };
     for round in 1..=rounds {
-        let chk = dir.path().join(format!("chk-weir-{round}"));
+        let chk = dir.join(format!("chk-weir-{round}"));
         let mut command = weir_command_on(weir, format, &lake, &chk, 1, 1_000);
         // A query of its own: the table's name names the one that made it.
         command.args(["--query-name", &format!("cold-start-{round}")]);
@@ -535,7 +529,7 @@ fn cold_start(weir: &Path, format: &str, rounds: usize, targets: &mut Targets) -
         assert_eq!(ours.batch_ms.len(), 1, "weir ran its batch");
         eprintln!("  {format} round {round}: weir {:.2} s", ours.first_batch_s);
         sides.weir.push(ours);
-        let spark_dir = dir.path().join(format!("spark-{round}"));
+        let spark_dir = dir.join(format!("spark-{round}"));
         let spark = match with_spark {
             true => spark_command_on(format, &spark_dir, 1, 1_000, 1, Some(&existing)),
             false => None,
@@ -628,6 +622,7 @@ fn main() {
     for plot in plots {
         println!("plot {}", plot.display());
     }
+    KEPT.lock().unwrap_or_else(|e| e.into_inner()).clear();
     if !targets.0.is_empty() {
         eprintln!("targets missed: {}", targets.0.join("; "));
         std::process::exit(1);
