@@ -150,4 +150,33 @@ mod tests {
         assert_eq!(entries(dir.path(), "offsets"), (36..=40).collect::<Vec<_>>());
         assert_eq!(entries(dir.path(), "commits"), (36..=40).collect::<Vec<_>>());
     }
+
+    /// A trim that fails fails the next record (the query stops, as when
+    /// the deletes were on the record's path), and a later one retries.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_failed_trim_fails_the_next_record() {
+        let dir = tempfile::tempdir().unwrap();
+        for log in ["offsets", "commits"] {
+            std::fs::create_dir_all(dir.path().join(log)).unwrap();
+            for id in 0..=3 {
+                std::fs::write(dir.path().join(log).join(id.to_string()), "{}").unwrap();
+            }
+        }
+        let mut trim = LogTrim::new(Checkpoint::open_local(dir.path()).unwrap(), 2);
+        trim.purge().await.unwrap();
+        // An entry that cannot be deleted: a directory in its place.
+        std::fs::remove_file(dir.path().join("commits/2")).unwrap();
+        std::fs::create_dir_all(dir.path().join("commits/2/x")).unwrap();
+        trim.recorded(BatchId(4)).unwrap();
+        let running = trim.running.as_ref().unwrap();
+        while !running.is_finished() {
+            tokio::task::yield_now().await;
+        }
+        assert!(trim.recorded(BatchId(5)).is_err(), "the failure stops the query");
+        std::fs::remove_dir_all(dir.path().join("commits/2")).unwrap();
+        trim.recorded(BatchId(5)).unwrap();
+        trim.finish().await.unwrap();
+        assert!(entries(dir.path(), "offsets").is_empty());
+        assert!(entries(dir.path(), "commits").is_empty());
+    }
 }
