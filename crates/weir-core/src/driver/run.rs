@@ -749,11 +749,9 @@ impl Driver {
 
     /// Trims the logs and the state to the retained batches.
     async fn purge(&mut self) -> Result<()> {
-        self.trim.purge().await?;
-        if let (Some(stateful), Some(last)) = (&self.stateful, self.checkpoint.commits().latest().await?) {
-            stateful
-                .purge_before(BatchId((last.0 + 1).saturating_sub(self.retain)))
-                .await?;
+        let kept_from = self.trim.purge().await?;
+        if let (Some(stateful), Some(kept_from)) = (&self.stateful, kept_from) {
+            stateful.purge_before(kept_from).await?;
         }
         Ok(())
     }

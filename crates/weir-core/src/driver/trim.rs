@@ -34,13 +34,15 @@ impl LogTrim {
     }
 
     /// Trims the logs whole, listing them (at the query's start: a crash
-    /// may have left anything behind).
-    pub(super) async fn purge(&mut self) -> Result<()> {
+    /// may have left anything behind); returns the first batch kept
+    /// (`None`: nothing was committed).
+    pub(super) async fn purge(&mut self) -> Result<Option<BatchId>> {
         self.finish().await?;
-        let kept_from = self.checkpoint.purge(self.retain).await?.map_or(0, |b| b.0);
+        let kept = self.checkpoint.purge(self.retain).await?;
+        let kept_from = kept.map_or(0, |b| b.0);
         self.done_before = Some(kept_from);
         self.due_before = self.due_before.max(kept_from);
-        Ok(())
+        Ok(kept)
     }
 
     /// `batch` was recorded: the entries before the newest `retain` are
@@ -114,6 +116,16 @@ async fn trim(checkpoint: Checkpoint, from: u64, to: u64) -> Result<u64> {
 mod tests {
     use super::*;
 
+    /// Writes entries `ids` into both logs of the checkpoint at `dir`.
+    fn logs_with(dir: &std::path::Path, ids: std::ops::RangeInclusive<u64>) {
+        for log in ["offsets", "commits"] {
+            std::fs::create_dir_all(dir.join(log)).unwrap();
+            for id in ids.clone() {
+                std::fs::write(dir.join(log).join(id.to_string()), "{}").unwrap();
+            }
+        }
+    }
+
     fn entries(dir: &std::path::Path, log: &str) -> Vec<u64> {
         let mut ids: Vec<u64> = std::fs::read_dir(dir.join(log))
             .unwrap()
@@ -128,21 +140,14 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn trims_catch_up_and_end_at_the_retained_batches() {
         let dir = tempfile::tempdir().unwrap();
-        for log in ["offsets", "commits"] {
-            std::fs::create_dir_all(dir.path().join(log)).unwrap();
-            for id in 0..=20 {
-                std::fs::write(dir.path().join(log).join(id.to_string()), "{}").unwrap();
-            }
-        }
+        logs_with(dir.path(), 0..=20);
         let mut trim = LogTrim::new(Checkpoint::open_local(dir.path()).unwrap(), 5);
         trim.recorded(BatchId(12)).unwrap();
         assert!(trim.running.is_none(), "nothing is trimmed before the start's purge");
-        trim.purge().await.unwrap();
+        assert_eq!(trim.purge().await.unwrap(), Some(BatchId(16)));
         assert_eq!(entries(dir.path(), "commits"), (16..=20).collect::<Vec<_>>());
         for id in 21..=40 {
-            for log in ["offsets", "commits"] {
-                std::fs::write(dir.path().join(log).join(id.to_string()), "{}").unwrap();
-            }
+            logs_with(dir.path(), id..=id);
             // No await between records: every trim after the first waits.
             trim.recorded(BatchId(id)).unwrap();
         }
@@ -156,12 +161,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_failed_trim_fails_the_next_record() {
         let dir = tempfile::tempdir().unwrap();
-        for log in ["offsets", "commits"] {
-            std::fs::create_dir_all(dir.path().join(log)).unwrap();
-            for id in 0..=3 {
-                std::fs::write(dir.path().join(log).join(id.to_string()), "{}").unwrap();
-            }
-        }
+        logs_with(dir.path(), 0..=3);
         let mut trim = LogTrim::new(Checkpoint::open_local(dir.path()).unwrap(), 2);
         trim.purge().await.unwrap();
         // An entry that cannot be deleted: a directory in its place.
@@ -178,5 +178,24 @@ mod tests {
         trim.finish().await.unwrap();
         assert!(entries(dir.path(), "offsets").is_empty());
         assert!(entries(dir.path(), "commits").is_empty());
+    }
+
+    /// A trim stopped (a failed run, a dropped driver) deletes nothing more:
+    /// no delete outlives the run's lease.
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_aborted_trim_deletes_nothing_more() {
+        let dir = tempfile::tempdir().unwrap();
+        logs_with(dir.path(), 0..=9);
+        let mut trim = LogTrim::new(Checkpoint::open_local(dir.path()).unwrap(), 10);
+        trim.purge().await.unwrap();
+        logs_with(dir.path(), 10..=14);
+        // Not yet run: the current thread has not yielded since.
+        trim.recorded(BatchId(14)).unwrap();
+        assert!(trim.running.is_some(), "batches 0..5 are due");
+        drop(trim);
+        // Time enough for a trim that kept running to delete them.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert_eq!(entries(dir.path(), "offsets"), (0..=14).collect::<Vec<_>>());
+        assert_eq!(entries(dir.path(), "commits"), (0..=14).collect::<Vec<_>>());
     }
 }
