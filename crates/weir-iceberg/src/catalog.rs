@@ -143,7 +143,9 @@ pub fn parse_ident(name: &str) -> Result<TableIdent, IcebergSinkError> {
 /// whose server owns the metadata files.
 pub(crate) async fn after_swap(catalog: &dyn Catalog, table: &LoadedTable, expired: Vec<String>) {
     write_hint(catalog, table).await;
-    delete_logs(catalog.file_io(), logs_to_delete(catalog, table, expired)).await;
+    if deletes_dropped_logs(catalog, table) {
+        delete_logs(catalog.file_io(), expired).await;
+    }
 }
 
 /// Writes `version-hint.text` naming `table`'s current metadata file, for
@@ -174,21 +176,16 @@ pub(crate) async fn write_hint(catalog: &dyn Catalog, table: &LoadedTable) {
     }
 }
 
-/// Of the metadata files a swap dropped from `table`'s log (`expired`),
-/// those to delete: all of them when the table asks for it
-/// (`write.metadata.delete-after-commit.enabled`) and the catalog writes
-/// the metadata files, else none.
-pub(crate) fn logs_to_delete(catalog: &dyn Catalog, table: &LoadedTable, expired: Vec<String>) -> Vec<String> {
-    let delete = catalog.writes_metadata()
+/// Whether the metadata files a swap drops from `table`'s log are deleted:
+/// when the table asks for it (`write.metadata.delete-after-commit.enabled`)
+/// and the catalog writes the metadata files.
+pub(crate) fn deletes_dropped_logs(catalog: &dyn Catalog, table: &LoadedTable) -> bool {
+    catalog.writes_metadata()
         && table
             .metadata
             .properties()
             .get("write.metadata.delete-after-commit.enabled")
-            .is_some_and(|v| v == "true");
-    match delete {
-        true => expired,
-        false => Vec::new(),
-    }
+            .is_some_and(|v| v == "true")
 }
 
 /// Deletes metadata files no version lists any more (a failure is logged:

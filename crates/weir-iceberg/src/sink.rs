@@ -275,14 +275,13 @@ impl IcebergSink {
     /// file left by a query that stops first is an orphan, as after a
     /// crash.
     fn delete_logs_later(&self, table: &LoadedTable, expired: Vec<String>) {
-        let files = crate::catalog::logs_to_delete(self.catalog.as_ref(), table, expired);
-        if files.is_empty() {
+        if expired.is_empty() || !crate::catalog::deletes_dropped_logs(self.catalog.as_ref(), table) {
             return;
         }
         let catalog = self.catalog.clone();
         self.state
             .background
-            .spawn(async move { crate::catalog::delete_logs(catalog.file_io(), files).await });
+            .spawn(async move { crate::catalog::delete_logs(catalog.file_io(), expired).await });
     }
 
     /// Add the stream's new nullable columns to the table (as optional

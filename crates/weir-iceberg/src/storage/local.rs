@@ -3,7 +3,7 @@
 //! a file a power loss could empty), and a directory is made only when a
 //! file's parent is missing, not before every file.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -56,27 +56,27 @@ fn io_err<'a>(context: &'static str, path: &'a Path) -> impl Fn(io::Error) -> Er
 
 /// The local path of `location`: an absolute path or a `file:` URL.
 fn local_path(location: &str) -> PathBuf {
-    let rest = location
+    match location
         .strip_prefix("file://")
         .or_else(|| location.strip_prefix("file:"))
-        .unwrap_or(location);
-    match rest.starts_with('/') || location == rest {
-        true => PathBuf::from(rest),
-        false => PathBuf::from(format!("/{rest}")),
+    {
+        Some(rest) if !rest.starts_with('/') => PathBuf::from(format!("/{rest}")),
+        Some(rest) => PathBuf::from(rest),
+        None => PathBuf::from(location),
     }
 }
 
-/// Opens `path` for writing with `options`, making its directory first
+/// Creates (or truncates) `path` for writing, making its directory first
 /// (durably) if it is missing.
-fn open_making_dirs(path: &Path, options: &OpenOptions) -> io::Result<File> {
-    match options.open(path) {
+fn create(path: &Path) -> io::Result<File> {
+    match File::create(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             if let Some(parent) = path.parent() {
                 weir_core::checkpoint::create_dirs_durably(parent)?;
             }
-            options.open(path)
+            File::create(path)
         }
-        opened => opened,
+        created => created,
     }
 }
 
@@ -116,17 +116,14 @@ impl Storage for LocalStorage {
 
     async fn write(&self, path: &str, bs: Bytes) -> iceberg::Result<()> {
         let path = local_path(path);
-        let mut options = OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        let mut file = open_making_dirs(&path, &options).map_err(io_err("cannot write", &path))?;
-        file.write_all(&bs).map_err(io_err("cannot write", &path))
+        create(&path)
+            .and_then(|mut file| file.write_all(&bs))
+            .map_err(io_err("cannot write", &path))
     }
 
     async fn writer(&self, path: &str) -> iceberg::Result<Box<dyn FileWrite>> {
         let path = local_path(path);
-        let mut options = OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        let file = open_making_dirs(&path, &options).map_err(io_err("cannot create", &path))?;
+        let file = create(&path).map_err(io_err("cannot create", &path))?;
         Ok(Box::new(Writer {
             file: Some(io::BufWriter::with_capacity(1 << 16, file)),
             path,

@@ -1,5 +1,7 @@
-//! iceberg's `FileIO` on `object_store`: local files and S3 (any endpoint
-//! that speaks it), so tables can live in object storage.
+//! iceberg's `FileIO` for weir's tables: local warehouses through
+//! [`LocalStorage`] (files synced before a commit lists them), S3 (any
+//! endpoint that speaks it) and local paths alike through `object_store`
+//! ([`ObjectStorage`]), so tables can live in object storage.
 //!
 //! Settings use pyiceberg's names: `s3.endpoint`, `s3.access-key-id`,
 //! `s3.secret-access-key`, `s3.region`; what is not given comes from the
@@ -30,8 +32,6 @@ mod local;
 
 pub use local::{local_file_io, LocalStorage, LocalStorageFactory};
 
-/// Whether a setting is never printed or serialised (keys, secrets,
-/// tokens, passwords).
 /// Whether a storage or catalog setting holds a secret (its value is never
 /// printed, logged or serialised).
 pub fn is_secret_setting(name: &str) -> bool {
