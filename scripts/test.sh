@@ -103,6 +103,8 @@ step "an application depending on weir, with a fresh lockfile, on the declared m
 integration/downstream/check.sh .venv-readers/bin/python
 
 step "tests"
-cargo nextest run --workspace --locked --no-fail-fast "${features[@]}"
+# Every service and reader is up by now, so a test that finds one missing
+# fails instead of skipping (weir_test_support::strict).
+WEIR_TEST_STRICT=1 cargo nextest run --workspace --locked --no-fail-fast "${features[@]}"
 
 step "all checks passed"

@@ -40,14 +40,21 @@ pub mod readers;
 pub use conformance::{copy_dir, ObjectCheckpoints, SinkHarness};
 pub use data::{assert_exactly_once, assert_whole_batches, event_ids, with_payload};
 
+/// Whether a test that misses a service or a reader must fail rather than
+/// skip: under `scripts/test.sh` (which sets `WEIR_TEST_STRICT`, having
+/// installed and started everything) and wherever `CI` is set.
+pub fn strict() -> bool {
+    std::env::var_os("WEIR_TEST_STRICT").is_some() || std::env::var_os("CI").is_some()
+}
+
 /// A setting `scripts/test.sh` exports for a service it starts
-/// (`WEIR_TEST_S3_ENDPOINT`, `WEIR_TEST_KAFKA_BOOTSTRAP`, ...). Outside CI
-/// a missing one is `None`, with a notice, and the test skips; in CI
-/// (`CI` set) it fails the test, so nothing skips there.
+/// (`WEIR_TEST_S3_ENDPOINT`, `WEIR_TEST_KAFKA_BOOTSTRAP`, ...). A missing
+/// one is `None`, with a notice, and the test skips, except under
+/// [`strict`], where it fails the test: nothing skips in the suite's run.
 pub fn service(var: &str) -> Option<String> {
     let value = std::env::var(var).ok();
     assert!(
-        value.is_some() || std::env::var_os("CI").is_none(),
+        value.is_some() || !strict(),
         "{var} is not set; scripts/test.sh starts the services and sets it"
     );
     if value.is_none() {

@@ -10,7 +10,7 @@ fn workspace() -> PathBuf {
 }
 
 /// The readers' Python (`WEIR_READERS_PYTHON`, else `.venv-readers`), if it
-/// exists. In CI it must.
+/// exists. Under [`crate::strict`] it must.
 pub fn python() -> Option<PathBuf> {
     let python = std::env::var_os("WEIR_READERS_PYTHON")
         .map(PathBuf::from)
@@ -19,7 +19,7 @@ pub fn python() -> Option<PathBuf> {
         return Some(python);
     }
     assert!(
-        std::env::var_os("CI").is_none(),
+        !crate::strict(),
         "the independent readers are missing ({}); scripts/test.sh installs them",
         python.display()
     );
@@ -27,7 +27,7 @@ pub fn python() -> Option<PathBuf> {
 }
 
 /// Runs `read_table.py` with `args` and parses its JSON; `None` (with a
-/// notice) when the readers are not installed outside CI.
+/// notice) when the readers are not installed and the run is not strict.
 pub fn read(args: &[&str]) -> Option<serde_json::Value> {
     script("read_table.py", args)
 }
@@ -104,7 +104,7 @@ pub struct Spark {
 
 impl Spark {
     /// Starts Spark; `None` when the readers or Spark's jars are missing
-    /// outside CI.
+    /// and the run is not [`crate::strict`].
     pub fn start() -> Option<Self> {
         let python = python()?;
         let jars = std::env::var_os("WEIR_SPARK_JARS")
@@ -112,7 +112,7 @@ impl Spark {
             .unwrap_or_else(|| workspace().join(".cache/spark-jars"));
         if !jars.join(".pom").exists() {
             assert!(
-                std::env::var_os("CI").is_none(),
+                !crate::strict(),
                 "Spark's jars are missing ({}); scripts/test.sh fetches them",
                 jars.display()
             );
