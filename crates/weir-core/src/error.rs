@@ -22,8 +22,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Reading or writing a checkpoint file failed.
-    #[error("checkpoint {location}: cannot access {path}: {source}")]
+    /// Reading or writing a checkpoint file failed. The query stops where
+    /// it was; the checkpoint's protocol makes that safe at every step.
+    #[error("checkpoint {location}: cannot access {path}: {source} (nothing is lost or repeated: a restart resumes from what the checkpoint holds)")]
     CheckpointIo {
         location: String,
         path: String,
@@ -31,8 +32,10 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// Reading or writing a checkpoint file on object storage failed.
-    #[error("checkpoint {location}: cannot access {path}: {source}")]
+    /// Reading or writing a checkpoint file on object storage failed, once
+    /// the store's own retries were spent. As for a local file, stopping
+    /// there is safe.
+    #[error("checkpoint {location}: cannot access {path}: {source} (nothing is lost or repeated: a restart resumes from what the checkpoint holds)")]
     CheckpointStore {
         location: String,
         path: String,
@@ -334,6 +337,11 @@ mod tests {
         assert!(!io(ErrorKind::PermissionDenied).retryable());
         assert!(io(ErrorKind::Interrupted).retryable());
         assert!(io(ErrorKind::TimedOut).retryable());
+        let message = io(ErrorKind::StorageFull).to_string();
+        assert!(
+            message.contains("offsets/3") && message.contains("a restart resumes"),
+            "the message names the file and what is safe: {message}"
+        );
     }
 }
 
