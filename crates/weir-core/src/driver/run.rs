@@ -272,9 +272,9 @@ pub(crate) async fn start(options: StreamWriter, sink: Arc<dyn Sink>) -> Result<
     let task = tokio::spawn(
         async move {
             let result = match driver.run(plan, stop_rx).await {
-                Ok(()) => driver.trim.finish().await,
+                Ok(()) => driver.finish().await,
                 Err(e) => {
-                    driver.trim.abort();
+                    driver.abort();
                     Err(e)
                 }
             };
@@ -745,6 +745,25 @@ impl Driver {
             }
         }
         Ok(())
+    }
+
+    /// Ends the work left beside the batches (the logs' trims, a state
+    /// snapshot) when the run ended well.
+    async fn finish(&mut self) -> Result<()> {
+        self.trim.finish().await?;
+        if let Some(stateful) = &mut self.stateful {
+            stateful.finish().await?;
+        }
+        Ok(())
+    }
+
+    /// Stops the work left beside the batches when the run failed: no task
+    /// outlives it, nor so its lease.
+    fn abort(&mut self) {
+        self.trim.abort();
+        if let Some(stateful) = &mut self.stateful {
+            stateful.abort();
+        }
     }
 
     /// Trims the logs and the state to the retained batches.

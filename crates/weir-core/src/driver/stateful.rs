@@ -14,13 +14,15 @@ use crate::ids::BatchId;
 use crate::operator::{OperatorContext, StateContext, StatefulOperator};
 use crate::progress::StateProgress;
 use crate::sink::OutputMode;
-use crate::state::{KeyedState, StateManifest, StateStore, DEFAULT_SNAPSHOT_EVERY};
+use crate::state::{KeyedState, Snapshots, StateManifest, StateStore, DEFAULT_SNAPSHOT_EVERY};
 use crate::watermark::{next_watermark, Watermark};
 
 /// The stages of a query from the first that sees whole batches on, with
 /// the operators' state as of the last batch run (or restored).
 pub(crate) struct Stateful {
     store: StateStore,
+    /// Snapshots of the state made beside the batches.
+    snapshots: Snapshots,
     watermark: Option<Watermark>,
     /// Each operator, its input's schema and its state.
     operators: Vec<(Arc<dyn StatefulOperator>, SchemaRef, KeyedState)>,
@@ -111,6 +113,7 @@ impl Stateful {
             }
         }
         Ok(Stateful {
+            snapshots: Snapshots::new(store.clone()),
             store,
             watermark: stream
                 .watermark
@@ -270,12 +273,31 @@ impl Stateful {
         }
         let mut states: Vec<(&str, &mut KeyedState)> =
             self.operators.iter_mut().map(|(op, _, s)| (op.name(), s)).collect();
+        let snapshots = self.snapshots.ready(self.manifest.as_ref()).await?;
         let manifest = self
             .store
-            .write(batch_id, self.manifest.as_ref(), &mut states, self.max_event_ms)
+            .write(batch_id, self.manifest.as_ref(), &mut states, self.max_event_ms, snapshots)
             .await?;
+        let operators = &self.operators;
+        self.snapshots.written(&manifest, |name| {
+            operators
+                .iter()
+                .find(|(op, _, _)| op.name() == name)
+                .map(|(_, _, s)| s.schema().clone())
+        });
         self.manifest = Some(manifest);
         Ok(())
+    }
+
+    /// Waits for the snapshot being made (at the query's end, when it
+    /// ended well).
+    pub(crate) async fn finish(&mut self) -> Result<()> {
+        self.snapshots.finish().await
+    }
+
+    /// Stops the snapshot being made (a query that failed).
+    pub(crate) fn abort(&mut self) {
+        self.snapshots.abort();
     }
 
     /// The size of each operator's state.

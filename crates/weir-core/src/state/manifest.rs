@@ -44,6 +44,10 @@ pub struct OperatorFiles {
     pub rows: u64,
     /// Bytes of its keys and values in memory.
     pub bytes: u64,
+    /// Rows of the deltas after the snapshot (or of all of them, without
+    /// one): what a restore reads on top of the snapshot.
+    #[serde(default)]
+    pub chained_rows: u64,
 }
 
 impl OperatorFiles {

@@ -13,20 +13,25 @@
 //! the sink commits. A replay of N starts again from the manifest of N-1
 //! and writes version N again, replacing what the failed attempt wrote;
 //! once the sink holds N, the manifest of N is the one it was committed
-//! with. Every few versions a snapshot replaces the chain of deltas, and
+//! with. Once an operator's chain of deltas is long, a snapshot of its
+//! whole state is made beside the batches ([`Snapshots`]), off their path,
+//! and a later manifest names it instead of the deltas it was made from;
 //! files no retained manifest names are deleted with the logs.
 
 mod files;
 mod keyed;
 mod manifest;
+mod snapshots;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::StreamExt;
 
 pub use keyed::{KeyedState, StateSchema, Values};
 pub use manifest::{OperatorFiles, StateManifest};
+pub(crate) use snapshots::{Snapshot, Snapshots};
 
 use crate::checkpoint::{decode, CheckpointStore, WriteContents, FORMAT_VERSION};
 use crate::error::{Error, Result};
@@ -34,8 +39,8 @@ use crate::ids::BatchId;
 
 const MANIFESTS: &str = "state/_manifest";
 
-/// How many deltas an operator's state may chain before a snapshot
-/// replaces them (by default).
+/// How many deltas an operator's state chains before a snapshot of it is
+/// made (by default).
 pub const DEFAULT_SNAPSHOT_EVERY: usize = 10;
 
 /// The operator state of one checkpoint.
@@ -49,6 +54,9 @@ pub struct StateStore {
 
 /// About how many bytes of a state file go in one of its record batches.
 const CHUNK_BYTES: usize = 4 << 20;
+
+/// How many state files a restore fetches at once.
+const RESTORE_FETCHES: usize = 8;
 
 /// Whether `name` can name an operator's state directory.
 pub(crate) fn valid_operator_name(name: &str) -> bool {
@@ -68,7 +76,7 @@ fn file_version(name: &str) -> Option<u64> {
 }
 
 impl StateStore {
-    /// The state of the checkpoint on `store`; a snapshot after at most
+    /// The state of the checkpoint on `store`; a snapshot is due after
     /// `snapshot_every` deltas.
     pub fn new(store: Arc<dyn CheckpointStore>, snapshot_every: usize) -> Self {
         StateStore {
@@ -83,6 +91,11 @@ impl StateStore {
     pub(crate) fn with_chunk_bytes(mut self, bytes: usize) -> Self {
         self.chunk_bytes = bytes;
         self
+    }
+
+    /// The checkpoint's location.
+    pub(crate) fn location(&self) -> &str {
+        self.store.location()
     }
 
     fn dir(name: &str, partition: u32) -> String {
@@ -129,15 +142,21 @@ impl StateStore {
     }
 
     /// Reads an operator's state files into `state` (which should be empty).
+    /// Files are fetched a few at a time (each is a request on object
+    /// storage) and applied in order.
     pub async fn restore(&self, files: &OperatorFiles, state: &mut KeyedState) -> Result<()> {
         let dir = Self::dir(&files.name, files.partition);
-        for file in &files.files {
-            let path = format!("{dir}/{file}");
-            let bytes = self
-                .store
-                .get(&path)
-                .await?
-                .ok_or_else(|| self.corrupt(&path, "a state file the manifest names is missing"))?;
+        let paths: Vec<String> = files.files.iter().map(|file| format!("{dir}/{file}")).collect();
+        let mut fetched = futures::stream::iter(paths.into_iter().map(|path| {
+            let store = self.store.clone();
+            async move {
+                let got = store.get(&path).await;
+                (path, got)
+            }
+        }))
+        .buffered(RESTORE_FETCHES);
+        while let Some((path, got)) = fetched.next().await {
+            let bytes = got?.ok_or_else(|| self.corrupt(&path, "a state file the manifest names is missing"))?;
             let batches = files::decode(bytes).map_err(|e| self.corrupt(&path, e.to_string()))?;
             for (i, batch) in batches.iter().enumerate() {
                 // A file's metadata (a range of removed keys) is its
@@ -151,7 +170,7 @@ impl StateStore {
                         .map_err(|e| self.corrupt(&path, e.to_string()))?
                 };
                 let batch = &batch;
-                let expected = if file.ends_with(".delta") {
+                let expected = if path.ends_with(".delta") {
                     state.schema().delta()
                 } else {
                     state.schema().snapshot()
@@ -182,38 +201,40 @@ impl StateStore {
         Ok(())
     }
 
-    /// Writes what each operator's state changed in `batch` (a delta, or a
-    /// snapshot once the chain is long), then the batch's manifest, which
-    /// replaces one an earlier attempt of the batch wrote.
+    /// Writes what each operator's state changed in `batch` as a delta,
+    /// then the batch's manifest, which replaces one an earlier attempt of
+    /// the batch wrote. Each of `snapshots` (made beside earlier batches)
+    /// replaces the files it was made from, if the chain still begins with
+    /// them.
     pub(crate) async fn write(
         &self,
         batch: BatchId,
         previous: Option<&StateManifest>,
         states: &mut [(&str, &mut KeyedState)],
         max_event_time_ms: Option<i64>,
+        snapshots: &[Snapshot],
     ) -> Result<StateManifest> {
         let mut operators = Vec::with_capacity(states.len());
         for (name, state) in states.iter_mut() {
             let before = previous.and_then(|m| m.operator(name));
             let mut files = before.map(|b| b.files.clone()).unwrap_or_default();
+            let mut chained_rows = before.map_or(0, |b| b.chained_rows);
+            if let Some(snapshot) = snapshots.iter().find(|s| s.operator == *name) {
+                if snapshot.replace_in(&mut files) {
+                    chained_rows = chained_rows.saturating_sub(snapshot.chained_rows);
+                }
+            }
             let dir = Self::dir(name, 0);
             let context = || format!("writing the state of operator {name} for batch {batch}");
-            let written = if before.map_or(0, |b| b.deltas()) + 1 >= self.snapshot_every && state.changed() > 0 {
-                let snapshot = state.snapshot().map_err(|e| Error::arrow(context(), e))?;
-                Some((format!("{}.snapshot", batch.0), snapshot))
-            } else {
-                let changes = state.take_changes().map_err(|e| Error::arrow(context(), e))?;
-                changes.map(|c| (format!("{}.delta", batch.0), c))
-            };
-            if let Some((file, rows)) = written {
+            let changes = state.take_changes().map_err(|e| Error::arrow(context(), e))?;
+            if let Some(rows) = changes {
+                chained_rows += rows.num_rows() as u64;
+                let file = format!("{}.delta", batch.0);
                 // Streamed into the store: a large delta is not copied
                 // into one buffer first.
                 let chunk_bytes = self.chunk_bytes;
                 let contents: WriteContents = Box::new(move |out| files::write(&rows, out, chunk_bytes));
                 self.store.put_written(&format!("{dir}/{file}"), contents).await?;
-                if file.ends_with(".snapshot") {
-                    files.clear();
-                }
                 files.push(file);
             }
             operators.push(OperatorFiles {
@@ -222,6 +243,7 @@ impl StateStore {
                 files,
                 rows: state.len() as u64,
                 bytes: state.bytes() as u64,
+                chained_rows,
             });
         }
         let manifest = StateManifest {
@@ -235,8 +257,47 @@ impl StateStore {
         Ok(manifest)
     }
 
+    /// The operators of `manifest` whose chain of deltas is due a snapshot:
+    /// at least `snapshot_every` deltas, holding at least half as many rows
+    /// as the state. A snapshot's work grows with the state, so it is made
+    /// once the batches have changed a share of it: its cost spread over
+    /// them stays in proportion to what they changed, however large the
+    /// state, and a restore reads at most about one and a half states.
+    pub(crate) fn due<'a>(&self, manifest: &'a StateManifest) -> Vec<&'a OperatorFiles> {
+        manifest
+            .operators
+            .iter()
+            .filter(|o| o.deltas() >= self.snapshot_every && o.chained_rows >= o.rows / 2)
+            .collect()
+    }
+
+    /// Reads the operator's `files` (its state after `batch`) back into
+    /// `state` (empty, of the operator's schema) and writes it whole as
+    /// `batch`'s snapshot, which a later manifest can name instead.
+    pub(crate) async fn snapshot(
+        &self,
+        batch: BatchId,
+        files: &OperatorFiles,
+        mut state: KeyedState,
+    ) -> Result<Snapshot> {
+        self.restore(files, &mut state).await?;
+        let context = || format!("a snapshot of the state of operator {} after batch {batch}", files.name);
+        let rows = state.snapshot().map_err(|e| Error::arrow(context(), e))?;
+        let chunk_bytes = self.chunk_bytes;
+        let contents: WriteContents = Box::new(move |out| files::write(&rows, out, chunk_bytes));
+        let dir = Self::dir(&files.name, files.partition);
+        self.store.put_written(&format!("{dir}/{}.snapshot", batch.0), contents).await?;
+        Ok(Snapshot {
+            operator: files.name.clone(),
+            version: batch,
+            from: files.files.clone(),
+            chained_rows: files.chained_rows,
+        })
+    }
+
     /// Deletes the manifests before `keep_from`, and the state files that
-    /// no remaining manifest names.
+    /// no remaining manifest names (but a snapshot newer than those they
+    /// name: it is being made, or waits for a manifest to name it).
     pub async fn purge_before(&self, keep_from: BatchId) -> Result<()> {
         let ids = self.manifest_ids().await?;
         let Some(newest) = ids.last().copied() else {
@@ -252,20 +313,30 @@ impl StateStore {
         }
         let mut dirs: HashSet<(String, u32)> = HashSet::new();
         let mut named: HashSet<String> = HashSet::new();
+        let mut newest_snapshot: HashMap<String, u64> = HashMap::new();
         for m in &kept {
             for op in &m.operators {
                 let dir = Self::dir(&op.name, op.partition);
                 named.extend(op.files.iter().map(|f| format!("{dir}/{f}")));
+                for version in op.files.iter().filter(|f| f.ends_with(".snapshot")).filter_map(|f| file_version(f)) {
+                    let newest = newest_snapshot.entry(dir.clone()).or_default();
+                    *newest = (*newest).max(version);
+                }
                 dirs.insert((op.name.clone(), op.partition));
             }
         }
         for (name, partition) in dirs {
             let dir = Self::dir(&name, partition);
+            let pending_after = newest_snapshot.get(&dir).copied();
             for file in self.store.list(&dir).await? {
                 let path = format!("{dir}/{file}");
+                let Some(version) = file_version(&file) else { continue };
                 // Files newer than the newest manifest belong to a batch in
-                // flight; unnamed older ones are replaced or superseded.
-                if file_version(&file).is_some_and(|v| v <= newest.0) && !named.contains(&path) {
+                // flight, and a snapshot newer than every named one is yet
+                // to be named; other unnamed ones are replaced or
+                // superseded.
+                let pending = file.ends_with(".snapshot") && pending_after.is_none_or(|after| version > after);
+                if version <= newest.0 && !pending && !named.contains(&path) {
                     self.store.delete(&path).await?;
                 }
             }

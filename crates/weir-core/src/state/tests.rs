@@ -53,6 +53,17 @@ fn contents(state: &KeyedState) -> BTreeMap<i64, i64> {
     (0..entries.len()).map(|i| (k.value(i), v.value(i))).collect()
 }
 
+/// Makes the snapshots `manifest` is due, as the task beside the batches
+/// does.
+async fn snapshots_due(store: &StateStore, manifest: &StateManifest) -> Vec<Snapshot> {
+    let mut made = Vec::new();
+    for files in store.due(manifest) {
+        let empty = KeyedState::new(schema()).unwrap();
+        made.push(store.snapshot(manifest.batch_id, files, empty).await.unwrap());
+    }
+    made
+}
+
 fn store(dir: &std::path::Path, every: usize) -> StateStore {
     // Files of many record batches (one row each, or a few) are read as
     // their rows in order, the removed range once.
@@ -66,6 +77,7 @@ async fn a_state_comes_back_from_its_deltas_and_snapshots() {
     let store = store(dir.path(), 3);
     let mut state = KeyedState::new(schema()).unwrap();
     let mut manifest: Option<StateManifest> = None;
+    let mut ready = Vec::new();
     for batch in 0..7u64 {
         put(&mut state, batch as i64, batch as i64 * 10);
         put(&mut state, 100, batch as i64);
@@ -78,13 +90,16 @@ async fn a_state_comes_back_from_its_deltas_and_snapshots() {
                 manifest.as_ref(),
                 &mut [("op", &mut state)],
                 Some(batch as i64),
+                &ready,
             )
             .await
             .unwrap();
+        ready = snapshots_due(&store, &m).await;
         manifest = Some(m);
     }
     let m = manifest.unwrap();
-    // Three versions chain at most: a snapshot at 2 and at 5, then a delta.
+    // Three deltas make a snapshot due: made after 2 and 5, each named by
+    // the next batch's manifest.
     assert_eq!(m.operator("op").unwrap().files, vec!["5.snapshot", "6.delta"]);
     let mut back = KeyedState::new(schema()).unwrap();
     store.restore(m.operator("op").unwrap(), &mut back).await.unwrap();
@@ -106,6 +121,90 @@ async fn a_state_comes_back_from_its_deltas_and_snapshots() {
     assert_eq!(contents(&again), contents(&state));
 }
 
+fn files_in(dir: &std::path::Path) -> Vec<String> {
+    let mut files = std::fs::read_dir(dir.join("state/op/0"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect::<Vec<_>>();
+    files.sort();
+    files
+}
+
+#[tokio::test]
+async fn a_snapshot_no_manifest_names_yet_outlives_a_purge_and_an_older_one_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path(), 2);
+    let mut state = KeyedState::new(schema()).unwrap();
+    let mut previous: Option<StateManifest> = None;
+    let mut write = async |batch: u64, ready: Vec<Snapshot>| {
+        put(&mut state, batch as i64, 1);
+        let m = store
+            .write(BatchId(batch), previous.as_ref(), &mut [("op", &mut state)], None, &ready)
+            .await
+            .unwrap();
+        previous = Some(m.clone());
+        m
+    };
+    let first = write(0, vec![]).await;
+    // An orphan: a snapshot after batch 0 that no manifest will name.
+    store
+        .snapshot(BatchId(0), first.operator("op").unwrap(), KeyedState::new(schema()).unwrap())
+        .await
+        .unwrap();
+    let second = write(1, vec![]).await;
+    let made = snapshots_due(&store, &second).await;
+    assert_eq!(made.len(), 1, "two deltas make a snapshot due");
+    write(2, vec![]).await;
+    store.purge_before(BatchId(2)).await.unwrap();
+    // No manifest names a snapshot: both may yet be named.
+    assert_eq!(
+        files_in(dir.path()),
+        ["0.delta", "0.snapshot", "1.delta", "1.snapshot", "2.delta"]
+    );
+
+    let last = write(3, made).await;
+    assert_eq!(last.operator("op").unwrap().files, ["1.snapshot", "2.delta", "3.delta"]);
+    store.purge_before(BatchId(3)).await.unwrap();
+    assert_eq!(files_in(dir.path()), ["1.snapshot", "2.delta", "3.delta"]);
+    let mut back = KeyedState::new(schema()).unwrap();
+    store.restore(last.operator("op").unwrap(), &mut back).await.unwrap();
+    assert_eq!(contents(&back), contents(&state));
+}
+
+#[tokio::test]
+async fn a_snapshot_is_due_once_the_deltas_hold_half_the_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path(), 2);
+    let mut state = KeyedState::new(schema()).unwrap();
+    for k in 0..100 {
+        put(&mut state, k, 0);
+    }
+    let mut m = store
+        .write(BatchId(0), None, &mut [("op", &mut state)], None, &[])
+        .await
+        .unwrap();
+    // The first delta holds the whole state: due at the second delta.
+    let mut due_at = Vec::new();
+    for batch in 1..=60u64 {
+        put(&mut state, batch as i64, batch as i64);
+        let ready = snapshots_due(&store, &m).await;
+        if !ready.is_empty() {
+            due_at.push(batch - 1);
+        }
+        m = store
+            .write(BatchId(batch), Some(&m), &mut [("op", &mut state)], None, &ready)
+            .await
+            .unwrap();
+    }
+    // After the snapshot of batch 1, one changed key a batch: 50 deltas
+    // hold half of the 100 keys.
+    assert_eq!(due_at, [1, 51]);
+    assert_eq!(m.operator("op").unwrap().chained_rows, 9);
+    let mut back = KeyedState::new(schema()).unwrap();
+    store.restore(m.operator("op").unwrap(), &mut back).await.unwrap();
+    assert_eq!(contents(&back), contents(&state));
+}
+
 #[tokio::test]
 async fn a_missing_or_foreign_state_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -113,7 +212,7 @@ async fn a_missing_or_foreign_state_file_is_refused() {
     let mut state = KeyedState::new(schema()).unwrap();
     put(&mut state, 1, 1);
     let m = store
-        .write(BatchId(0), None, &mut [("op", &mut state)], None)
+        .write(BatchId(0), None, &mut [("op", &mut state)], None, &[])
         .await
         .unwrap();
     // Another operator's schema cannot read it.
@@ -178,7 +277,7 @@ proptest! {
     /// Whatever the changes and however often snapshots are taken, the
     /// state restored from the manifest of any batch is the state after it.
     #[test]
-    fn restoring_any_version_gives_that_version(batches in ops(), every in 1usize..5) {
+    fn restoring_any_version_gives_that_version(batches in ops(), every in 1usize..5, lag in 0usize..3) {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         rt.block_on(async {
             let dir = tempfile::tempdir().unwrap();
@@ -187,6 +286,7 @@ proptest! {
             let mut model: BTreeMap<i64, i64> = BTreeMap::new();
             let mut versions = Vec::new();
             let mut manifest: Option<StateManifest> = None;
+            let mut made: Option<(usize, Vec<Snapshot>)> = None;
             for (n, batch) in batches.iter().enumerate() {
                 for op in batch {
                     match *op {
@@ -210,10 +310,22 @@ proptest! {
                         }
                     }
                 }
+                // A snapshot made after one batch is named by a later
+                // one's manifest, `lag` batches on.
+                let ready: Vec<Snapshot> = match &made {
+                    Some((at, _)) if n >= at + lag => made.take().unwrap().1,
+                    _ => Vec::new(),
+                };
                 let m = store
-                    .write(BatchId(n as u64), manifest.as_ref(), &mut [("op", &mut state)], None)
+                    .write(BatchId(n as u64), manifest.as_ref(), &mut [("op", &mut state)], None, &ready)
                     .await
                     .unwrap();
+                if made.is_none() {
+                    let due = snapshots_due(&store, &m).await;
+                    if !due.is_empty() {
+                        made = Some((n + 1, due));
+                    }
+                }
                 versions.push((m.clone(), model.clone()));
                 manifest = Some(m);
             }
