@@ -137,6 +137,12 @@ pub enum RestError {
     #[error("no answer: {0}")]
     Request(#[source] reqwest::Error),
 
+    /// The answer began but its body did not arrive whole: the connection
+    /// broke or timed out while it was read. What the request did is
+    /// unknown.
+    #[error("the answer was cut off: {0}")]
+    Cut(#[source] reqwest::Error),
+
     /// The server answered with an error status.
     #[error("the server answered {status}: {message}")]
     Status {
@@ -164,12 +170,14 @@ pub enum RestError {
 }
 
 impl RestError {
-    /// Whether trying again may succeed: a request that got no answer, a
-    /// server error, or a server that asks to slow down. Not a refusal
+    /// Whether trying again may succeed: a request that got no answer or
+    /// whose answer was cut off, a server error, or a server that asks to
+    /// slow down. Not a refusal
     /// (4xx) or an answer weir cannot read.
     pub fn retryable(&self) -> bool {
         match self {
             RestError::Request(e) => !e.is_builder() && !e.is_redirect() && !e.is_decode(),
+            RestError::Cut(_) => true,
             RestError::Status { status, .. } | RestError::Credential { status } => {
                 status.is_server_error()
                     || *status == reqwest::StatusCode::TOO_MANY_REQUESTS

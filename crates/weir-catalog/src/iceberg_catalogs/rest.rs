@@ -315,7 +315,7 @@ async fn json_body(response: reqwest::Response) -> Result<Value, RestError> {
     let bytes = response
         .bytes()
         .await
-        .map_err(|e| RestError::Request(e.without_url()))?;
+        .map_err(|e| RestError::Cut(e.without_url()))?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Null);
     }

@@ -12,6 +12,17 @@ use weir_iceberg::IcebergSinkError;
 
 /// Serves `answer` (status line, content type, body) to every request.
 async fn serve(status: &'static str, content_type: &'static str, body: &'static str) -> String {
+    serve_declaring(status, content_type, body, body.len()).await
+}
+
+/// The same, declaring a body of `length` bytes (more than it sends: an
+/// answer cut off).
+async fn serve_declaring(
+    status: &'static str,
+    content_type: &'static str,
+    body: &'static str,
+    length: usize,
+) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let uri = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
@@ -19,8 +30,7 @@ async fn serve(status: &'static str, content_type: &'static str, body: &'static 
             let mut request = vec![0u8; 64 * 1024];
             let _ = stream.read(&mut request).await;
             let response = format!(
-                "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
+                "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {length}\r\nconnection: close\r\n\r\n{body}"
             );
             let _ = stream.write_all(response.as_bytes()).await;
         }
@@ -53,6 +63,16 @@ async fn a_body_that_is_not_json_is_an_error_not_an_empty_answer() {
         "{err:?}"
     );
     assert!(!err.retryable(), "a malformed answer does not mend itself: {err}");
+}
+
+#[tokio::test]
+async fn an_answer_cut_off_midway_is_retryable() {
+    // The connection closes after part of the body: what the request did
+    // is unknown, and asking again may tell.
+    let uri = serve_declaring("200 OK", "application/json", "{\"defaults\": {", 4096).await;
+    let err = connect(&uri).await;
+    assert!(matches!(rest(&err), RestError::Cut(_)), "{err:?}");
+    assert!(err.retryable(), "a cut connection may hold next time: {err}");
 }
 
 #[tokio::test]
