@@ -163,7 +163,7 @@ impl IcebergSinkError {
         match self {
             IcebergSinkError::TooManyConflicts { .. } | IcebergSinkError::Busy { .. } => true,
             IcebergSinkError::Catalog { retryable, .. } => *retryable,
-            IcebergSinkError::Iceberg { source, .. } => source.retryable(),
+            IcebergSinkError::Iceberg { source, .. } => iceberg_retryable(source),
             IcebergSinkError::RewriteFailed { source, .. } => source.retryable(),
             _ => false,
         }
@@ -173,6 +173,20 @@ impl IcebergSinkError {
         let retryable = self.retryable();
         weir_core::Error::sink("iceberg", batch_id, retryable, self)
     }
+}
+
+/// Whether an iceberg error, or one it wraps, may pass on a retry:
+/// iceberg's Parquet writer wraps the file IO's error (and its judgement)
+/// in one of its own that is never retryable.
+fn iceberg_retryable(e: &iceberg::Error) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(e) = next {
+        if e.downcast_ref::<iceberg::Error>().is_some_and(iceberg::Error::retryable) {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 impl From<IcebergSinkError> for weir_core::Error {

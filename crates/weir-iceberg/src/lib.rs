@@ -77,7 +77,9 @@
 //!
 //! Storage: a local warehouse, or object storage (`s3://`, any endpoint
 //! that speaks S3) through weir-catalog's `SqlCatalog::connect_with_storage`, whose
-//! file IO is `object_store` ([`ObjectStorage`]).
+//! file IO is `object_store` ([`ObjectStorage`]). A catalog of one's own
+//! can keep every file in an `object_store` store it gives (instrumented
+//! or custom) through [`store_file_io`].
 //!
 //! weir-catalog's `RestCatalog` is an Iceberg REST catalog (OAuth2 client credentials):
 //! the swap is one commit request with the requirements
@@ -114,8 +116,8 @@ pub use orphans::{OrphanReport, RemoveOrphanFiles, DEFAULT_ORPHAN_AGE};
 pub use read::{current_snapshot, read_rows, table_schema, TableRows};
 pub use sink::{ExpiryPolicy, IcebergSink};
 pub use storage::{
-    file_io, is_secret_setting, local_file_io, object_file_io, object_store_at, LocalStorage, LocalStorageFactory,
-    ObjectStorage, ObjectStoreFactory,
+    file_io, is_secret_setting, local_file_io, object_file_io, object_store_at, store_file_io, LocalStorage,
+    LocalStorageFactory, ObjectStorage, ObjectStoreFactory,
 };
 pub use table::DEFAULT_TARGET_FILE_SIZE;
 pub use weir_core::maintenance::{CompactGroup, CompactOptions, CompactProgress, CompactReport};

@@ -6,6 +6,17 @@
 //! Settings use pyiceberg's names: `s3.endpoint`, `s3.access-key-id`,
 //! `s3.secret-access-key`, `s3.region`; what is not given comes from the
 //! usual `AWS_*` variables. Secrets are neither printed nor serialised.
+//!
+//! [`store_file_io`] puts every file in one store the caller gives (an
+//! instrumented, wrapped or custom `object_store` store): a local path or
+//! `file://` URL is found there by its absolute path without the leading
+//! `/`, `s3://bucket/key` by its key. That store is not serialised with
+//! the storage: a deserialised copy has none, and fails every call saying
+//! so rather than opening the locations' own stores.
+//!
+//! A failed call's error says whether trying again may help (iceberg's
+//! `retryable`): a timeout, a reset connection or a server error may pass;
+//! a missing object, a refused credential or a full local disk does not.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -70,6 +81,26 @@ pub fn object_file_io(settings: HashMap<String, String>) -> FileIO {
         .build()
 }
 
+/// A `FileIO` whose every file is in `store`, a store of the caller's own
+/// (instrumented, wrapped, or of a kind weir does not build). Locations
+/// are found in it by their path:
+///
+/// - a local path or `file://` URL by its absolute path without the
+///   leading `/` (`file:///w/t/a.avro` is `w/t/a.avro`), so
+///   `LocalFileSystem::new()`, rooted at `/`, finds a local warehouse's
+///   files where they are;
+/// - `s3://bucket/key` (or `s3a://`) by `key`: the store is the bucket,
+///   and the bucket's name is not looked at;
+/// - any other scheme is refused.
+///
+/// The store lives in this process only: the `FileIO`'s storage is
+/// serialisable, as iceberg asks, but without the store, and a
+/// deserialised copy fails every call, saying the store was not carried
+/// over.
+pub fn store_file_io(store: Arc<dyn ObjectStore>) -> FileIO {
+    FileIOBuilder::new(Arc::new(GivenStoreFactory { store: Some(store) })).build()
+}
+
 /// Builds [`ObjectStorage`] from a `FileIO`'s settings.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ObjectStoreFactory;
@@ -81,14 +112,94 @@ impl StorageFactory for ObjectStoreFactory {
     }
 }
 
-/// Files in object stores, one store per bucket.
+/// Builds an [`ObjectStorage`] over one given store ([`store_file_io`]).
+/// The store is not serialised: a deserialised factory builds nothing, and
+/// says why.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct GivenStoreFactory {
+    #[serde(skip)]
+    store: Option<Arc<dyn ObjectStore>>,
+}
+
+#[typetag::serde]
+impl StorageFactory for GivenStoreFactory {
+    fn build(&self, _config: &StorageConfig) -> iceberg::Result<Arc<dyn Storage>> {
+        let store = self.store.clone().ok_or_else(lost_store)?;
+        Ok(Arc::new(ObjectStorage {
+            stores: Stores::Given(store),
+            ..ObjectStorage::default()
+        }))
+    }
+}
+
+/// The error of a storage whose given store was not carried over by
+/// serialisation.
+fn lost_store() -> Error {
+    Error::new(
+        ErrorKind::FeatureUnsupported,
+        "this file IO was built over a given object store (store_file_io), which is not serialised; \
+         a deserialised copy has no store: build the file IO again where it is used",
+    )
+}
+
+/// Files in object stores: one store per bucket, built from the settings,
+/// or one store given for every location ([`store_file_io`]).
 #[derive(Clone, Default, Serialize, Deserialize)]
 pub struct ObjectStorage {
     settings: HashMap<String, String>,
     #[serde(skip)]
     secrets: HashMap<String, String>,
-    #[serde(skip)]
-    stores: Arc<Mutex<HashMap<String, Arc<dyn ObjectStore>>>>,
+    #[serde(default)]
+    stores: Stores,
+}
+
+/// Where an [`ObjectStorage`] finds a location's store. Only its kind is
+/// serialised, so a deserialised copy of a storage over a given store is
+/// [`Stores::Lost`] and fails, rather than opening the locations' own
+/// stores behind its user's back.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(into = "StoresKind", from = "StoresKind")]
+enum Stores {
+    /// One store per bucket, built from the settings when first used (as
+    /// many as the buckets the tables' locations name); local files through
+    /// the local file system.
+    PerBucket(Arc<Mutex<HashMap<String, Arc<dyn ObjectStore>>>>),
+    /// The one store every location is in.
+    Given(Arc<dyn ObjectStore>),
+    /// A given store that serialisation did not carry over.
+    Lost,
+}
+
+impl Default for Stores {
+    fn default() -> Self {
+        Stores::PerBucket(Arc::default())
+    }
+}
+
+/// What of [`Stores`] is serialised.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum StoresKind {
+    PerBucket,
+    Given,
+}
+
+impl From<Stores> for StoresKind {
+    fn from(stores: Stores) -> Self {
+        match stores {
+            Stores::PerBucket(_) => StoresKind::PerBucket,
+            Stores::Given(_) | Stores::Lost => StoresKind::Given,
+        }
+    }
+}
+
+impl From<StoresKind> for Stores {
+    fn from(kind: StoresKind) -> Self {
+        match kind {
+            StoresKind::PerBucket => Stores::default(),
+            StoresKind::Given => Stores::Lost,
+        }
+    }
 }
 
 impl std::fmt::Debug for ObjectStorage {
@@ -99,9 +210,73 @@ impl std::fmt::Debug for ObjectStorage {
     }
 }
 
+/// The error of a failed store call on `path`: retryable when the store's
+/// failure may pass.
 fn err(context: &str, path: &str) -> impl Fn(object_store::Error) -> Error {
     let message = format!("{context} {path}");
-    move |e| Error::new(ErrorKind::Unexpected, message.clone()).with_source(e)
+    move |e| {
+        let retryable = transient(&e);
+        Error::new(ErrorKind::Unexpected, message.clone())
+            .with_retryable(retryable)
+            .with_source(e)
+    }
+}
+
+/// Whether a store's failure may pass on a retry (a timeout, a reset
+/// connection, a server's 5xx): not a missing object, a malformed path, a
+/// call or condition the store refuses, a refused credential, nor a local
+/// disk that is full or read-only.
+fn transient(e: &object_store::Error) -> bool {
+    use object_store::Error as E;
+    !matches!(
+        e,
+        E::NotFound { .. }
+            | E::InvalidPath { .. }
+            | E::NotSupported { .. }
+            | E::AlreadyExists { .. }
+            | E::Precondition { .. }
+            | E::NotModified { .. }
+            | E::NotImplemented { .. }
+            | E::PermissionDenied { .. }
+            | E::Unauthenticated { .. }
+            | E::UnknownConfigurationKey { .. }
+    ) && weir_core::permanent_io_kind(e).is_none()
+}
+
+/// The same for the I/O error a buffered upload's close gives, which holds
+/// the store's error.
+fn transient_io(e: &std::io::Error) -> bool {
+    match e.get_ref().and_then(|inner| inner.downcast_ref::<object_store::Error>()) {
+        Some(store) => transient(store),
+        None => weir_core::permanent_io_kind(e).is_none(),
+    }
+}
+
+/// Where `location` is: its bucket (none for a local path or `file://`
+/// URL) and its path there (a local file's absolute path without the
+/// leading `/`, or the key after the bucket).
+fn place(location: &str) -> iceberg::Result<(Option<&str>, Path)> {
+    let Some((scheme, rest)) = location.split_once("://") else {
+        return Ok((None, local_path(location)?));
+    };
+    match scheme {
+        "file" => Ok((None, local_path(rest)?)),
+        "s3" | "s3a" => {
+            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+            let key = Path::parse(key)
+                .map_err(|e| Error::new(ErrorKind::DataInvalid, format!("{location}: {e}")))?;
+            Ok((Some(bucket), key))
+        }
+        other => Err(Error::new(
+            ErrorKind::FeatureUnsupported,
+            format!("{location}: weir's Iceberg file IO reads local paths and s3://, not {other}://"),
+        )),
+    }
+}
+
+fn local_path(path: &str) -> iceberg::Result<Path> {
+    Path::from_absolute_path(path)
+        .map_err(|e| Error::new(ErrorKind::DataInvalid, format!("{path} is not an absolute path")).with_source(e))
 }
 
 impl ObjectStorage {
@@ -110,41 +285,36 @@ impl ObjectStorage {
         ObjectStorage {
             settings,
             secrets,
-            stores: Arc::default(),
+            stores: Stores::default(),
         }
     }
 
     /// The store holding `location`, and the object's path in it.
     fn resolve(&self, location: &str) -> iceberg::Result<(Arc<dyn ObjectStore>, Path)> {
-        let invalid = |reason: &str| Error::new(ErrorKind::DataInvalid, format!("{location}: {reason}"));
-        let Some((scheme, rest)) = location.split_once("://") else {
-            return self.local(location);
+        let buckets = match &self.stores {
+            Stores::PerBucket(buckets) => buckets,
+            Stores::Given(store) => return Ok((store.clone(), place(location)?.1)),
+            Stores::Lost => return Err(lost_store().with_context("location", location)),
         };
-        match scheme {
-            "file" => self.local(rest),
-            "s3" | "s3a" => {
-                let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-                let path = Path::parse(key).map_err(|e| invalid(&e.to_string()))?;
-                let mut stores = self.stores.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(store) = stores.get(bucket) {
-                    return Ok((store.clone(), path));
-                }
-                let store: Arc<dyn ObjectStore> = Arc::new(self.s3(bucket)?);
-                stores.insert(bucket.to_string(), store.clone());
-                Ok((store, path))
-            }
-            other => Err(Error::new(
-                ErrorKind::FeatureUnsupported,
-                format!("{location}: weir's Iceberg file IO reads local paths and s3://, not {other}://"),
-            )),
+        match place(location)? {
+            (None, path) => Ok((Arc::new(LocalFileSystem::new()), path)),
+            (Some(bucket), path) => Ok((self.bucket(buckets, bucket)?, path)),
         }
     }
 
-    fn local(&self, path: &str) -> iceberg::Result<(Arc<dyn ObjectStore>, Path)> {
-        let path = Path::from_absolute_path(path).map_err(|e| {
-            Error::new(ErrorKind::DataInvalid, format!("{path} is not an absolute path")).with_source(e)
-        })?;
-        Ok((Arc::new(LocalFileSystem::new()), path))
+    /// The store of `bucket`, built once.
+    fn bucket(
+        &self,
+        buckets: &Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
+        bucket: &str,
+    ) -> iceberg::Result<Arc<dyn ObjectStore>> {
+        let mut buckets = buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(store) = buckets.get(bucket) {
+            return Ok(store.clone());
+        }
+        let store: Arc<dyn ObjectStore> = Arc::new(self.s3(bucket)?);
+        buckets.insert(bucket.to_string(), store.clone());
+        Ok(store)
     }
 
     fn s3(&self, bucket: &str) -> iceberg::Result<object_store::aws::AmazonS3> {
@@ -323,10 +493,12 @@ impl FileWrite for Writer {
             .inner
             .take()
             .ok_or_else(|| Error::new(ErrorKind::Unexpected, format!("{} is closed twice", self.path)))?;
-        writer
-            .shutdown()
-            .await
-            .map_err(|e| Error::new(ErrorKind::Unexpected, format!("cannot finish {}", self.path)).with_source(e))
+        writer.shutdown().await.map_err(|e| {
+            let retryable = transient_io(&e);
+            Error::new(ErrorKind::Unexpected, format!("cannot finish {}", self.path))
+                .with_retryable(retryable)
+                .with_source(e)
+        })
     }
 }
 
@@ -357,6 +529,100 @@ mod tests {
         assert!(storage.delete_prefix("s3://bucket/").await.is_err());
         assert!(storage.delete_prefix("file:///").await.is_err());
         assert!(dir.path().join("keep").exists());
+    }
+
+    /// Every location is found in the given store by its path, whatever
+    /// its scheme; a scheme with no path there is refused.
+    #[tokio::test]
+    async fn a_given_store_holds_every_location_by_its_path() {
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let io = store_file_io(store.clone());
+        for (location, key) in [
+            ("/w/t/a.bin", "w/t/a.bin"),
+            ("file:///w/t/b.bin", "w/t/b.bin"),
+            ("s3://bucket/w/t/c.bin", "w/t/c.bin"),
+            ("s3a://other/w/t/d.bin", "w/t/d.bin"),
+        ] {
+            io.new_output(location).unwrap().write(Bytes::from(key)).await.unwrap();
+            let held = store.get(&Path::from(key)).await.unwrap().bytes().await.unwrap();
+            assert_eq!(held, Bytes::from(key), "{location}");
+            assert_eq!(io.new_input(location).unwrap().read().await.unwrap(), held);
+        }
+        let mut w = io.new_output("file:///w/t/e.bin").unwrap().writer().await.unwrap();
+        w.write(Bytes::from_static(b"ab")).await.unwrap();
+        w.write(Bytes::from_static(b"cd")).await.unwrap();
+        w.close().await.unwrap();
+        let held = store.get(&Path::from("w/t/e.bin")).await.unwrap().bytes().await.unwrap();
+        assert_eq!(held, Bytes::from_static(b"abcd"));
+
+        io.delete("s3://bucket/w/t/c.bin").await.unwrap();
+        assert!(!io.exists("/w/t/c.bin").await.unwrap(), "one store, whatever the scheme");
+        assert!(io.exists("/w/t/a.bin").await.unwrap());
+        let refused = io.exists("gs://bucket/w/t/a.bin").await.unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::FeatureUnsupported, "{refused}");
+    }
+
+    /// The given store is not serialised: a deserialised factory builds
+    /// nothing and a deserialised storage fails every call, saying why,
+    /// rather than reading the location's own store (here a local file
+    /// that is there).
+    #[tokio::test]
+    async fn a_deserialised_copy_over_a_given_store_fails_saying_why() {
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let factory: Box<dyn StorageFactory> = Box::new(GivenStoreFactory { store: Some(store) });
+        let copy: Box<dyn StorageFactory> = serde_json::from_str(&serde_json::to_string(&factory).unwrap()).unwrap();
+        let refused = copy.build(&StorageConfig::new()).unwrap_err();
+        assert!(refused.message().contains("not serialised"), "{refused}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let local = format!("file://{}/there.bin", dir.path().display());
+        std::fs::write(dir.path().join("there.bin"), b"x").unwrap();
+        let storage = factory.build(&StorageConfig::new()).unwrap();
+        assert!(!storage.exists(&local).await.unwrap(), "the given store holds nothing");
+        let copy: Box<dyn Storage> = serde_json::from_str(&serde_json::to_string(&*storage).unwrap()).unwrap();
+        for failed in [
+            copy.exists(&local).await.map(|_| ()),
+            copy.read(&local).await.map(|_| ()),
+            copy.write(&local, Bytes::from_static(b"y")).await,
+            copy.delete(&local).await,
+        ] {
+            let e = failed.unwrap_err();
+            assert!(e.message().contains("not serialised"), "{e}");
+            assert!(!e.retryable(), "{e}");
+        }
+        assert_eq!(std::fs::read(dir.path().join("there.bin")).unwrap(), b"x");
+    }
+
+    /// A store's transient failure is retryable; a missing object or a
+    /// full local disk is not.
+    #[test]
+    fn store_errors_say_whether_a_retry_can_help() {
+        let reset = object_store::Error::Generic {
+            store: "S3",
+            source: "connection reset".into(),
+        };
+        assert!(err("cannot read", "s3://b/k")(reset).retryable());
+        let missing = object_store::Error::NotFound {
+            path: "k".into(),
+            source: "no such key".into(),
+        };
+        assert!(!err("cannot read", "s3://b/k")(missing).retryable());
+        let full = object_store::Error::Generic {
+            store: "LocalFileSystem",
+            source: Box::new(std::io::Error::from(std::io::ErrorKind::StorageFull)),
+        };
+        assert!(!err("cannot write", "/w/k")(full).retryable());
+        // A buffered upload's close wraps the store's error in an I/O error.
+        let timed_out = std::io::Error::from(object_store::Error::Generic {
+            store: "S3",
+            source: "timed out".into(),
+        });
+        assert!(transient_io(&timed_out));
+        let denied = std::io::Error::from(object_store::Error::PermissionDenied {
+            path: "k".into(),
+            source: "access denied".into(),
+        });
+        assert!(!transient_io(&denied));
     }
 
     #[tokio::test]

@@ -1,35 +1,50 @@
-//! An Iceberg query whose catalog and checkpoint store both fail 5% of
-//! their calls at random: catalog loads and swaps fail, and half of the
-//! failed swaps land first (a timeout after the catalog committed); the
-//! checkpoint's puts fail likewise. Every stop is retryable and says what
-//! failed, the next run resumes, and after a run without faults the table
-//! holds every id once, read by pyiceberg and DuckDB. Manifests merge every
-//! five commits, ahead of the commit path, so swaps that list merged
-//! manifests fail too: every manifest a snapshot lists is still there.
+//! An Iceberg query whose catalog, table store and checkpoint store all
+//! fail 5% of their calls at random: catalog loads and swaps fail, and half
+//! of the failed swaps land first (a timeout after the catalog committed);
+//! the table store's reads fail and its puts fail or land then fail (data
+//! files, manifests, manifest lists, version hints), and its deletes fail
+//! too; the checkpoint's puts fail likewise. Every stop is retryable and
+//! says what failed, the next run resumes, and after a run without faults
+//! the table holds every id once, read by pyiceberg and DuckDB. Manifests
+//! merge every five commits, ahead of the commit path, so swaps that list
+//! merged manifests fail too: every manifest a snapshot lists is still
+//! there.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::StreamExt;
 use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
 use iceberg::{TableIdent, TableUpdate};
+use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions,
+    PutOptions, PutPayload, PutResult,
+};
 use weir_core::checkpoint::{CheckpointStore, LeaseTiming, ObjectStoreCheckpoint};
 use weir_core::prelude::*;
 use weir_iceberg::{Catalog, ExpiryPolicy, IcebergSink, IcebergSinkError, LoadedTable, Swap};
-use weir_test_support::faults::{Chance, Fault, FaultyStore};
+use weir_test_support::faults::{injected_error, Chance, Fault, FaultyStore};
 use weir_test_support::readers::iceberg;
 use weir_test_support::{assert_exactly_once, SinkHarness};
 
 use crate::compact::{ids, TABLE};
 use crate::conformance::sqlite_harness;
 
-/// A catalog whose loads and swaps fail at random; everything else goes
-/// to the SQL catalog.
+/// A catalog whose loads and swaps fail at random, and whose file IO (the
+/// sink's data files, manifests, manifest lists, version hints, merges and
+/// deletes) is a store that fails at random; everything else goes to the
+/// SQL catalog, which reads and writes the metadata files through its own.
 #[derive(Debug)]
 struct RandomFaults {
     inner: Arc<dyn Catalog>,
+    file_io: FileIO,
     chance: Mutex<Option<Chance>>,
     injected: Mutex<u64>,
 }
@@ -63,7 +78,7 @@ impl Catalog for RandomFaults {
         self.inner.name()
     }
     fn file_io(&self) -> &FileIO {
-        self.inner.file_io()
+        &self.file_io
     }
     fn default_location(&self, ident: &TableIdent) -> String {
         self.inner.default_location(ident)
@@ -111,17 +126,116 @@ impl Catalog for RandomFaults {
     }
 }
 
+/// A store whose deletes fail at random (which `FaultyStore` lets pass):
+/// the deletes of dropped metadata files, of expired snapshots' files, of
+/// merges no commit lists and of lost attempts' files meet them.
+#[derive(Debug)]
+struct DeleteFaults {
+    inner: Arc<dyn ObjectStore>,
+    chance: Arc<Mutex<Option<Chance>>>,
+    failed: Arc<AtomicU64>,
+}
+
+impl DeleteFaults {
+    fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
+        Arc::new(DeleteFaults {
+            inner,
+            chance: Arc::default(),
+            failed: Arc::default(),
+        })
+    }
+
+    /// From now on, each delete fails when `chance` draws a fault; none
+    /// fails once it is `None`.
+    fn random(&self, chance: Option<Chance>) {
+        *self.chance.lock().unwrap() = chance;
+    }
+
+    fn failed(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+}
+
+impl std::fmt::Display for DeleteFaults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeleteFaults({})", self.inner)
+    }
+}
+
+#[async_trait]
+impl ObjectStore for DeleteFaults {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        let (inner, chance, failed) = (self.inner.clone(), self.chance.clone(), self.failed.clone());
+        locations
+            .flat_map(move |location| {
+                let fault = chance.lock().unwrap().as_mut().and_then(Chance::draw);
+                match (location, fault) {
+                    (Ok(_), Some(_)) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        futures::stream::once(async { Err::<Path, _>(injected_error()) }).boxed()
+                    }
+                    (location, _) => inner.delete_stream(futures::stream::once(async move { location }).boxed()),
+                }
+            })
+            .boxed()
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn catalog_and_checkpoint_faults_lose_and_repeat_nothing() {
+async fn catalog_table_and_checkpoint_faults_lose_and_repeat_nothing() {
     let h = sqlite_harness().await;
     if h.skip_reason().is_some() {
         return;
     }
+    // The table's own files, where the catalog and the readers find them
+    // (`file:///...` locations are absolute paths from `/`), behind faults.
+    let deletes = DeleteFaults::new(Arc::new(LocalFileSystem::new()));
+    let table_store = FaultyStore::new(deletes.clone());
     let catalog = Arc::new(RandomFaults {
         inner: h.catalog().await,
+        file_io: weir_iceberg::store_file_io(table_store.clone()),
         chance: Mutex::new(None),
         injected: Mutex::new(0),
     });
+    // Made by the catalog; table stores' errors name files under it.
+    let warehouse = std::fs::canonicalize(&h.warehouse).unwrap();
+    let warehouse = warehouse.to_str().unwrap();
     let checkpoint_store = FaultyStore::new(Arc::new(InMemory::new()));
     let checkpoint = || {
         let timing = LeaseTiming {
@@ -139,9 +253,10 @@ async fn catalog_and_checkpoint_faults_lose_and_repeat_nothing() {
             .map_err(|e| (e.to_string(), false))?
             .with_table_property("commit.manifest.min-count-to-merge", "5")
             // Expiries folded into commits whose swaps fail, land then
-            // fail, or land twice.
+            // fail, or land twice. (Every five commits: with three stores
+            // failing, a run commits a few batches before it stops.)
             .with_snapshot_expiry(ExpiryPolicy {
-                every_commits: 10,
+                every_commits: 5,
                 retain_last: 5,
                 older_than: None,
                 table_properties_first: false,
@@ -158,33 +273,56 @@ async fn catalog_and_checkpoint_faults_lose_and_repeat_nothing() {
     };
     *catalog.chance.lock().unwrap() = Some(Chance::new(0.05, 31));
     checkpoint_store.random(0.05, 37);
-    let (mut stops, mut by_catalog) = (0, 0);
+    table_store.random(0.05, 41);
+    deletes.random(Some(Chance::new(0.05, 43)));
+    let (mut stops, mut by_catalog, mut by_checkpoint, mut by_table) = (0, 0, 0, 0);
     while let Err((message, retryable)) = run().await {
         assert!(retryable, "a fault stopped the query for good: {message}");
-        if !message.contains("memory://chk") {
-            assert!(
-                message.contains("catalog \"faulty\""),
-                "a stop names neither store: {message}"
-            );
+        // Every delete is best effort: one that fails leaves an orphan
+        // file, never a stopped query.
+        assert!(!message.contains("cannot delete"), "a failed delete stopped the query: {message}");
+        if message.contains("memory://chk") {
+            by_checkpoint += 1;
+        } else if message.contains("catalog \"faulty\"") {
             by_catalog += 1;
+        } else {
+            assert!(
+                message.contains(warehouse) && message.contains("injected fault"),
+                "a stop names no store: {message}"
+            );
+            by_table += 1;
         }
         stops += 1;
         assert!(stops < 3_000, "no progress: {message}");
     }
     *catalog.chance.lock().unwrap() = None;
     checkpoint_store.random(0.0, 0);
+    table_store.random(0.0, 0);
+    deletes.random(None);
     eprintln!(
-        "{stops} stops ({by_catalog} by the catalog), {} catalog faults, {} checkpoint faults",
+        "{stops} stops ({by_catalog} by the catalog, {by_table} by the table store, {by_checkpoint} by the \
+         checkpoint), {} catalog faults, {} table store faults, {} failed deletes, {} checkpoint faults",
         catalog.injected.lock().unwrap(),
+        table_store.injected(),
+        deletes.failed(),
         checkpoint_store.injected()
     );
     // A swap of unknown outcome does not stop the query: the commit loop
     // reads the table back and tries again. The faults were met, and
-    // some of them (failed loads) stopped it.
+    // some of them (failed loads, failed writes of the batch's files)
+    // stopped it.
     assert!(
-        *catalog.injected.lock().unwrap() >= 10 && by_catalog >= 1 && stops - by_catalog >= 10,
-        "{stops} stops, {by_catalog} by the catalog"
+        *catalog.injected.lock().unwrap() >= 10 && by_catalog >= 1 && by_checkpoint >= 10,
+        "{stops} stops, {by_catalog} by the catalog, {by_checkpoint} by the checkpoint"
     );
+    assert!(
+        table_store.injected() >= 20 && by_table >= 5,
+        "{} table store faults, {by_table} stops by them",
+        table_store.injected()
+    );
+    // Hundreds of metadata files leave the log (it keeps 100) and are
+    // deleted in the background: some of those deletes failed.
+    assert!(deletes.failed() >= 5, "{} failed deletes", deletes.failed());
 
     // Once more without faults: nothing left to do, and nothing repeated.
     run().await.unwrap();
@@ -204,10 +342,10 @@ async fn catalog_and_checkpoint_faults_lose_and_repeat_nothing() {
     // Expiry leaves a few snapshots: some of them list a merge.
     assert!(merged >= 1, "{merged} merged manifests listed");
     // Each run counts its own commits towards the next expiry, and runs
-    // stop every ten batches or so: some expire, some end before.
+    // stop every few batches: some expire, some end before.
     let snapshots = out["snapshots"].as_array().unwrap().len();
     assert!(
         (5..250).contains(&snapshots),
-        "{snapshots} snapshots of 500 commits left by expiries every 10 commits keeping 5"
+        "{snapshots} snapshots of 500 commits left by expiries every 5 commits keeping 5"
     );
 }
