@@ -1,7 +1,8 @@
 //! Streaming aggregation: each mode's output equals the aggregation of all
 //! the input computed at once, through crashes at every point.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,9 @@ use arrow_array::{Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use weir_core::crash::{CrashPoint, CrashPoints};
 use weir_core::prelude::*;
-use weir_sql::{avg, col, count, max, min, sum, window, StreamSqlExt};
+use weir_sql::{
+    avg, col, count, count_distinct, max, min, sliding_window, sum, window, Aggregate, GroupKey, StreamSqlExt,
+};
 
 /// (window start ms, key) -> (sum, count, min, max).
 type Totals = BTreeMap<(i64, i64), (i128, i64, i128, i128)>;
@@ -99,14 +102,19 @@ fn payments() -> Vec<Vec<Event>> {
     ten_minutes(7, 1000)
 }
 
+/// Pseudo-random numbers that `seed` picks, the same on every run.
+fn random(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed >> 33
+    }
+}
+
 /// Ten minutes of events of five keys (amounts below `amounts`), a second
 /// apart, each chunk's event times out of order by up to 20 seconds, in
 /// chunks of 60; `seed` picks them.
-pub(crate) fn ten_minutes(mut seed: u64, amounts: u64) -> Vec<Vec<Event>> {
-    let mut next = || {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        seed >> 33
-    };
+pub(crate) fn ten_minutes(seed: u64, amounts: u64) -> Vec<Vec<Event>> {
+    let mut next = random(seed);
     (0..10i64)
         .map(|c| {
             (0..60)
@@ -119,19 +127,37 @@ pub(crate) fn ten_minutes(mut seed: u64, amounts: u64) -> Vec<Vec<Event>> {
         .collect()
 }
 
-fn golden(chunks: &[Vec<Event>]) -> Totals {
+/// The totals of the windows of `size_ms` starting every `slide_ms` over
+/// all of `chunks` at once, each event counted in every window that holds
+/// it (one, when the windows tumble).
+fn golden(chunks: &[Vec<Event>], size_ms: i64, slide_ms: i64) -> Totals {
     let mut t = Totals::new();
     for e in chunks.iter().flatten() {
-        add(&mut t, e.2 - e.2.rem_euclid(60_000), e.0, e.1 as i128);
+        let mut start = e.2 - e.2.rem_euclid(slide_ms);
+        while start > e.2 - size_ms {
+            add(&mut t, start, e.0, e.1 as i128);
+            start -= slide_ms;
+        }
     }
     t
 }
 
-fn minute_totals(input: &MemoryStream, chk: &std::path::Path, mode: OutputMode) -> StreamWriter {
+/// The aggregates of the amount whose output rows `totals` reads.
+fn amount_totals() -> [Aggregate; 5] {
+    [sum("amount"), count(), min("amount"), max("amount"), avg("amount")]
+}
+
+/// Each merchant's `amount_totals` per window `by`, with a watermark of
+/// 30 seconds.
+fn merchant_totals(input: &MemoryStream, by: GroupKey) -> ReadStream {
     read_stream(input.clone())
         .with_watermark("ts", Duration::from_secs(30))
-        .group_by([window("ts", Duration::from_secs(60)), col("merchant_id")])
-        .agg([sum("amount"), count(), min("amount"), max("amount"), avg("amount")])
+        .group_by([by, col("merchant_id")])
+        .agg(amount_totals())
+}
+
+fn minute_totals(input: &MemoryStream, chk: &Path, mode: OutputMode) -> StreamWriter {
+    merchant_totals(input, window("ts", Duration::from_secs(60)))
         .write_stream()
         .query_name("merchant-minute-totals")
         .checkpoint_location(chk)
@@ -139,36 +165,185 @@ fn minute_totals(input: &MemoryStream, chk: &std::path::Path, mode: OutputMode) 
         .trigger(Trigger::available_now())
 }
 
+/// Runs `query` over `chunks`, a run per chunk; the run of chunk
+/// `crash_at` crashes at `point`, and the next run starts again from the
+/// checkpoint. A last run over an event an hour later closes every window
+/// of the chunks. Returns the table and the last run.
+async fn through_a_crash(
+    chunks: &[Vec<Event>],
+    crash_at: usize,
+    point: CrashPoint,
+    query: impl Fn(&MemoryStream, &Path) -> StreamWriter,
+) -> (MemorySink, StreamingQuery) {
+    let chk = tempfile::tempdir().unwrap();
+    let table = MemorySink::new("t");
+    let input = MemoryStream::new(event_schema());
+    for (i, chunk) in chunks.iter().enumerate() {
+        input.add_batch(events(chunk)).unwrap();
+        let writer = query(&input, chk.path());
+        if i == crash_at {
+            let q = writer
+                .crash_points(CrashPoints::new().fail_at(point, None))
+                .start(table.clone())
+                .await
+                .unwrap();
+            assert!(matches!(q.await_termination().await, Err(Error::InjectedCrash { .. })));
+            continue;
+        }
+        run_on_time(writer, &table).await;
+    }
+    input.add_batch(events(&[(9, 1, 3_600_000)])).unwrap();
+    let q = run_on_time(query(&input, chk.path()), &table).await;
+    (table, q)
+}
+
+/// Runs `writer` into `table` to the end; none of its rows is late.
+async fn run_on_time(writer: StreamWriter, table: &MemorySink) -> StreamingQuery {
+    let q = writer.start(table.clone()).await.unwrap();
+    q.await_termination().await.unwrap();
+    assert_eq!(q.recent_progress().iter().map(|p| p.late_rows).sum::<u64>(), 0);
+    q
+}
+
 #[tokio::test]
 async fn append_emits_each_closed_window_once_with_its_totals_through_crashes() {
     let chunks = payments();
     for point in CrashPoint::ALL {
-        let chk = tempfile::tempdir().unwrap();
-        let table = MemorySink::new("t");
-        let input = MemoryStream::new(event_schema());
-        for (i, chunk) in chunks.iter().enumerate() {
-            input.add_batch(events(chunk)).unwrap();
-            let mut writer = minute_totals(&input, chk.path(), OutputMode::Append);
-            if i == 4 {
-                writer = writer.crash_points(CrashPoints::new().fail_at(point, None));
-                let q = writer.start(table.clone()).await.unwrap();
-                assert!(matches!(q.await_termination().await, Err(Error::InjectedCrash { .. })));
-                continue;
-            }
-            let q = writer.start(table.clone()).await.unwrap();
-            q.await_termination().await.unwrap();
-            assert_eq!(q.recent_progress().iter().map(|p| p.late_rows).sum::<u64>(), 0);
-        }
-        // An event an hour later closes every window of the ten minutes.
-        input.add_batch(events(&[(9, 1, 3_600_000)])).unwrap();
-        let q = minute_totals(&input, chk.path(), OutputMode::Append)
-            .start(table.clone())
-            .await
-            .unwrap();
-        q.await_termination().await.unwrap();
-        assert_eq!(totals(&table.batches(), false), golden(&chunks), "crash at {point}");
+        let (table, q) = through_a_crash(&chunks, 4, point, |input, chk| {
+            minute_totals(input, chk, OutputMode::Append)
+        })
+        .await;
+        assert_eq!(
+            totals(&table.batches(), false),
+            golden(&chunks, 60_000, 60_000),
+            "crash at {point}"
+        );
         let state = &q.last_progress().unwrap().state[0];
         assert_eq!(state.rows, 1, "only the open window is kept: {state:?}");
+    }
+}
+
+fn sliding_totals(input: &MemoryStream, chk: &Path) -> StreamWriter {
+    let every_minute = sliding_window("ts", Duration::from_secs(120), Duration::from_secs(60));
+    merchant_totals(input, every_minute)
+        .write_stream()
+        .query_name("merchant-sliding-totals")
+        .checkpoint_location(chk)
+        .output_mode(OutputMode::Append)
+        .trigger(Trigger::available_now())
+}
+
+/// Two-minute windows starting every minute: each event is in two windows
+/// and counts in both, and each window the watermark closes comes out
+/// once, with the totals of every event it holds.
+#[tokio::test]
+async fn append_emits_each_closed_sliding_window_once_with_every_event_it_holds_through_crashes() {
+    let chunks = payments();
+    let expected = golden(&chunks, 120_000, 60_000);
+    assert_eq!(expected.values().map(|v| v.1).sum::<i64>(), 2 * 600);
+    // From the window a minute before the first event's minute to the one
+    // starting in the tenth minute.
+    let starts: BTreeSet<i64> = expected.keys().map(|k| k.0).collect();
+    assert_eq!(starts, (-1..10).map(|m| m * 60_000).collect::<BTreeSet<i64>>());
+    for point in CrashPoint::ALL {
+        let (table, q) = through_a_crash(&chunks, 4, point, sliding_totals).await;
+        assert_eq!(totals(&table.batches(), false), expected, "crash at {point}");
+        let state = &q.last_progress().unwrap().state[0];
+        assert_eq!(
+            state.rows, 2,
+            "only the two open windows of the last event are kept: {state:?}"
+        );
+    }
+}
+
+/// Rows per batch of `many_rows`: over twice the 65,536 rows a part of an
+/// aggregation needs, so each batch is aggregated in two parts on two
+/// cores.
+const MANY_ROWS: usize = 150_000;
+
+/// Merchants of `many_rows`.
+const MANY_MERCHANTS: u64 = 2_000;
+
+/// Two batches of `MANY_ROWS` events of `MANY_MERCHANTS` merchants, the
+/// first over the first 90 seconds and the second over the next 90: the
+/// minute from 60 s is in both.
+fn many_rows() -> Vec<Vec<Event>> {
+    let mut next = random(23);
+    let rows = MANY_ROWS as i64;
+    (0..2i64)
+        .map(|b| {
+            (0..rows)
+                .map(|i| {
+                    let t = b * 90_000 + i * 90_000 / rows;
+                    ((next() % MANY_MERCHANTS) as i64, (next() % 500) as i64, t)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn many_row_totals(input: &MemoryStream, chk: &Path) -> StreamWriter {
+    read_stream(input.clone())
+        .with_watermark("ts", Duration::from_secs(10))
+        .group_by([window("ts", Duration::from_secs(60)), col("merchant_id")])
+        .agg(amount_totals().into_iter().chain([count_distinct("amount")]))
+        .write_stream()
+        .query_name("many-row-totals")
+        .checkpoint_location(chk)
+        .output_mode(OutputMode::Append)
+        .trigger(Trigger::available_now())
+}
+
+/// (window start ms, merchant) -> distinct amounts, from output rows whose
+/// window start is first and merchant third.
+fn distinct_amounts(batches: &[RecordBatch]) -> BTreeMap<(i64, i64), i64> {
+    let mut out = BTreeMap::new();
+    for b in batches {
+        let starts = b.column(0).as_primitive::<TimestampMillisecondType>();
+        let merchants = b.column(2).as_primitive::<Int64Type>();
+        let n = b
+            .column_by_name("count_distinct_amount")
+            .unwrap()
+            .as_primitive::<Int64Type>();
+        for r in 0..b.num_rows() {
+            out.insert((starts.value(r), merchants.value(r)), n.value(r));
+        }
+    }
+    out
+}
+
+/// A batch of more rows than one core should aggregate is aggregated in
+/// parts, split by a hash of the window and merchant (on two workers and
+/// two cores; on one core, in one part, to the same totals). Through a
+/// crash in the second batch, each minute comes out once with the totals
+/// and distinct amounts of all its rows, the minute both batches hold
+/// merged from the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_of_many_rows_aggregate_in_parts_to_the_totals_of_all_rows_through_crashes() {
+    let chunks = many_rows();
+    let expected = golden(&chunks, 60_000, 60_000);
+    assert_eq!(
+        expected.len(),
+        3 * MANY_MERCHANTS as usize,
+        "every merchant in each of the three minutes"
+    );
+    let mut distinct: BTreeMap<(i64, i64), BTreeSet<i64>> = BTreeMap::new();
+    for e in chunks.iter().flatten() {
+        distinct.entry((e.2 - e.2.rem_euclid(60_000), e.0)).or_default().insert(e.1);
+    }
+    let expected_distinct: BTreeMap<(i64, i64), i64> =
+        distinct.into_iter().map(|(group, amounts)| (group, amounts.len() as i64)).collect();
+    for point in CrashPoint::ALL {
+        let (table, q) = through_a_crash(&chunks, 1, point, many_row_totals).await;
+        let batches = table.batches();
+        // Compared whole, not printed: the maps hold 6,000 groups.
+        assert!(totals(&batches, false) == expected, "totals after a crash at {point}");
+        assert!(
+            distinct_amounts(&batches) == expected_distinct,
+            "distinct amounts after a crash at {point}"
+        );
+        let state = &q.last_progress().unwrap().state[0];
+        assert_eq!(state.rows, 1, "only the last event's window is kept: {state:?}");
     }
 }
 
@@ -188,7 +363,7 @@ async fn update_and_complete_end_with_the_totals_of_all_the_input() {
             q.await_termination().await.unwrap();
         }
         let latest = mode == OutputMode::Update;
-        assert_eq!(totals(&table.batches(), latest), golden(&chunks), "{mode}");
+        assert_eq!(totals(&table.batches(), latest), golden(&chunks, 60_000, 60_000), "{mode}");
     }
 }
 
@@ -399,11 +574,7 @@ async fn a_grouping_that_cannot_run_is_refused_at_start() {
     let cases = [
         (
             read_stream(MemoryStream::new(event_schema()))
-                .group_by([weir_sql::sliding_window(
-                    "ts",
-                    Duration::from_secs(10),
-                    Duration::from_secs(20),
-                )])
+                .group_by([sliding_window("ts", Duration::from_secs(10), Duration::from_secs(20))])
                 .agg([count()]),
             "rows between windows would be lost",
         ),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
+use arrow_array::types::{Int64Type, TimestampMillisecondType};
 use arrow_array::{Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use weir_core::crash::{CrashPoint, CrashPoints};
@@ -185,6 +185,103 @@ async fn drop_duplicates_within_watermark_keeps_a_key_for_the_delay_then_forgets
     let mut ids = event_ids(&table.batches());
     ids.sort_unstable();
     assert_eq!(ids, [1, 1, 2, 3]);
+}
+
+/// Batches for `within` (id, event time in seconds), a run each: repeats
+/// within a batch and across batches, keys forgotten and then passed
+/// again, late rows.
+fn within_batches() -> Vec<Vec<(i64, i64)>> {
+    vec![
+        // Passes 1 (held until the watermark reaches 110 s) and 2 (111 s).
+        // The watermark becomes 95 s.
+        vec![(1, 100), (1, 105), (2, 101)],
+        // Passes 3 (held until 125 s) alone. The watermark becomes 105 s.
+        vec![(3, 115), (2, 108), (1, 109)],
+        // Id 1 is still held; 4 passes once. The watermark becomes 111 s:
+        // 1 and 2 are forgotten.
+        vec![(1, 112), (4, 120), (4, 121)],
+        // Id 1 passes again; 2 at 109 s is late; 3 is still held; 5 passes.
+        // The watermark becomes 120 s.
+        vec![(1, 118), (2, 109), (3, 119), (5, 130)],
+        // The watermark becomes 130 s: 3, 1 (held until 128 s) and 4 (130 s)
+        // are forgotten; 5 and 6 stay.
+        vec![(6, 140)],
+        // Ids 3 and 4 pass again; 6 is still held; 5 at 129 s is late.
+        vec![(3, 131), (4, 135), (6, 141), (5, 129)],
+    ]
+}
+
+/// (id, event time in seconds) of each row, sorted.
+fn ids_and_times(batches: &[RecordBatch]) -> Vec<(i64, i64)> {
+    let mut rows: Vec<(i64, i64)> = batches
+        .iter()
+        .flat_map(|b| {
+            let ids = b.column_by_name("event_id").unwrap().as_primitive::<Int64Type>();
+            let times = b.column_by_name("ts").unwrap().as_primitive::<TimestampMillisecondType>();
+            (0..b.num_rows())
+                .map(|r| (ids.value(r), times.value(r) / 1000))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    rows.sort_unstable();
+    rows
+}
+
+/// What `within` leaves in a table after `within_batches`, a run each:
+/// its rows (as `ids_and_times`), the late rows the runs counted and the
+/// keys held at the end. With `crash` = (batch, point), the run of that
+/// batch crashes at the point and is started again.
+async fn within_through(crash: Option<(usize, CrashPoint)>) -> (Vec<(i64, i64)>, u64, u64) {
+    let chk = tempfile::tempdir().unwrap();
+    let table = MemorySink::new("t");
+    let input = MemoryStream::new(schema());
+    let mut late = 0;
+    let mut held = 0;
+    for (i, batch) in within_batches().iter().enumerate() {
+        input.add_batch(rows(batch)).unwrap();
+        if let Some((_, point)) = crash.filter(|(at, _)| *at == i) {
+            let q = within(&input, chk.path())
+                .crash_points(CrashPoints::new().fail_at(point, None))
+                .start(table.clone())
+                .await
+                .unwrap();
+            assert!(matches!(q.await_termination().await, Err(Error::InjectedCrash { .. })));
+        }
+        let q = run(within(&input, chk.path()), &table).await;
+        late += q.recent_progress().iter().map(|p| p.late_rows).sum::<u64>();
+        held = q.last_progress().unwrap().state[0].rows;
+    }
+    (ids_and_times(&table.batches()), late, held)
+}
+
+/// A crash at any point of a batch that holds keys, forgets them or passes
+/// a forgotten key again leaves the rows of a run without it: each first
+/// row of a key once per stay in the state, late rows in none.
+#[tokio::test]
+async fn drop_duplicates_within_watermark_passes_the_rows_of_a_straight_run_through_crashes() {
+    let expected: [(i64, i64); 9] = [
+        (1, 100),
+        (1, 118),
+        (2, 101),
+        (3, 115),
+        (3, 131),
+        (4, 120),
+        (4, 135),
+        (5, 130),
+        (6, 140),
+    ];
+    // Held at the end: 3 and 4 until 141 s and 145 s, 5 and 6 until 140 s
+    // and 150 s, past the watermark of 131 s.
+    assert_eq!(within_through(None).await, (expected.to_vec(), 2, 4));
+    // Batch 2's run forgets ids 1 and 2; batch 3's passes 1 again and drops
+    // a late row.
+    for crash_at in [2, 3] {
+        for point in CrashPoint::ALL {
+            let (passed, _, held) = within_through(Some((crash_at, point))).await;
+            assert_eq!(passed, expected, "crash in batch {crash_at} at {point}");
+            assert_eq!(held, 4, "crash in batch {crash_at} at {point}");
+        }
+    }
 }
 
 #[tokio::test]
