@@ -8,9 +8,11 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{BinaryArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use weir_core::prelude::*;
 use weir_core::source::RateSource;
 use weir_delta::DeltaSink;
+use weir_test_support::readers::event_ids_with;
 use weir_test_support::{assert_exactly_once, assert_whole_batches};
 
 use crate::readers;
@@ -107,6 +109,156 @@ async fn a_partitioned_table_reads_the_same_in_duckdb_and_deltalake() {
     assert_eq!(commit["operationParameters"]["queryId"], q.id().to_string());
     assert_eq!(commit["weir.queryName"], "payments-bronze");
     assert_eq!(commit["weir.batchId"], 3);
+}
+
+/// Partition values that need escaping, one row each, with the folder the
+/// protocol puts the row's file in and the start of the file's `add.path`
+/// in the log. The folder is `zone=` and the value escaped as Hive escapes
+/// it (a space too); null and the empty string are both the default
+/// partition. `add.path` is that relative path as a URI: its `%` become
+/// `%25` and each byte of a non-ASCII character is escaped. (Spark leaves
+/// non-ASCII characters as they are; a URI reader decodes both spellings
+/// to the same folder.)
+const SPELLED: [(Option<&str>, &str, &str); 8] = [
+    (Some("10:00 utc"), "zone=10%3A00%20utc", "zone=10%253A00%2520utc/"),
+    (Some("50%"), "zone=50%25", "zone=50%2525/"),
+    (Some("a/b"), "zone=a%2Fb", "zone=a%252Fb/"),
+    (Some("k=v"), "zone=k%3Dv", "zone=k%253Dv/"),
+    (Some("z\u{fc}rich"), "zone=z\u{fc}rich", "zone=z%C3%BCrich/"),
+    (Some("\u{6771}\u{4eac}"), "zone=\u{6771}\u{4eac}", "zone=%E6%9D%B1%E4%BA%AC/"),
+    (Some(""), "zone=__HIVE_DEFAULT_PARTITION__", "zone=__HIVE_DEFAULT_PARTITION__/"),
+    (None, "zone=__HIVE_DEFAULT_PARTITION__", "zone=__HIVE_DEFAULT_PARTITION__/"),
+];
+
+/// Pins the spelling of partitioned files as written today, so that an
+/// upgrade of the log's serialisation cannot change it unnoticed: each
+/// value's folder on disk, its file's `add.path` in the raw log (which
+/// decodes to that folder), and `add.partitionValues` holding the value
+/// itself, null for null and for the empty string (the protocol reads an
+/// empty partition value as null; Spark writes null).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_folders_and_log_paths_are_spelled_as_the_protocol_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    let zoned = rate(SPELLED.len() as u64).map_batches(|b| {
+        let ids = b.column(0).as_primitive::<Int64Type>();
+        let zones: StringArray = ids
+            .iter()
+            .map(|id| id.and_then(|id| SPELLED.get(id as usize)).and_then(|s| s.0))
+            .collect();
+        let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("zone", DataType::Utf8, true));
+        let mut columns = b.columns().to_vec();
+        columns.push(Arc::new(zones));
+        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+    });
+    let sink = DeltaSink::try_new(table.to_str().unwrap())
+        .unwrap()
+        .with_partition_by(["zone"]);
+    let q = zoned
+        .write_stream()
+        .checkpoint_location(dir.path().join("c"))
+        // One writer: one file per partition.
+        .writer_parallelism(1)
+        .stop_after_batch(BatchId(0))
+        .start(sink)
+        .await
+        .unwrap();
+    q.await_termination().await.unwrap();
+
+    let mut folders: Vec<String> = std::fs::read_dir(&table)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name != "_delta_log")
+        .collect();
+    folders.sort_unstable();
+    let mut expected_folders: Vec<&str> = SPELLED.iter().map(|s| s.1).collect();
+    expected_folders.sort_unstable();
+    expected_folders.dedup();
+    assert_eq!(folders, expected_folders, "the table's folders");
+
+    let adds: Vec<serde_json::Value> = readers::log_actions(&table)
+        .into_iter()
+        .filter_map(|a| a.get("add").cloned())
+        .collect();
+    assert_eq!(
+        adds.len(),
+        expected_folders.len(),
+        "one file per partition, null and empty string sharing one: {adds:#?}"
+    );
+    let mut files = std::collections::BTreeMap::new();
+    for (id, (value, folder, logged)) in SPELLED.into_iter().enumerate() {
+        let add = adds
+            .iter()
+            .find(|a| a["path"].as_str().is_some_and(|p| p.starts_with(logged)))
+            .unwrap_or_else(|| panic!("no add.path starts with {logged} (for {value:?}): {adds:#?}"));
+        let path = add["path"].as_str().unwrap();
+        let name = &path[logged.len()..];
+        assert!(
+            name.starts_with("part-00000-")
+                && name.ends_with(".parquet")
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)),
+            "a file name that needs no escaping: {path}"
+        );
+        let decoded = percent_encoding::percent_decode_str(path).decode_utf8().unwrap();
+        assert_eq!(decoded, format!("{folder}/{name}"), "{path} decoded");
+        let file = table.join(&*decoded);
+        assert!(file.is_file(), "{path}: no file at {decoded}");
+        let ids = files.entry(decoded.into_owned()).or_insert_with(|| file_ids(&file));
+        assert!(ids.contains(&(id as i64)), "the row of {value:?} is not in {path}: {ids:?}");
+        let raw = match value {
+            Some(v) if !v.is_empty() => serde_json::Value::String(v.to_string()),
+            _ => serde_json::Value::Null,
+        };
+        assert_eq!(
+            add["partitionValues"],
+            serde_json::json!({ "zone": raw }),
+            "{path} (for {value:?})"
+        );
+    }
+    let ids: Vec<i64> = files.into_values().flatten().collect();
+    assert_exactly_once(&ids, 0..SPELLED.len() as i64);
+
+    if readers::python().is_none() {
+        return;
+    }
+    for reader in ["deltalake", "duckdb"] {
+        let (ids, _) = event_ids_with(reader, table.to_str().unwrap()).expect("readers present");
+        assert_exactly_once(&ids, 0..SPELLED.len() as i64);
+    }
+    // The values as Python deltalake reads them back from the log.
+    let describe = readers::read(&["describe", table.to_str().unwrap()]).expect("readers present");
+    let mut read: Vec<Option<String>> = describe["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["partition_values"]["zone"].as_str().map(str::to_string))
+        .collect();
+    read.sort_unstable();
+    let mut expected: Vec<Option<String>> = SPELLED
+        .iter()
+        .map(|s| s.0.filter(|v| !v.is_empty()).map(str::to_string))
+        .collect();
+    expected.sort_unstable();
+    expected.dedup();
+    assert_eq!(read, expected, "the partition values another reader sees");
+}
+
+/// The event ids in one data file, read straight from the disk.
+fn file_ids(file: &Path) -> Vec<i64> {
+    ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(file).unwrap())
+        .unwrap()
+        .build()
+        .unwrap()
+        .flat_map(|b| {
+            let b = b.unwrap();
+            b.column_by_name("event_id")
+                .unwrap()
+                .as_primitive::<Int64Type>()
+                .values()
+                .to_vec()
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
