@@ -1,8 +1,10 @@
 //! `to_table`: a stream into a table by name, created when missing, read
-//! back by other engines; with the checkpoint on S3 too, and with faults in
-//! the checkpoint's store.
+//! back by other engines; with the checkpoint on S3 too, with faults in the
+//! checkpoint's store, and with the network to the catalog and S3 cut,
+//! stalled or down.
 
 use weir::prelude::*;
+use weir_test_support::proxy::{Mode, TcpProxy};
 use weir_test_support::readers::{iceberg, json_ids, python, read};
 use weir_test_support::{assert_exactly_once, ObjectCheckpoints};
 
@@ -258,6 +260,39 @@ async fn checkpoint_faults_lose_and_repeat_nothing_in_iceberg() {
     checkpoint_faults_lose_and_repeat_nothing(TableFormat::Iceberg).await;
 }
 
+/// The `HOST:PORT` of a service's `http://HOST:PORT` address.
+fn socket(url: &str) -> std::net::SocketAddr {
+    url.trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .expect("http://HOST:PORT")
+}
+
+/// `catalog` with its tables' files on the test S3 reached at `endpoint`,
+/// with the environment's credentials.
+fn on_s3(catalog: weir::catalog::CatalogConfig, endpoint: &str) -> weir::catalog::CatalogConfig {
+    let env = |k: &str| std::env::var(k).unwrap_or_default();
+    catalog
+        .with_storage("s3.endpoint", endpoint)
+        .with_storage("s3.region", "us-east-1")
+        .with_storage("s3.access-key-id", env("AWS_ACCESS_KEY_ID"))
+        .with_storage("s3.secret-access-key", env("AWS_SECRET_ACCESS_KEY"))
+}
+
+/// The options of a checkpoint on the test S3 reached at `endpoint`, with a
+/// lease that network trouble outlasts within a test: 3 s, renewed every
+/// 300 ms.
+fn checkpoint_options(endpoint: &str) -> [(String, String); 5] {
+    [
+        ("aws_endpoint", endpoint),
+        ("aws_allow_http", "true"),
+        ("lease_ttl_ms", "3000"),
+        ("lease_renew_ms", "300"),
+        ("lease_clock_skew_ms", "500"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+}
+
 /// The table's catalog (PostgreSQL), its store and the checkpoint's (both
 /// S3) reached through loopback proxies that cut every open connection at
 /// random moments, mid-request: each stop is retryable, the next run
@@ -268,7 +303,6 @@ async fn network_cuts_lose_and_repeat_nothing(format: TableFormat) {
     use std::net::SocketAddr;
     use std::time::Duration;
     use weir::catalog::{CatalogConfig, Config};
-    use weir_test_support::proxy::TcpProxy;
 
     let (Some(endpoint), Some(pg)) = (
         weir_test_support::service("WEIR_TEST_S3_ENDPOINT"),
@@ -279,36 +313,23 @@ async fn network_cuts_lose_and_repeat_nothing(format: TableFormat) {
     if python().is_none() {
         return;
     }
-    let s3_addr: SocketAddr = endpoint.trim_start_matches("http://").parse().expect("host:port");
     let (pg_head, pg_tail) = pg.split_once('@').expect("postgres://USER@HOST:PORT/DB");
     let (pg_host, pg_db) = pg_tail.split_once('/').expect("a database");
     let pg_addr: SocketAddr = pg_host.parse().expect("host:port");
-    let mut s3 = TcpProxy::start(s3_addr).await.unwrap();
+    let mut s3 = TcpProxy::start(socket(&endpoint)).await.unwrap();
     let mut postgres = TcpProxy::start(pg_addr).await.unwrap();
     let pg_via = format!("{pg_head}@{}/{pg_db}", postgres.addr());
 
     let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
     let prefix = format!("s3://{bucket}/network/{}", uuid::Uuid::new_v4());
-    let env = |k: &str| std::env::var(k).unwrap_or_default();
     let config = Config::empty().with_catalog(
         "lake",
-        CatalogConfig::sql(pg_via, format!("{prefix}/warehouse"))
-            .with_format(format)
-            .with_storage("s3.endpoint", s3.http())
-            .with_storage("s3.region", "us-east-1")
-            .with_storage("s3.access-key-id", env("AWS_ACCESS_KEY_ID"))
-            .with_storage("s3.secret-access-key", env("AWS_SECRET_ACCESS_KEY")),
+        on_s3(CatalogConfig::sql(pg_via, format!("{prefix}/warehouse")), &s3.http()).with_format(format),
     );
     let catalogs = Catalogs::new(config);
     let ns = format!("net_{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let name = format!("lake.{ns}.events");
-    let options = [
-        ("aws_endpoint".to_string(), s3.http()),
-        ("aws_allow_http".to_string(), "true".to_string()),
-        ("lease_ttl_ms".to_string(), "3000".to_string()),
-        ("lease_renew_ms".to_string(), "300".to_string()),
-        ("lease_clock_skew_ms".to_string(), "500".to_string()),
-    ];
+    let options = checkpoint_options(&s3.http());
     let writer = || {
         read_stream(RateSource::rows_per_batch(10))
             .write_stream()
@@ -371,4 +392,234 @@ async fn network_cuts_lose_and_repeat_nothing_in_delta() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn network_cuts_lose_and_repeat_nothing_in_iceberg() {
     network_cuts_lose_and_repeat_nothing(TableFormat::Iceberg).await;
+}
+
+/// An Iceberg table in the REST catalog of the test SeaweedFS, with the
+/// catalog's endpoint, the table's S3 and the checkpoint's S3 each reached
+/// through a loopback proxy that cuts every open connection at random
+/// moments, mid-request: a commit cut after the catalog took it is a swap
+/// of unknown outcome, which the table as read next must settle. Each stop
+/// is retryable, the next run resumes, and once the proxies calm down and
+/// the run ends, the table holds every id once, read past the proxies by
+/// pyiceberg through the same catalog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_cuts_lose_and_repeat_nothing_in_iceberg_rest() {
+    use std::time::Duration;
+    use weir::catalog::{CatalogConfig, Config};
+
+    let (Some(endpoint), Some(uri)) = (
+        weir_test_support::service("WEIR_TEST_S3_ENDPOINT"),
+        weir_test_support::service("WEIR_TEST_ICEBERG_REST_URI"),
+    ) else {
+        return;
+    };
+    if python().is_none() {
+        return;
+    }
+    let warehouse = std::env::var("WEIR_TEST_ICEBERG_REST_WAREHOUSE").unwrap_or_else(|_| "s3://weirtables/".into());
+    let mut rest = TcpProxy::start(socket(&uri)).await.unwrap();
+    // The table's files and the checkpoint have a proxy each, so each shows
+    // that its requests went through one.
+    let mut files = TcpProxy::start(socket(&endpoint)).await.unwrap();
+    let mut checkpoints = TcpProxy::start(socket(&endpoint)).await.unwrap();
+    let env = |k: &str| std::env::var(k).unwrap_or_default();
+    // The table's files are reached at the catalog's `s3.endpoint`: the
+    // server's configuration could replace it (its overrides win), and
+    // SeaweedFS's names its own S3 only in its answers to table loads,
+    // which weir takes no storage settings from.
+    let catalog = on_s3(CatalogConfig::rest(rest.http(), warehouse.as_str()), &files.http()).with_credential(format!(
+        "{}:{}",
+        env("AWS_ACCESS_KEY_ID"),
+        env("AWS_SECRET_ACCESS_KEY")
+    ));
+    let catalogs = Catalogs::new(Config::empty().with_catalog("lake", catalog));
+    let table = format!("net_{}.events", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let name = format!("lake.{table}");
+    let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
+    let chk = format!("s3://{bucket}/network-rest/{}/chk/", uuid::Uuid::new_v4());
+    let options = checkpoint_options(&checkpoints.http());
+    let writer = || {
+        read_stream(RateSource::rows_per_batch(10))
+            .write_stream()
+            .query_name("network")
+            .checkpoint_location(&chk)
+            .checkpoint_options(options.clone())
+            .stop_after_batch(BatchId(99))
+    };
+    rest.cut_at_random(Duration::from_millis(800), 47);
+    files.cut_at_random(Duration::from_millis(400), 53);
+    checkpoints.cut_at_random(Duration::from_millis(400), 59);
+    let mut stops = 0;
+    loop {
+        let ran = match writer().to_table_in(&catalogs, &name, TableOptions::new()).await {
+            Ok(q) => q.await_termination().await.map_err(|e| (e.to_string(), e.retryable())),
+            Err(e) => Err((e.to_string(), e.retryable())),
+        };
+        match ran {
+            Ok(()) => break,
+            Err((message, retryable)) => {
+                assert!(retryable, "a cut connection stopped the query for good: {message}");
+                stops += 1;
+                assert!(stops < 1_000, "no progress: {message}");
+            }
+        }
+    }
+    rest.calm();
+    files.calm();
+    checkpoints.calm();
+    eprintln!(
+        "REST: {stops} stops; connections cut open: {} of {} to the catalog, {} of {} to the table's S3, {} of {} to the checkpoint's",
+        rest.severed(),
+        rest.connections(),
+        files.severed(),
+        files.connections(),
+        checkpoints.severed(),
+        checkpoints.connections()
+    );
+    assert!(
+        files.connections() > 0,
+        "the table's files were not written through their proxy: the catalog's configuration replaced s3.endpoint"
+    );
+    assert!(
+        rest.severed() >= 1 && files.severed() >= 3 && checkpoints.severed() >= 3,
+        "too few connections cut to tell"
+    );
+    // Once more, calm: nothing left to do, and nothing repeated.
+    run(writer(), &name, Some((&catalogs, TableOptions::new())))
+        .await
+        .unwrap();
+    let reader = format!("rest+{uri}#{warehouse}");
+    let ids = json_ids(&iceberg(&["ids", "pyiceberg", &reader, &table]).expect("readers present"));
+    assert_exactly_once(&ids, 0..1_000);
+}
+
+/// How long S3 stays stalled or down in the outage tests: longer than the
+/// checkpoint's lease (3 s) and than the few seconds the S3 clients' retries
+/// of one request usually take, shorter than their 30 s request timeout, so
+/// a stalled request is held, not timed out.
+const OUTAGE: std::time::Duration = std::time::Duration::from_secs(8);
+
+/// How a run ended: its error's message and whether a retry may help. A run
+/// not ended two minutes on has hung: its S3 clients give up on a silent
+/// server after 30 s.
+async fn ended(query: &StreamingQuery) -> Result<(), (String, bool)> {
+    tokio::time::timeout(std::time::Duration::from_secs(120), query.await_termination())
+        .await
+        .expect("the run hung: a request got no answer and no timeout ended it")
+        .map_err(|e| (e.to_string(), e.retryable()))
+}
+
+/// A query whose table and checkpoint are on S3 behind one proxy (its
+/// catalog, PostgreSQL, reached directly), with a 3 s lease: once a few
+/// batches are in, S3 goes `mode` ([`Mode::Stall`]: every byte held in
+/// both directions; [`Mode::Down`]: open connections cut, new ones closed
+/// as they open) for longer than the lease, then passes again. The run
+/// carries on, or stops with a retryable error that names the table or the
+/// checkpoint; it never hangs. Restarts resume it to its last batch, one
+/// more run finds nothing left to do, and the table holds every id once,
+/// read past the proxy by the format's Python reader.
+async fn s3_outage_loses_and_repeats_nothing(format: TableFormat, mode: Mode) {
+    use std::time::Duration;
+    use weir::catalog::{CatalogConfig, Config};
+
+    let (Some(endpoint), Some(pg)) = (
+        weir_test_support::service("WEIR_TEST_S3_ENDPOINT"),
+        weir_test_support::service("WEIR_TEST_POSTGRES_URL"),
+    ) else {
+        return;
+    };
+    if python().is_none() {
+        return;
+    }
+    let s3 = TcpProxy::start(socket(&endpoint)).await.unwrap();
+    let bucket = std::env::var("WEIR_TEST_S3_BUCKET").unwrap_or_else(|_| "weir".into());
+    // In the table's location and the checkpoint's, so an error naming
+    // either names it.
+    let run_path = format!("outage/{}", uuid::Uuid::new_v4());
+    let prefix = format!("s3://{bucket}/{run_path}");
+    let config = Config::empty().with_catalog(
+        "lake",
+        on_s3(
+            CatalogConfig::sql(pg.as_str(), format!("{prefix}/warehouse")),
+            &s3.http(),
+        )
+        .with_format(format),
+    );
+    let catalogs = Catalogs::new(config);
+    let table = format!("outage_{}.events", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let name = format!("lake.{table}");
+    let options = checkpoint_options(&s3.http());
+    let last: u64 = 79;
+    let writer = || {
+        read_stream(RateSource::rows_per_batch(10))
+            .write_stream()
+            .query_name("outage")
+            .checkpoint_location(format!("{prefix}/chk/"))
+            .checkpoint_options(options.clone())
+            .trigger(Trigger::processing_time(Duration::from_millis(100)))
+            .stop_after_batch(BatchId(last))
+    };
+    let first = writer()
+        .to_table_in(&catalogs, &name, TableOptions::new())
+        .await
+        .unwrap();
+    while first.is_active() && first.last_progress().map_or(0, |p| p.batch_id.0) < 3 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        first.is_active(),
+        "the first run ended before the outage: {:?}",
+        first.exception()
+    );
+    s3.set(mode);
+    tokio::time::sleep(OUTAGE).await;
+    s3.set(Mode::Pass);
+    let mut ran = ended(&first).await;
+    let mut stops = 0;
+    while let Err((message, retryable)) = &ran {
+        assert!(*retryable, "S3 {mode:?} stopped the query for good: {message}");
+        assert!(
+            message.contains(&run_path) || message.contains(&table),
+            "the error names neither the table nor the checkpoint: {message}"
+        );
+        stops += 1;
+        assert!(stops < 100, "no progress: {message}");
+        ran = match writer().to_table_in(&catalogs, &name, TableOptions::new()).await {
+            Ok(q) => ended(&q).await,
+            Err(e) => Err((e.to_string(), e.retryable())),
+        };
+    }
+    eprintln!("{format:?}, S3 {mode:?} for {OUTAGE:?}: {stops} stops");
+    // Once more: nothing left to do, and nothing repeated.
+    run(writer(), &name, Some((&catalogs, TableOptions::new())))
+        .await
+        .unwrap();
+    let ids = match format {
+        TableFormat::Delta => {
+            let location = catalogs.find(&name).await.unwrap().expect("the table").location;
+            json_ids(&read(&["ids", "deltalake", &location]).expect("readers present"))
+        }
+        _ => json_ids(&iceberg(&["ids", "pyiceberg", &pg, &table]).expect("readers present")),
+    };
+    assert_exactly_once(&ids, 0..(last as i64 + 1) * 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_s3_loses_and_repeats_nothing_in_delta() {
+    s3_outage_loses_and_repeats_nothing(TableFormat::Delta, Mode::Stall).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_s3_loses_and_repeats_nothing_in_iceberg() {
+    s3_outage_loses_and_repeats_nothing(TableFormat::Iceberg, Mode::Stall).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_s3_gone_down_loses_and_repeats_nothing_in_delta() {
+    s3_outage_loses_and_repeats_nothing(TableFormat::Delta, Mode::Down).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_s3_gone_down_loses_and_repeats_nothing_in_iceberg() {
+    s3_outage_loses_and_repeats_nothing(TableFormat::Iceberg, Mode::Down).await;
 }
