@@ -23,7 +23,7 @@ import threading
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "integration", "readers"))
-from read_spark import jars  # noqa: E402  (the suite's Spark reader finds the jars)
+from read_spark import jars, scratch_warehouse  # noqa: E402  (the suite's Spark reader finds the jars)
 
 
 def session(fmt, where, existing=None):
@@ -39,6 +39,7 @@ def session(fmt, where, existing=None):
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", scratch_warehouse())
     )
     if fmt == "delta":
         builder = (

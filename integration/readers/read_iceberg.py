@@ -6,11 +6,11 @@ optionally followed by #NAME for a catalog name other than "lake"; or
 rest+URI#WAREHOUSE for an Iceberg REST catalog (the test SeaweedFS).
 
 Usage:
-    read_iceberg.py ids pyiceberg|duckdb|duckdb-dir|clickhouse CATALOG NAMESPACE.TABLE
-        -> {"ids": [...], "rows": n, "amount_cents": sum}
+    read_iceberg.py ids pyiceberg|duckdb|duckdb-dir|clickhouse CATALOG NAMESPACE.TABLE [SNAPSHOT_ID]
+        -> {"ids": [...], "rows": n, "amount_cents": sum}, as of that snapshot if given
     read_iceberg.py ids-or-none ...   as ids; a missing table reads as no rows
     read_iceberg.py ids-at CATALOG NAMESPACE.TABLE SNAPSHOT_ID
-        -> {"ids": [...], "rows": n} as of that snapshot
+        -> as ids, by pyiceberg as of that snapshot
     read_iceberg.py counts pyiceberg|duckdb CATALOG NAMESPACE.TABLE
         -> {"counts": [[event_id, count], ...]}, sorted (an Update-mode count by key)
     read_iceberg.py window-totals pyiceberg|duckdb CATALOG NAMESPACE.TABLE
@@ -86,10 +86,12 @@ def duckdb_connection(location=""):
     return duckdb_offline.connect("avro", "iceberg")
 
 
-def ids(reader, where, name):
+def ids(reader, where, name, snapshot_id=None):
+    """The event ids and amounts of the table, or of its snapshot
+    `snapshot_id` (time travel), by `reader`."""
     table = catalog(where).load_table(name)
     if reader == "pyiceberg":
-        t = table.scan().to_arrow()
+        t = table.scan(snapshot_id=snapshot_id).to_arrow()
         event_ids = t.column("event_id").to_pylist()
         cents = None
         if "amount" in t.column_names:
@@ -99,9 +101,12 @@ def ids(reader, where, name):
         # duckdb-dir opens the table directory, through metadata/version-hint.text.
         location = (table.metadata_location if reader == "duckdb" else table.metadata.location).removeprefix("file://")
         con = duckdb_connection(location)
-        names = [r[0] for r in con.execute("DESCRIBE SELECT * FROM iceberg_scan(?)", [location]).fetchall()]
+        scan, params = "iceberg_scan(?)", [location]
+        if snapshot_id is not None:
+            scan, params = "iceberg_scan(?, snapshot_from_id => ?)", [location, snapshot_id]
+        names = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {scan}", params).fetchall()]
         amount = "amount" if "amount" in names else "NULL"
-        rows = con.execute(f"SELECT event_id, {amount} FROM iceberg_scan(?)", [location]).fetchall()
+        rows = con.execute(f"SELECT event_id, {amount} FROM {scan}", params).fetchall()
         cents = None
         if "amount" in names:
             cents = sum(int(r[1] * 100) for r in rows if r[1] is not None)
@@ -110,7 +115,8 @@ def ids(reader, where, name):
         import read_table
 
         location = read_table.local(table.metadata.location)
-        return read_table.clickhouse_ids(f"icebergLocal('{location}')")
+        settings = {} if snapshot_id is None else {"iceberg_snapshot_id": snapshot_id}
+        return read_table.clickhouse_ids(f"icebergLocal('{location}')", settings)
     raise SystemExit(f"unknown reader {reader!r}")
 
 
@@ -154,13 +160,6 @@ def counts(reader, where, name):
     else:
         raise SystemExit(f"unknown reader {reader!r}")
     return {"counts": sorted(got)}
-
-
-def ids_at(where, name, snapshot_id):
-    """The event ids of the table as of one snapshot (time travel)."""
-    table = catalog(where).load_table(name)
-    t = table.scan(snapshot_id=int(snapshot_id)).to_arrow()
-    return {"ids": t.column("event_id").to_pylist(), "rows": t.num_rows}
 
 
 def delete(where, name, predicate):
@@ -313,7 +312,8 @@ def create(where, warehouse, name):
 def main():
     cmd = sys.argv[1]
     if cmd == "ids":
-        out = ids(sys.argv[2], sys.argv[3], sys.argv[4])
+        snapshot_id = int(sys.argv[5]) if len(sys.argv) > 5 else None
+        out = ids(sys.argv[2], sys.argv[3], sys.argv[4], snapshot_id)
     elif cmd == "ids-or-none":
         # As ids, but no table reads as no rows.
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
@@ -323,7 +323,7 @@ def main():
         except (NoSuchTableError, NoSuchNamespaceError):
             out = {"ids": [], "rows": 0, "amount_cents": 0}
     elif cmd == "ids-at":
-        out = ids_at(sys.argv[2], sys.argv[3], sys.argv[4])
+        out = ids("pyiceberg", sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif cmd == "counts":
         out = counts(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "window-totals":

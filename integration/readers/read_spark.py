@@ -38,10 +38,13 @@ The jars come from WEIR_SPARK_JARS (default .cache/spark-jars), fetched by
 scripts/spark-jars.sh from integration/readers/spark/pom.xml.
 """
 
+import atexit
 import glob
 import json
 import os
+import shutil
 import sys
+import tempfile
 from urllib.parse import urlparse
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -65,6 +68,15 @@ def jars():
     return found
 
 
+def scratch_warehouse():
+    """A warehouse directory of Spark's own for this process, removed at its
+    end: every table here is opened by path or through a catalog, and
+    without it Spark leaves an empty spark-warehouse/ where it was started."""
+    folder = tempfile.mkdtemp(prefix="weir-spark-warehouse-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 def session():
     from pyspark.sql import SparkSession
 
@@ -84,6 +96,7 @@ def session():
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", scratch_warehouse())
         # Delta's VACUUM lists the table in this many tasks (10,000 by default).
         .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", "4")
         # Tests vacuum with no retention.

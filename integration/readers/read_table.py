@@ -1,10 +1,10 @@
 """Independent readers of weir's tables, for weir's tests.
 
 Usage:
-    read_table.py ids deltalake|duckdb|clickhouse <table dir>
-        -> {"ids": [...], "rows": n, "amount_cents": sum}
+    read_table.py ids deltalake|duckdb|clickhouse <table dir> [<version>]
+        -> {"ids": [...], "rows": n, "amount_cents": sum}, as of that version if given
     read_table.py ids-at <table dir> <version>
-        -> {"ids": [...], "rows": n, "amount_cents": sum}, by Python deltalake at that version
+        -> as ids, by Python deltalake at that version
     read_table.py ids-files <parquet file>...
         -> {"ids": [...], "rows": n}, by DuckDB reading exactly these files
     read_table.py txn <table dir> <app id>...
@@ -49,11 +49,13 @@ def storage_options(table):
     }
 
 
-def ids(reader, table):
+def ids(reader, table, version=None):
+    """The event ids and amounts of the table, or of its version `version`
+    (time travel), by `reader`."""
     if reader == "deltalake":
         from deltalake import DeltaTable
 
-        t = DeltaTable(table, storage_options=storage_options(table)).to_pyarrow_table()
+        t = DeltaTable(table, version=version, storage_options=storage_options(table)).to_pyarrow_table()
         names = t.column_names
         event_ids = t.column("event_id").to_pylist() if "event_id" in names else []
         cents = None
@@ -62,19 +64,19 @@ def ids(reader, table):
         return {"ids": event_ids, "rows": t.num_rows, "amount_cents": cents}
     if reader == "duckdb":
         con = duckdb_connection(table)
-        cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM delta_scan('{table}')").fetchall()]
-        rows = con.execute(f"SELECT count(*) FROM delta_scan('{table}')").fetchone()[0]
+        scan = f"delta_scan('{table}')" if version is None else f"delta_scan('{table}', version => {int(version)})"
+        cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()]
+        rows = con.execute(f"SELECT count(*) FROM {scan}").fetchone()[0]
         event_ids = []
         if "event_id" in cols:
-            event_ids = [r[0] for r in con.execute(f"SELECT event_id FROM delta_scan('{table}')").fetchall()]
+            event_ids = [r[0] for r in con.execute(f"SELECT event_id FROM {scan}").fetchall()]
         cents = None
         if "amount" in cols:
-            cents = con.execute(
-                f"SELECT CAST(coalesce(sum(amount), 0) * 100 AS BIGINT) FROM delta_scan('{table}')"
-            ).fetchone()[0]
+            cents = con.execute(f"SELECT CAST(coalesce(sum(amount), 0) * 100 AS BIGINT) FROM {scan}").fetchone()[0]
         return {"ids": event_ids, "rows": rows, "amount_cents": cents}
     if reader == "clickhouse":
-        return clickhouse_ids(f"deltaLakeLocal('{local(table)}')")
+        settings = {} if version is None else {"delta_lake_snapshot_version": int(version)}
+        return clickhouse_ids(f"deltaLakeLocal('{local(table)}')", settings)
     raise SystemExit(f"unknown reader {reader}")
 
 
@@ -85,16 +87,20 @@ def local(table):
     return os.path.abspath(table.removeprefix("file://")).replace("'", "\\'")
 
 
-def clickhouse_ids(source):
+def clickhouse_ids(source, settings=None):
     """Event ids and amounts by ClickHouse (chdb, in process) from a table
-    function such as deltaLakeLocal('dir')."""
+    function such as deltaLakeLocal('dir'), with query `settings` (such as
+    the version to read)."""
     import chdb
 
     # chdb reads files under its working directory only.
     os.chdir("/")
-    names = [r[0] for r in json.loads(chdb.query(f"DESCRIBE {source}", "JSONCompact").bytes())["data"]]
+    tail = ""
+    if settings:
+        tail = " SETTINGS " + ", ".join(f"{k} = {v}" for k, v in settings.items())
+    names = [r[0] for r in json.loads(chdb.query(f"DESCRIBE {source}{tail}", "JSONCompact").bytes())["data"]]
     amount = "toString(amount)" if "amount" in names else "NULL"
-    out = chdb.query(f"SELECT event_id, {amount} FROM {source}", "JSONCompact")
+    out = chdb.query(f"SELECT event_id, {amount} FROM {source}{tail}", "JSONCompact")
     rows = json.loads(out.bytes())["data"]
     cents = None
     if "amount" in names:
@@ -138,14 +144,6 @@ def window_totals(reader, table):
         ).fetchall()
         return {"groups": sorted([list(r) for r in rows])}
     raise SystemExit(f"unknown reader {reader}")
-
-
-def ids_at(table, version):
-    from deltalake import DeltaTable
-
-    t = DeltaTable(table, version=version, storage_options=storage_options(table)).to_pyarrow_table()
-    cents = sum(int(a * 100) for a in t.column("amount").to_pylist() if a is not None)
-    return {"ids": t.column("event_id").to_pylist(), "rows": t.num_rows, "amount_cents": cents}
 
 
 def ids_files(files):
@@ -193,9 +191,10 @@ def describe(table):
 def main():
     cmd = sys.argv[1]
     if cmd == "ids":
-        out = ids(sys.argv[2], sys.argv[3])
+        version = int(sys.argv[4]) if len(sys.argv) > 4 else None
+        out = ids(sys.argv[2], sys.argv[3], version)
     elif cmd == "ids-at":
-        out = ids_at(sys.argv[2], int(sys.argv[3]))
+        out = ids("deltalake", sys.argv[2], int(sys.argv[3]))
     elif cmd == "ids-files":
         out = ids_files(sys.argv[2:])
     elif cmd == "txn":

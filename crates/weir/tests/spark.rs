@@ -16,7 +16,8 @@ use weir::prelude::*;
 use weir_test_support::operators::counted_groups;
 use weir_test_support::readers::{iceberg, python, read, wrong_rows, Spark};
 
-/// Rows a batch; every table but the compacted ones takes three batches.
+/// Rows a batch; every table but the compacted ones (five batches) and
+/// those of many commits (twelve) takes three batches.
 const ROWS: u64 = 100;
 
 /// Partition values of every kind the Delta protocol escapes: `:`, `%`,
@@ -150,17 +151,20 @@ fn iceberg_options(partition_by: &[&str]) -> TableOptions {
         .partition_by(partition_by.iter().copied())
 }
 
+/// A Delta table read by every reader, as of `version` (time travel) if
+/// given.
 fn delta_case(name: &'static str, dir: &str, version: Option<i64>, ids: Range<i64>) -> Case {
     let mut read = serde_json::json!({"op": "read", "format": "delta", "table": dir});
-    let others = match version {
-        Some(v) => {
-            read["version"] = v.into();
-            vec![("deltalake", vec!["ids-at".into(), dir.into(), v.to_string()])]
-        }
-        None => ["deltalake", "duckdb", "clickhouse"]
-            .map(|r| (r, vec!["ids".into(), r.into(), dir.into()]))
-            .to_vec(),
-    };
+    if let Some(v) = version {
+        read["version"] = v.into();
+    }
+    let others = ["deltalake", "duckdb", "clickhouse"]
+        .map(|r| {
+            let mut args = vec!["ids".to_string(), r.into(), dir.into()];
+            args.extend(version.map(|v| v.to_string()));
+            (r, args)
+        })
+        .to_vec();
     Case {
         name,
         spark: read,
@@ -169,20 +173,20 @@ fn delta_case(name: &'static str, dir: &str, version: Option<i64>, ids: Range<i6
     }
 }
 
+/// An Iceberg table read by every reader, as of `snapshot` (time travel)
+/// if given.
 fn iceberg_case(name: &'static str, db: &str, table: &str, snapshot: Option<i64>, ids: Range<i64>) -> Case {
     let mut read = serde_json::json!({"op": "read", "format": "iceberg", "catalog": db, "table": table});
-    let others = match snapshot {
-        Some(s) => {
-            read["snapshot"] = s.into();
-            vec![(
-                "pyiceberg",
-                vec!["ids-at".into(), db.into(), table.into(), s.to_string()],
-            )]
-        }
-        None => ["pyiceberg", "duckdb", "clickhouse"]
-            .map(|r| (r, vec!["ids".into(), r.into(), db.into(), table.into()]))
-            .to_vec(),
-    };
+    if let Some(s) = snapshot {
+        read["snapshot"] = s.into();
+    }
+    let others = ["pyiceberg", "duckdb", "clickhouse"]
+        .map(|r| {
+            let mut args = vec!["ids".to_string(), r.into(), db.into(), table.into()];
+            args.extend(snapshot.map(|s| s.to_string()));
+            (r, args)
+        })
+        .to_vec();
     Case {
         name,
         spark: read,
@@ -226,7 +230,7 @@ async fn spark_duckdb_clickhouse_and_the_python_readers_read_every_table_weir_wr
     let mut cases = Vec::new();
 
     // Delta: plain, partitioned by every kind of value, compacted (and
-    // read as of before), vacuumed.
+    // read as of before), vacuumed, with a log checkpoint.
     write(&catalogs, chk.path(), "bronze.plain", delta(&[]), same, 3).await;
     cases.push(delta_case("delta plain", &dir("bronze.plain"), None, all.clone()));
     write(&catalogs, chk.path(), "bronze.zones", delta(&["zone"]), with_zones, 3).await;
@@ -288,6 +292,22 @@ async fn spark_duckdb_clickhouse_and_the_python_readers_read_every_table_weir_wr
         .await
         .unwrap();
     cases.push(delta_case("delta vacuumed", &dir("bronze.vacuumed"), None, 0..500));
+    // Version 0 creates the table, 1..=12 are the batches: the sink's
+    // background checkpoints are of versions 4 and 9, and the query waits
+    // for the last as it stops. Readers start from the newest.
+    let options = delta(&[]).property("delta.checkpointInterval", "5");
+    write(&catalogs, chk.path(), "bronze.checkpointed", options, same, 12).await;
+    let log = std::path::Path::new(&dir("bronze.checkpointed")).join("_delta_log");
+    let last = std::fs::read(log.join("_last_checkpoint")).expect("_last_checkpoint");
+    let last: serde_json::Value = serde_json::from_slice(&last).unwrap();
+    assert_eq!(last["version"], 9, "{last}");
+    assert!(log.join("00000000000000000009.checkpoint.parquet").exists());
+    cases.push(delta_case(
+        "delta with a log checkpoint",
+        &dir("bronze.checkpointed"),
+        None,
+        0..1200,
+    ));
 
     // Both formats: Complete mode (the whole result each batch: 7 groups
     // counted, ids 0..7), and a query whose schema grows when it restarts
@@ -342,7 +362,7 @@ async fn spark_duckdb_clickhouse_and_the_python_readers_read_every_table_weir_wr
     ));
 
     // Iceberg: plain, partitioned by every transform, compacted (and read
-    // as of before), expired.
+    // as of before), expired, with merged manifests.
     let specs: [(&'static str, &str, &[&str]); 5] = [
         ("iceberg plain", "silver.plain", &[]),
         (
@@ -397,6 +417,28 @@ async fn spark_duckdb_clickhouse_and_the_python_readers_read_every_table_weir_wr
         .await
         .unwrap();
     cases.push(iceberg_case("iceberg expired", &db, "silver.expired", None, 0..500));
+    // Twelve appends, one manifest each, merged once three are small: in
+    // the background, or in the commit once six wait. Either way the
+    // current snapshot lists a merged manifest and fewer than twelve.
+    let options = iceberg_options(&[]).property("commit.manifest.min-count-to-merge", "3");
+    write(&catalogs, chk.path(), "silver.manifests", options, same, 12).await;
+    let listed = iceberg(&["manifests", &db, "silver.manifests"]).expect("readers present");
+    let newest = listed["snapshots"]
+        .as_array()
+        .and_then(|s| s.last())
+        .expect("a snapshot");
+    let current: Vec<String> = serde_json::from_value(newest["manifests"].clone()).expect("manifest paths");
+    assert!(
+        current.len() < 12 && current.iter().any(|m| m.contains("-merged-")),
+        "{current:?}"
+    );
+    cases.push(iceberg_case(
+        "iceberg with merged manifests",
+        &db,
+        "silver.manifests",
+        None,
+        0..1200,
+    ));
 
     let Some(mut spark) = Spark::start() else { return };
     let mut failures = Vec::new();

@@ -114,7 +114,8 @@ fn check_iceberg(spark: &mut Spark, db: &str, table: &str, expected: &[i64], fai
 }
 
 /// Spark writes a partitioned Delta table with an idempotent write (its
-/// `txn`, as its streaming sink leaves), weir appends and compacts, Spark
+/// `txn`, as its streaming sink leaves), then adds a nullable column; weir,
+/// whose stream lacks it, appends (its rows null there) and compacts; Spark
 /// appends again: each reader sees every row once, and both markers hold.
 async fn delta_spark_then_weir_then_spark(spark: &mut Spark, dir: &Path, failures: &mut Vec<String>) {
     let table = dir.join("spark_first");
@@ -123,6 +124,7 @@ async fn delta_spark_then_weir_then_spark(spark: &mut Spark, dir: &Path, failure
         json!({"op": "rows", "table": t, "first": 10_000, "end": 10_100, "zone": true,
                     "app_id": "spark-query", "version": 0}),
     );
+    spark.ok(json!({"op": "sql", "sql": format!("ALTER TABLE delta.`{t}` ADD COLUMNS (note STRING)")}));
     weir_into_delta(&table, &dir.join("chk-delta"), "weir-after-spark", true, 3)
         .await
         .expect("weir appends to Spark's table");
@@ -130,7 +132,7 @@ async fn delta_spark_then_weir_then_spark(spark: &mut Spark, dir: &Path, failure
     assert!(compacted.files_removed > compacted.files_added, "{compacted:?}");
     spark.ok(
         json!({"op": "rows", "table": t, "first": 10_100, "end": 10_200, "zone": true,
-                    "app_id": "spark-query", "version": 1}),
+                    "columns": {"note": "late"}, "app_id": "spark-query", "version": 1}),
     );
     // weir's vacuum deletes the files its compaction replaced, Spark's
     // among them, and nothing live.
@@ -148,7 +150,14 @@ async fn delta_spark_then_weir_then_spark(spark: &mut Spark, dir: &Path, failure
         &["deltalake", "duckdb", "clickhouse"],
         &expected,
         failures,
-        "Delta: Spark, weir, compaction, Spark, weir's vacuum",
+        "Delta: Spark, Spark's new column, weir, compaction, Spark, weir's vacuum",
+    );
+    let notes = spark.ok(json!({"op": "sql", "sql": format!(
+        "SELECT count(*), count(note), count(CASE WHEN event_id >= 10100 THEN note END) FROM delta.`{t}`")}));
+    assert_eq!(
+        notes["rows"],
+        json!([["500", "100", "100"]]),
+        "only Spark's last rows have a note: {notes}"
     );
     let txn = read(&["txn", t, "spark-query", "weir-after-spark"]).expect("readers present");
     assert_eq!(
