@@ -145,52 +145,72 @@ impl StateStore {
     /// Files are fetched a few at a time (each is a request on object
     /// storage) and applied in order.
     pub async fn restore(&self, files: &OperatorFiles, state: &mut KeyedState) -> Result<()> {
+        let mut fetched = self.fetch(files);
+        while let Some((path, got)) = fetched.next().await {
+            let bytes = got?.ok_or_else(|| self.corrupt(&path, "a state file the manifest names is missing"))?;
+            self.apply(&path, bytes, state)?;
+        }
+        self.check_rows(files, state)
+    }
+
+    /// The operator's state files, fetched [`RESTORE_FETCHES`] at a time,
+    /// in order: each path and what the store holds there.
+    fn fetch(
+        &self,
+        files: &OperatorFiles,
+    ) -> impl futures::Stream<Item = (String, Result<Option<Bytes>>)> + Send + 'static {
         let dir = Self::dir(&files.name, files.partition);
         let paths: Vec<String> = files.files.iter().map(|file| format!("{dir}/{file}")).collect();
-        let mut fetched = futures::stream::iter(paths.into_iter().map(|path| {
-            let store = self.store.clone();
+        let store = self.store.clone();
+        futures::stream::iter(paths.into_iter().map(move |path| {
+            let store = store.clone();
             async move {
                 let got = store.get(&path).await;
                 (path, got)
             }
         }))
-        .buffered(RESTORE_FETCHES);
-        while let Some((path, got)) = fetched.next().await {
-            let bytes = got?.ok_or_else(|| self.corrupt(&path, "a state file the manifest names is missing"))?;
-            let batches = files::decode(bytes).map_err(|e| self.corrupt(&path, e.to_string()))?;
-            for (i, batch) in batches.iter().enumerate() {
-                // A file's metadata (a range of removed keys) is its
-                // schema's, which every record batch of it carries: it
-                // applies once, before the first batch's rows.
-                let batch = if i == 0 {
-                    batch.clone()
-                } else {
-                    let plain = batch.schema().as_ref().clone().with_metadata(Default::default());
-                    arrow_array::RecordBatch::try_new(Arc::new(plain), batch.columns().to_vec())
-                        .map_err(|e| self.corrupt(&path, e.to_string()))?
-                };
-                let batch = &batch;
-                let expected = if path.ends_with(".delta") {
-                    state.schema().delta()
-                } else {
-                    state.schema().snapshot()
-                };
-                if batch.schema().fields() != expected.fields() {
-                    return Err(Error::SchemaMismatch {
-                        context: format!(
-                            "state file {path} of {}: the operator's state is laid out otherwise than when it was written (its input, its aggregates, the query's output mode or the weir that wrote it changed); use a new checkpoint",
-                            self.store.location()
-                        ),
-                        expected: expected.to_string(),
-                        found: batch.schema().to_string(),
-                    });
-                }
-                state.apply(batch).map_err(|e| self.corrupt(&path, e.to_string()))?;
+        .buffered(RESTORE_FETCHES)
+    }
+
+    /// Applies the state file at `path`, holding `bytes`, to `state`.
+    fn apply(&self, path: &str, bytes: Bytes, state: &mut KeyedState) -> Result<()> {
+        let batches = files::decode(bytes).map_err(|e| self.corrupt(path, e.to_string()))?;
+        let expected = if path.ends_with(".delta") {
+            state.schema().delta()
+        } else {
+            state.schema().snapshot()
+        };
+        for (i, batch) in batches.iter().enumerate() {
+            // A file's metadata (a range of removed keys) is its schema's,
+            // which every record batch of it carries: it applies once,
+            // before the first batch's rows.
+            let batch = if i == 0 {
+                batch.clone()
+            } else {
+                let plain = batch.schema().as_ref().clone().with_metadata(Default::default());
+                arrow_array::RecordBatch::try_new(Arc::new(plain), batch.columns().to_vec())
+                    .map_err(|e| self.corrupt(path, e.to_string()))?
+            };
+            if batch.schema().fields() != expected.fields() {
+                return Err(Error::SchemaMismatch {
+                    context: format!(
+                        "state file {path} of {}: the operator's state is laid out otherwise than when it was written (its input, its aggregates, the query's output mode or the weir that wrote it changed); use a new checkpoint",
+                        self.store.location()
+                    ),
+                    expected: expected.to_string(),
+                    found: batch.schema().to_string(),
+                });
             }
+            state.apply(&batch).map_err(|e| self.corrupt(path, e.to_string()))?;
         }
+        Ok(())
+    }
+
+    /// Refuses a restored state whose size is not the manifest's.
+    fn check_rows(&self, files: &OperatorFiles, state: &KeyedState) -> Result<()> {
         if state.len() as u64 != files.rows {
             return Err(self.corrupt(
-                &dir,
+                &Self::dir(&files.name, files.partition),
                 format!(
                     "the state files hold {} keys, the manifest says {}",
                     state.len(),
@@ -280,9 +300,29 @@ impl StateStore {
         files: &OperatorFiles,
         mut state: KeyedState,
     ) -> Result<Snapshot> {
-        self.restore(files, &mut state).await?;
-        let context = || format!("a snapshot of the state of operator {} after batch {batch}", files.name);
-        let rows = state.snapshot().map_err(|e| Error::arrow(context(), e))?;
+        // The files are fetched here; decoding, applying and sorting them
+        // (a second or more for a large state) run on a blocking thread,
+        // so the batches' tasks keep the runtime's workers.
+        let fetched: Vec<_> = self.fetch(files).collect().await;
+        let (this, owned) = (self.clone(), files.clone());
+        let rows = tokio::task::spawn_blocking(move || {
+            for (path, got) in fetched {
+                let bytes = got?.ok_or_else(|| this.corrupt(&path, "a state file the manifest names is missing"))?;
+                this.apply(&path, bytes, &mut state)?;
+            }
+            this.check_rows(&owned, &state)?;
+            let context = || format!("a snapshot of the state of operator {} after batch {batch}", owned.name);
+            state.snapshot().map_err(|e| Error::arrow(context(), e))
+        })
+        .await
+        .unwrap_or_else(|e| match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(e) => Err(Error::CheckpointIo {
+                location: self.store.location().to_string(),
+                path: Self::dir(&files.name, files.partition),
+                source: std::io::Error::other(format!("the snapshot was cancelled: {e}")),
+            }),
+        })?;
         let chunk_bytes = self.chunk_bytes;
         let contents: WriteContents = Box::new(move |out| files::write(&rows, out, chunk_bytes));
         let dir = Self::dir(&files.name, files.partition);
