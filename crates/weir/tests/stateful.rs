@@ -1,16 +1,19 @@
 //! Stateful queries into tables by name, read back by other engines:
-//! deduplication (each id once) and per-merchant window totals in Append
-//! mode (each closed window once, with its totals) and in Update mode
-//! (each window once, with its latest totals), through a crash at every
-//! point.
+//! deduplication (each id once) and per-merchant window totals over
+//! events that arrive out of order, some too late, in Append mode (each
+//! closed window once, with the totals of its rows on time) and in Update
+//! mode (each window once, with its latest totals), through a crash at
+//! every point.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 use weir::crash::{CrashPoint, CrashPoints};
 use weir::prelude::*;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Decimal128Type, Int64Type, TimestampMicrosecondType};
+use arrow_array::{RecordBatch, TimestampMicrosecondArray};
 use weir_sql::{col, count, sum, window, StreamSqlExt};
 use weir_test_support::assert_exactly_once;
 use weir_test_support::readers::{iceberg, json_ids, python, read};
@@ -107,10 +110,37 @@ async fn deduplication_into_iceberg_keeps_each_id_once_through_a_crash_at_every_
     .await;
 }
 
+/// How far back event `id`'s time is moved: 0 to 2.7 s in steps of 0.3 s,
+/// so events arrive out of order within and across batches (700 rows are
+/// 0.7 s of event time), and those moved back furthest fall behind the
+/// two-second watermark.
+fn delay_ms(id: i64) -> i64 {
+    (id % 10) * 300
+}
+
+/// The rate source's rows with each event time moved back by
+/// [`delay_ms`].
+fn out_of_order(b: RecordBatch) -> std::result::Result<RecordBatch, BoxError> {
+    let ids = b.column(0).as_primitive::<Int64Type>();
+    let ts = b.column(1).as_primitive::<TimestampMicrosecondType>();
+    let moved = TimestampMicrosecondArray::from_iter_values(
+        ids.values()
+            .iter()
+            .zip(ts.values().iter())
+            .map(|(id, t)| t - delay_ms(*id) * 1000),
+    )
+    .with_timezone_opt(ts.timezone());
+    let mut columns = b.columns().to_vec();
+    columns[1] = Arc::new(moved);
+    Ok(RecordBatch::try_new(b.schema(), columns)?)
+}
+
 /// The second query of the worked example: per-merchant totals of each
-/// second of event time, a two-second watermark, Append mode.
+/// second of event time, a two-second watermark, Append mode, over events
+/// that arrive out of order, some too late.
 fn merchant_totals() -> ReadStream {
     read_stream(RateSource::rows_per_batch(700).with_total_rows(700 * BATCHES))
+        .map_batches(out_of_order)
         .sql("SELECT ts, account_id % 5 AS merchant_id, amount FROM input")
         .with_watermark("ts", Duration::from_secs(2))
         .group_by([window("ts", Duration::from_secs(1)), col("merchant_id")])
@@ -119,25 +149,43 @@ fn merchant_totals() -> ReadStream {
 
 /// The windows the final watermark closed (all windows when `closed_only`
 /// is false), with their totals, from all the input at once: [window start
-/// ms, merchant, cents, count]. The rate source's event times only grow, so
-/// no row is late.
+/// ms, merchant, cents, count]. A batch drops the rows at or behind its
+/// watermark: the latest event time of the batches before it, less two
+/// seconds.
 fn expected_totals(closed_only: bool) -> Vec<Vec<i64>> {
     let rows = RateSource::generate(0, 700 * BATCHES);
+    let ids = rows.column(0).as_primitive::<Int64Type>();
     let ts = rows.column(1).as_primitive::<TimestampMicrosecondType>();
     let accounts = rows.column(2).as_primitive::<Int64Type>();
     let amounts = rows.column(3).as_primitive::<Decimal128Type>();
     let mut groups: BTreeMap<(i64, i64), (i64, i64)> = BTreeMap::new();
-    let mut latest = i64::MIN;
-    for r in 0..rows.num_rows() {
-        let ms = ts.value(r) / 1000;
-        latest = latest.max(ms);
-        let g = groups
-            .entry((ms - ms.rem_euclid(1000), accounts.value(r) % 5))
-            .or_default();
-        g.0 += amounts.value(r) as i64;
-        g.1 += 1;
+    let (mut latest, mut watermark, mut late, mut earlier) = (None::<i64>, 0, 0, 0);
+    for batch in 0..BATCHES as usize {
+        if let Some(latest) = latest {
+            watermark = i64::max(watermark, latest - 2000);
+        }
+        for r in batch * 700..(batch + 1) * 700 {
+            let ms = ts.value(r) / 1000 - delay_ms(ids.value(r));
+            if latest.is_some_and(|l| ms < l) {
+                earlier += 1;
+            }
+            latest = Some(latest.map_or(ms, |l| l.max(ms)));
+            if watermark != 0 && ms <= watermark {
+                late += 1;
+                continue;
+            }
+            let g = groups
+                .entry((ms - ms.rem_euclid(1000), accounts.value(r) % 5))
+                .or_default();
+            g.0 += amounts.value(r) as i64;
+            g.1 += 1;
+        }
     }
-    let watermark = latest - 2000;
+    assert!(
+        late > 100 && earlier > 1000,
+        "the input is out of order ({earlier} rows), some of it late ({late})"
+    );
+    let watermark = latest.expect("rows") - 2000;
     let closed: Vec<Vec<i64>> = groups
         .into_iter()
         .filter(|((start, _), _)| !closed_only || start + 1000 <= watermark)

@@ -367,6 +367,63 @@ async fn update_and_complete_end_with_the_totals_of_all_the_input() {
     }
 }
 
+/// The totals of one DataFusion query over `rows` at once: each merchant's
+/// sum, count, min and max of the amount per minute of event time.
+async fn datafusion_minute_totals(rows: &[Event]) -> Totals {
+    use datafusion::prelude::SessionContext;
+    let ctx = SessionContext::new();
+    ctx.register_batch("events", events(rows)).unwrap();
+    let out = ctx
+        .sql(
+            "SELECT date_bin(INTERVAL '60 seconds', ts, TIMESTAMP '1970-01-01T00:00:00') AS start, merchant_id, \
+             sum(amount), count(*), min(amount), max(amount) FROM events GROUP BY 1, 2",
+        )
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let mut t = Totals::new();
+    for b in &out {
+        let start = arrow_cast::cast(b.column(0), &DataType::Timestamp(TimeUnit::Millisecond, None)).unwrap();
+        let start = start.as_primitive::<TimestampMillisecondType>();
+        let int = |c: usize| b.column(c).as_primitive::<Int64Type>().clone();
+        let (merchant, sum, count, min, max) = (int(1), int(2), int(3), int(4), int(5));
+        for r in 0..b.num_rows() {
+            let value = (sum.value(r) as i128, count.value(r), min.value(r) as i128, max.value(r) as i128);
+            t.insert((start.value(r), merchant.value(r)), value);
+        }
+    }
+    t
+}
+
+/// Through a crash at every point, Complete mode's last result equals one
+/// DataFusion query over all the input, and Append mode's windows, once the
+/// final watermark closed them, equal that query over the events of the
+/// closed windows.
+#[tokio::test]
+async fn complete_and_append_through_crashes_equal_one_datafusion_query_over_all_the_input() {
+    let chunks = payments();
+    let mut all: Vec<Event> = chunks.iter().flatten().copied().collect();
+    let closed = datafusion_minute_totals(&all).await;
+    // The last run's event, an hour later, opens a window of its own.
+    all.push((9, 1, 3_600_000));
+    let whole = datafusion_minute_totals(&all).await;
+    assert_eq!(whole.len(), closed.len() + 1);
+    for point in CrashPoint::ALL {
+        let (table, _) = through_a_crash(&chunks, 4, point, |input, chk| {
+            minute_totals(input, chk, OutputMode::Complete)
+        })
+        .await;
+        assert_eq!(totals(&table.batches(), false), whole, "Complete, crash at {point}");
+        let (table, _) = through_a_crash(&chunks, 4, point, |input, chk| {
+            minute_totals(input, chk, OutputMode::Append)
+        })
+        .await;
+        assert_eq!(totals(&table.batches(), false), closed, "Append, crash at {point}");
+    }
+}
+
 #[tokio::test]
 async fn late_rows_are_dropped_and_counted_never_half_applied() {
     let chk = tempfile::tempdir().unwrap();
