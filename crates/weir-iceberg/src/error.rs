@@ -181,7 +181,9 @@ impl IcebergSinkError {
 fn iceberg_retryable(e: &iceberg::Error) -> bool {
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(e) = next {
-        if e.downcast_ref::<iceberg::Error>().is_some_and(iceberg::Error::retryable) {
+        if e.downcast_ref::<iceberg::Error>()
+            .is_some_and(iceberg::Error::retryable)
+        {
             return true;
         }
         next = e.source();

@@ -312,10 +312,7 @@ fn rest_err(catalog: &str, operation: &str, source: RestError) -> IcebergSinkErr
 
 /// A successful answer's JSON body; `null` when it is empty (a 204).
 async fn json_body(response: reqwest::Response) -> Result<Value, RestError> {
-    let bytes = response
-        .bytes()
-        .await
-        .map_err(|e| RestError::Cut(e.without_url()))?;
+    let bytes = response.bytes().await.map_err(|e| RestError::Cut(e.without_url()))?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Null);
     }

@@ -124,7 +124,10 @@ impl LocalStore {
         // Written through a small buffer: a large file is never gathered.
         let mut file = io::BufWriter::with_capacity(1 << 20, WrittenBack::new(file));
         contents(&mut file)?;
-        file.into_inner().map_err(io::IntoInnerError::into_error)?.file.sync_all()?;
+        file.into_inner()
+            .map_err(io::IntoInnerError::into_error)?
+            .file
+            .sync_all()?;
         guard.1 = true;
         Self::replace(&tmp, target)
     }

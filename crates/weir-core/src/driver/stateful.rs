@@ -276,7 +276,13 @@ impl Stateful {
         let snapshots = self.snapshots.ready(self.manifest.as_ref()).await?;
         let manifest = self
             .store
-            .write(batch_id, self.manifest.as_ref(), &mut states, self.max_event_ms, snapshots)
+            .write(
+                batch_id,
+                self.manifest.as_ref(),
+                &mut states,
+                self.max_event_ms,
+                snapshots,
+            )
             .await?;
         let operators = &self.operators;
         self.snapshots.written(&manifest, |name| {

@@ -326,7 +326,9 @@ impl StateStore {
         let chunk_bytes = self.chunk_bytes;
         let contents: WriteContents = Box::new(move |out| files::write(&rows, out, chunk_bytes));
         let dir = Self::dir(&files.name, files.partition);
-        self.store.put_written(&format!("{dir}/{}.snapshot", batch.0), contents).await?;
+        self.store
+            .put_written(&format!("{dir}/{}.snapshot", batch.0), contents)
+            .await?;
         Ok(Snapshot {
             operator: files.name.clone(),
             version: batch,
@@ -358,7 +360,12 @@ impl StateStore {
             for op in &m.operators {
                 let dir = Self::dir(&op.name, op.partition);
                 named.extend(op.files.iter().map(|f| format!("{dir}/{f}")));
-                for version in op.files.iter().filter(|f| f.ends_with(".snapshot")).filter_map(|f| file_version(f)) {
+                for version in op
+                    .files
+                    .iter()
+                    .filter(|f| f.ends_with(".snapshot"))
+                    .filter_map(|f| file_version(f))
+                {
                     let newest = newest_snapshot.entry(dir.clone()).or_default();
                     *newest = (*newest).max(version);
                 }

@@ -139,7 +139,13 @@ async fn a_snapshot_no_manifest_names_yet_outlives_a_purge_and_an_older_one_does
     let mut write = async |batch: u64, ready: Vec<Snapshot>| {
         put(&mut state, batch as i64, 1);
         let m = store
-            .write(BatchId(batch), previous.as_ref(), &mut [("op", &mut state)], None, &ready)
+            .write(
+                BatchId(batch),
+                previous.as_ref(),
+                &mut [("op", &mut state)],
+                None,
+                &ready,
+            )
             .await
             .unwrap();
         previous = Some(m.clone());
@@ -148,7 +154,11 @@ async fn a_snapshot_no_manifest_names_yet_outlives_a_purge_and_an_older_one_does
     let first = write(0, vec![]).await;
     // An orphan: a snapshot after batch 0 that no manifest will name.
     store
-        .snapshot(BatchId(0), first.operator("op").unwrap(), KeyedState::new(schema()).unwrap())
+        .snapshot(
+            BatchId(0),
+            first.operator("op").unwrap(),
+            KeyedState::new(schema()).unwrap(),
+        )
         .await
         .unwrap();
     let second = write(1, vec![]).await;

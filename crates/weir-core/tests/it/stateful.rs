@@ -160,7 +160,10 @@ async fn a_crash_at_any_point_gives_the_output_of_a_straight_run() {
                 [vec!["10.snapshot".to_string()], deltas(11)].concat(),
                 deltas(0),
             ];
-            assert!(shapes.contains(files), "crash at {point} in batch {crash_batch}: {files:?}");
+            assert!(
+                shapes.contains(files),
+                "crash at {point} in batch {crash_batch}: {files:?}"
+            );
         }
     }
 }

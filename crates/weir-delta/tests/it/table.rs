@@ -125,9 +125,21 @@ const SPELLED: [(Option<&str>, &str, &str); 8] = [
     (Some("a/b"), "zone=a%2Fb", "zone=a%252Fb/"),
     (Some("k=v"), "zone=k%3Dv", "zone=k%253Dv/"),
     (Some("z\u{fc}rich"), "zone=z\u{fc}rich", "zone=z%C3%BCrich/"),
-    (Some("\u{6771}\u{4eac}"), "zone=\u{6771}\u{4eac}", "zone=%E6%9D%B1%E4%BA%AC/"),
-    (Some(""), "zone=__HIVE_DEFAULT_PARTITION__", "zone=__HIVE_DEFAULT_PARTITION__/"),
-    (None, "zone=__HIVE_DEFAULT_PARTITION__", "zone=__HIVE_DEFAULT_PARTITION__/"),
+    (
+        Some("\u{6771}\u{4eac}"),
+        "zone=\u{6771}\u{4eac}",
+        "zone=%E6%9D%B1%E4%BA%AC/",
+    ),
+    (
+        Some(""),
+        "zone=__HIVE_DEFAULT_PARTITION__",
+        "zone=__HIVE_DEFAULT_PARTITION__/",
+    ),
+    (
+        None,
+        "zone=__HIVE_DEFAULT_PARTITION__",
+        "zone=__HIVE_DEFAULT_PARTITION__/",
+    ),
 ];
 
 /// Pins the spelling of partitioned files as written today, so that an
@@ -205,7 +217,10 @@ async fn partition_folders_and_log_paths_are_spelled_as_the_protocol_asks() {
         let file = table.join(&*decoded);
         assert!(file.is_file(), "{path}: no file at {decoded}");
         let ids = files.entry(decoded.into_owned()).or_insert_with(|| file_ids(&file));
-        assert!(ids.contains(&(id as i64)), "the row of {value:?} is not in {path}: {ids:?}");
+        assert!(
+            ids.contains(&(id as i64)),
+            "the row of {value:?} is not in {path}: {ids:?}"
+        );
         let raw = match value {
             Some(v) if !v.is_empty() => serde_json::Value::String(v.to_string()),
             _ => serde_json::Value::Null,

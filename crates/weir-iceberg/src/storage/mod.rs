@@ -246,7 +246,10 @@ fn transient(e: &object_store::Error) -> bool {
 /// The same for the I/O error a buffered upload's close gives, which holds
 /// the store's error.
 fn transient_io(e: &std::io::Error) -> bool {
-    match e.get_ref().and_then(|inner| inner.downcast_ref::<object_store::Error>()) {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<object_store::Error>())
+    {
         Some(store) => transient(store),
         None => weir_core::permanent_io_kind(e).is_none(),
     }
@@ -263,8 +266,7 @@ fn place(location: &str) -> iceberg::Result<(Option<&str>, Path)> {
         "file" => Ok((None, local_path(rest)?)),
         "s3" | "s3a" => {
             let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-            let key = Path::parse(key)
-                .map_err(|e| Error::new(ErrorKind::DataInvalid, format!("{location}: {e}")))?;
+            let key = Path::parse(key).map_err(|e| Error::new(ErrorKind::DataInvalid, format!("{location}: {e}")))?;
             Ok((Some(bucket), key))
         }
         other => Err(Error::new(
@@ -552,11 +554,20 @@ mod tests {
         w.write(Bytes::from_static(b"ab")).await.unwrap();
         w.write(Bytes::from_static(b"cd")).await.unwrap();
         w.close().await.unwrap();
-        let held = store.get(&Path::from("w/t/e.bin")).await.unwrap().bytes().await.unwrap();
+        let held = store
+            .get(&Path::from("w/t/e.bin"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
         assert_eq!(held, Bytes::from_static(b"abcd"));
 
         io.delete("s3://bucket/w/t/c.bin").await.unwrap();
-        assert!(!io.exists("/w/t/c.bin").await.unwrap(), "one store, whatever the scheme");
+        assert!(
+            !io.exists("/w/t/c.bin").await.unwrap(),
+            "one store, whatever the scheme"
+        );
         assert!(io.exists("/w/t/a.bin").await.unwrap());
         let refused = io.exists("gs://bucket/w/t/a.bin").await.unwrap_err();
         assert_eq!(refused.kind(), ErrorKind::FeatureUnsupported, "{refused}");

@@ -280,7 +280,10 @@ async fn catalog_table_and_checkpoint_faults_lose_and_repeat_nothing() {
         assert!(retryable, "a fault stopped the query for good: {message}");
         // Every delete is best effort: one that fails leaves an orphan
         // file, never a stopped query.
-        assert!(!message.contains("cannot delete"), "a failed delete stopped the query: {message}");
+        assert!(
+            !message.contains("cannot delete"),
+            "a failed delete stopped the query: {message}"
+        );
         if message.contains("memory://chk") {
             by_checkpoint += 1;
         } else if message.contains("catalog \"faulty\"") {

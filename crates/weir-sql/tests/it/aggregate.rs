@@ -329,10 +329,15 @@ async fn batches_of_many_rows_aggregate_in_parts_to_the_totals_of_all_rows_throu
     );
     let mut distinct: BTreeMap<(i64, i64), BTreeSet<i64>> = BTreeMap::new();
     for e in chunks.iter().flatten() {
-        distinct.entry((e.2 - e.2.rem_euclid(60_000), e.0)).or_default().insert(e.1);
+        distinct
+            .entry((e.2 - e.2.rem_euclid(60_000), e.0))
+            .or_default()
+            .insert(e.1);
     }
-    let expected_distinct: BTreeMap<(i64, i64), i64> =
-        distinct.into_iter().map(|(group, amounts)| (group, amounts.len() as i64)).collect();
+    let expected_distinct: BTreeMap<(i64, i64), i64> = distinct
+        .into_iter()
+        .map(|(group, amounts)| (group, amounts.len() as i64))
+        .collect();
     for point in CrashPoint::ALL {
         let (table, q) = through_a_crash(&chunks, 1, point, many_row_totals).await;
         let batches = table.batches();
@@ -363,7 +368,11 @@ async fn update_and_complete_end_with_the_totals_of_all_the_input() {
             q.await_termination().await.unwrap();
         }
         let latest = mode == OutputMode::Update;
-        assert_eq!(totals(&table.batches(), latest), golden(&chunks, 60_000, 60_000), "{mode}");
+        assert_eq!(
+            totals(&table.batches(), latest),
+            golden(&chunks, 60_000, 60_000),
+            "{mode}"
+        );
     }
 }
 
@@ -390,7 +399,12 @@ async fn datafusion_minute_totals(rows: &[Event]) -> Totals {
         let int = |c: usize| b.column(c).as_primitive::<Int64Type>().clone();
         let (merchant, sum, count, min, max) = (int(1), int(2), int(3), int(4), int(5));
         for r in 0..b.num_rows() {
-            let value = (sum.value(r) as i128, count.value(r), min.value(r) as i128, max.value(r) as i128);
+            let value = (
+                sum.value(r) as i128,
+                count.value(r),
+                min.value(r) as i128,
+                max.value(r) as i128,
+            );
             t.insert((start.value(r), merchant.value(r)), value);
         }
     }

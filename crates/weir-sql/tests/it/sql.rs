@@ -217,7 +217,10 @@ fn ids_and_times(batches: &[RecordBatch]) -> Vec<(i64, i64)> {
         .iter()
         .flat_map(|b| {
             let ids = b.column_by_name("event_id").unwrap().as_primitive::<Int64Type>();
-            let times = b.column_by_name("ts").unwrap().as_primitive::<TimestampMillisecondType>();
+            let times = b
+                .column_by_name("ts")
+                .unwrap()
+                .as_primitive::<TimestampMillisecondType>();
             (0..b.num_rows())
                 .map(|r| (ids.value(r), times.value(r) / 1000))
                 .collect::<Vec<_>>()
