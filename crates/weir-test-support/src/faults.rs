@@ -47,7 +47,11 @@ struct Plan {
     random: Option<Chance>,
     /// Random faults for puts only.
     puts_only: bool,
+    /// Random faults for deletes, when asked for: the other random faults
+    /// let deletes pass.
+    deletes: Option<Chance>,
     injected: u64,
+    failed_deletes: u64,
 }
 
 impl Plan {
@@ -115,7 +119,7 @@ enum Call<'a> {
 /// listings and deletes of the store it wraps.
 pub struct FaultyStore {
     inner: Arc<dyn ObjectStore>,
-    plan: Mutex<Plan>,
+    plan: Arc<Mutex<Plan>>,
 }
 
 impl fmt::Debug for FaultyStore {
@@ -145,7 +149,7 @@ impl FaultyStore {
     pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
         Arc::new(FaultyStore {
             inner,
-            plan: Mutex::default(),
+            plan: Arc::default(),
         })
     }
 
@@ -174,8 +178,9 @@ impl FaultyStore {
         self.plan().partitioned = on;
     }
 
-    /// From now on, each call fails with probability `rate` (half of the
-    /// failed puts land first), drawn from `seed`; a rate of 0 stops it.
+    /// From now on, each call but a delete ([`FaultyStore::random_deletes`])
+    /// fails with probability `rate` (half of the failed puts land first),
+    /// drawn from `seed`; a rate of 0 stops it.
     pub fn random(&self, rate: f64, seed: u64) {
         let mut plan = self.plan();
         plan.random = (rate > 0.0).then(|| Chance::new(rate, seed));
@@ -187,6 +192,17 @@ impl FaultyStore {
     pub fn random_puts(&self, rate: f64, seed: u64) {
         self.random(rate, seed);
         self.plan().puts_only = true;
+    }
+
+    /// From now on, each object a delete names fails to go with
+    /// probability `rate`, drawn from `seed`; a rate of 0 stops it.
+    pub fn random_deletes(&self, rate: f64, seed: u64) {
+        self.plan().deletes = (rate > 0.0).then(|| Chance::new(rate, seed));
+    }
+
+    /// How many of the objects deletes named failed to go, so far.
+    pub fn failed_deletes(&self) -> u64 {
+        self.plan().failed_deletes
     }
 
     /// How many faults were injected so far.
@@ -269,7 +285,28 @@ impl ObjectStore for FaultyStore {
         if failing {
             return futures::stream::once(async { Err(injected_error()) }).boxed();
         }
-        self.inner.delete_stream(locations)
+        if self.plan().deletes.is_none() {
+            return self.inner.delete_stream(locations);
+        }
+        // Each object drawn for on its own, as a store's batch delete may
+        // fail for some of its objects.
+        let (inner, plan) = (self.inner.clone(), self.plan.clone());
+        locations
+            .flat_map(move |location| {
+                let fault = location.is_ok() && {
+                    let mut plan = plan.lock().expect("the plan is never poisoned");
+                    let fault = plan.deletes.as_mut().and_then(Chance::draw).is_some();
+                    plan.injected += u64::from(fault);
+                    plan.failed_deletes += u64::from(fault);
+                    fault
+                };
+                if fault {
+                    futures::stream::once(async { Err(injected_error()) }).boxed()
+                } else {
+                    inner.delete_stream(futures::stream::once(async move { location }).boxed())
+                }
+            })
+            .boxed()
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {

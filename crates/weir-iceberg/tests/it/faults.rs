@@ -10,27 +10,19 @@
 //! merged manifests fail too: every manifest a snapshot lists is still
 //! there.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::stream::BoxStream;
-use futures::StreamExt;
 use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
 use iceberg::{TableIdent, TableUpdate};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
-use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions,
-    PutOptions, PutPayload, PutResult,
-};
 use weir_core::checkpoint::{CheckpointStore, LeaseTiming, ObjectStoreCheckpoint};
 use weir_core::prelude::*;
 use weir_iceberg::{Catalog, ExpiryPolicy, IcebergSink, IcebergSinkError, LoadedTable, Swap};
-use weir_test_support::faults::{injected_error, Chance, Fault, FaultyStore};
+use weir_test_support::faults::{Chance, Fault, FaultyStore};
 use weir_test_support::readers::iceberg;
 use weir_test_support::{assert_exactly_once, SinkHarness};
 
@@ -126,97 +118,6 @@ impl Catalog for RandomFaults {
     }
 }
 
-/// A store whose deletes fail at random (which `FaultyStore` lets pass):
-/// the deletes of dropped metadata files, of expired snapshots' files, of
-/// merges no commit lists and of lost attempts' files meet them.
-#[derive(Debug)]
-struct DeleteFaults {
-    inner: Arc<dyn ObjectStore>,
-    chance: Arc<Mutex<Option<Chance>>>,
-    failed: Arc<AtomicU64>,
-}
-
-impl DeleteFaults {
-    fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
-        Arc::new(DeleteFaults {
-            inner,
-            chance: Arc::default(),
-            failed: Arc::default(),
-        })
-    }
-
-    /// From now on, each delete fails when `chance` draws a fault; none
-    /// fails once it is `None`.
-    fn random(&self, chance: Option<Chance>) {
-        *self.chance.lock().unwrap() = chance;
-    }
-
-    fn failed(&self) -> u64 {
-        self.failed.load(Ordering::Relaxed)
-    }
-}
-
-impl std::fmt::Display for DeleteFaults {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DeleteFaults({})", self.inner)
-    }
-}
-
-#[async_trait]
-impl ObjectStore for DeleteFaults {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        let (inner, chance, failed) = (self.inner.clone(), self.chance.clone(), self.failed.clone());
-        locations
-            .flat_map(move |location| {
-                let fault = chance.lock().unwrap().as_mut().and_then(Chance::draw);
-                match (location, fault) {
-                    (Ok(_), Some(_)) => {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                        futures::stream::once(async { Err::<Path, _>(injected_error()) }).boxed()
-                    }
-                    (location, _) => inner.delete_stream(futures::stream::once(async move { location }).boxed()),
-                }
-            })
-            .boxed()
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catalog_table_and_checkpoint_faults_lose_and_repeat_nothing() {
     let h = sqlite_harness().await;
@@ -225,8 +126,7 @@ async fn catalog_table_and_checkpoint_faults_lose_and_repeat_nothing() {
     }
     // The table's own files, where the catalog and the readers find them
     // (`file:///...` locations are absolute paths from `/`), behind faults.
-    let deletes = DeleteFaults::new(Arc::new(LocalFileSystem::new()));
-    let table_store = FaultyStore::new(deletes.clone());
+    let table_store = FaultyStore::new(Arc::new(LocalFileSystem::new()));
     let catalog = Arc::new(RandomFaults {
         inner: h.catalog().await,
         file_io: weir_iceberg::store_file_io(table_store.clone()),
@@ -274,7 +174,9 @@ async fn catalog_table_and_checkpoint_faults_lose_and_repeat_nothing() {
     *catalog.chance.lock().unwrap() = Some(Chance::new(0.05, 31));
     checkpoint_store.random(0.05, 37);
     table_store.random(0.05, 41);
-    deletes.random(Some(Chance::new(0.05, 43)));
+    // The deletes of dropped metadata files, of expired snapshots' files,
+    // of merges no commit lists and of lost attempts' files.
+    table_store.random_deletes(0.05, 43);
     let (mut stops, mut by_catalog, mut by_checkpoint, mut by_table) = (0, 0, 0, 0);
     while let Err((message, retryable)) = run().await {
         assert!(retryable, "a fault stopped the query for good: {message}");
@@ -301,13 +203,13 @@ async fn catalog_table_and_checkpoint_faults_lose_and_repeat_nothing() {
     *catalog.chance.lock().unwrap() = None;
     checkpoint_store.random(0.0, 0);
     table_store.random(0.0, 0);
-    deletes.random(None);
+    table_store.random_deletes(0.0, 0);
     eprintln!(
         "{stops} stops ({by_catalog} by the catalog, {by_table} by the table store, {by_checkpoint} by the \
-         checkpoint), {} catalog faults, {} table store faults, {} failed deletes, {} checkpoint faults",
+         checkpoint), {} catalog faults, {} table store faults ({} failed deletes), {} checkpoint faults",
         catalog.injected.lock().unwrap(),
         table_store.injected(),
-        deletes.failed(),
+        table_store.failed_deletes(),
         checkpoint_store.injected()
     );
     // A swap of unknown outcome does not stop the query: the commit loop
@@ -325,7 +227,11 @@ async fn catalog_table_and_checkpoint_faults_lose_and_repeat_nothing() {
     );
     // Hundreds of metadata files leave the log (it keeps 100) and are
     // deleted in the background: some of those deletes failed.
-    assert!(deletes.failed() >= 5, "{} failed deletes", deletes.failed());
+    assert!(
+        table_store.failed_deletes() >= 5,
+        "{} failed deletes",
+        table_store.failed_deletes()
+    );
 
     // Once more without faults: nothing left to do, and nothing repeated.
     run().await.unwrap();
