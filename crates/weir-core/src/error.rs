@@ -257,6 +257,28 @@ impl Error {
     }
 }
 
+/// Whether an object store's error may pass on a retry (a timeout, a reset
+/// connection, a server's 5xx): not a missing object, a malformed path, a
+/// call or a condition the store refuses, a refused credential, nor a local
+/// store's disk that is full or read-only ([`permanent_io_kind`]). The table
+/// stores of every format judge their failures with this.
+pub fn store_error_may_pass(e: &object_store::Error) -> bool {
+    use object_store::Error as E;
+    !matches!(
+        e,
+        E::NotFound { .. }
+            | E::InvalidPath { .. }
+            | E::NotSupported { .. }
+            | E::AlreadyExists { .. }
+            | E::Precondition { .. }
+            | E::NotModified { .. }
+            | E::NotImplemented { .. }
+            | E::PermissionDenied { .. }
+            | E::Unauthenticated { .. }
+            | E::UnknownConfigurationKey { .. }
+    ) && permanent_io_kind(e).is_none()
+}
+
 /// The kind of the first I/O error in `error`'s chain of causes (the error
 /// itself included) that trying again cannot mend: a full disk or quota, a
 /// read-only or missing file system, a refused permission, a missing file,
@@ -324,6 +346,27 @@ mod tests {
         assert_eq!(permanent_io_kind(&wrapped), Some(ErrorKind::PermissionDenied));
         let other = arrow_schema::ArrowError::ComputeError("no I/O here".into());
         assert_eq!(permanent_io_kind(&other), None);
+    }
+
+    #[test]
+    fn a_store_error_may_pass_unless_a_retry_cannot_mend_it() {
+        let generic = |source: BoxError| object_store::Error::Generic { store: "s", source };
+        assert!(store_error_may_pass(&generic("connection reset".into())));
+        assert!(store_error_may_pass(&generic(Box::new(IoError::from(
+            ErrorKind::TimedOut
+        )))));
+        assert!(!store_error_may_pass(&generic(Box::new(IoError::from(
+            ErrorKind::StorageFull
+        )))));
+        let path = "p".to_string();
+        assert!(!store_error_may_pass(&object_store::Error::NotFound {
+            path: path.clone(),
+            source: "gone".into()
+        }));
+        assert!(!store_error_may_pass(&object_store::Error::Precondition {
+            path,
+            source: "etag".into()
+        }));
     }
 
     #[test]

@@ -74,7 +74,7 @@ pub mod state;
 pub mod watermark;
 
 pub use driver::{read_stream, ReadStream, StreamWriter, StreamingQuery, Trigger};
-pub use error::{permanent_io_kind, transient, BoxError, Error, Result, Transient};
+pub use error::{permanent_io_kind, store_error_may_pass, transient, BoxError, Error, Result, Transient};
 pub use ids::{BatchId, QueryId, QueryName, RunId};
 pub use sink::OutputMode;
 

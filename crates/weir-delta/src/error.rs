@@ -182,18 +182,8 @@ impl DeltaSinkError {
     }
 }
 
-/// Whether an object store error may pass on a retry: not a missing file or
-/// a refused credential, nor a local store's disk that is full or read-only.
-pub(crate) fn transient(e: &object_store::Error) -> bool {
-    !matches!(
-        e,
-        object_store::Error::NotFound { .. }
-            | object_store::Error::PermissionDenied { .. }
-            | object_store::Error::Unauthenticated { .. }
-            | object_store::Error::InvalidPath { .. }
-            | object_store::Error::NotSupported { .. }
-    ) && weir_core::permanent_io_kind(e).is_none()
-}
+/// Whether an object store error may pass on a retry.
+pub(crate) use weir_core::store_error_may_pass as transient;
 
 /// Whether a kernel error is a store's transient failure (the log read
 /// while a table loads goes through the kernel), however it is wrapped.

@@ -38,6 +38,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
+use weir_core::store_error_may_pass as transient;
 
 mod local;
 
@@ -220,27 +221,6 @@ fn err(context: &str, path: &str) -> impl Fn(object_store::Error) -> Error {
             .with_retryable(retryable)
             .with_source(e)
     }
-}
-
-/// Whether a store's failure may pass on a retry (a timeout, a reset
-/// connection, a server's 5xx): not a missing object, a malformed path, a
-/// call or condition the store refuses, a refused credential, nor a local
-/// disk that is full or read-only.
-fn transient(e: &object_store::Error) -> bool {
-    use object_store::Error as E;
-    !matches!(
-        e,
-        E::NotFound { .. }
-            | E::InvalidPath { .. }
-            | E::NotSupported { .. }
-            | E::AlreadyExists { .. }
-            | E::Precondition { .. }
-            | E::NotModified { .. }
-            | E::NotImplemented { .. }
-            | E::PermissionDenied { .. }
-            | E::Unauthenticated { .. }
-            | E::UnknownConfigurationKey { .. }
-    ) && weir_core::permanent_io_kind(e).is_none()
 }
 
 /// The same for the I/O error a buffered upload's close gives, which holds
