@@ -171,6 +171,46 @@ async fn checkpoint_on_object_storage(chk: ObjectCheckpoints) {
     assert_eq!(checkpoint.status().await.unwrap().last_committed, Some(BatchId(last)));
 }
 
+/// The ids in the table `lake.<namespace>.<table>` of `catalogs`, whose
+/// SQL catalog is on PostgreSQL at `pg`, as the format's Python reader
+/// reads them.
+async fn python_ids(format: TableFormat, catalogs: &Catalogs, name: &str, pg: &str) -> Vec<i64> {
+    match format {
+        TableFormat::Delta => {
+            let location = catalogs.find(name).await.unwrap().expect("the table").location;
+            json_ids(&read(&["ids", "deltalake", &location]).expect("readers present"))
+        }
+        _ => {
+            let table = name.strip_prefix("lake.").expect("a table of the catalog lake");
+            json_ids(&iceberg(&["ids", "pyiceberg", pg, table]).expect("readers present"))
+        }
+    }
+}
+
+/// Runs `writer()` into `name` to its last batch, starting it again after
+/// each stop, which must be retryable and pass `check` (given its message);
+/// returns how many stops there were.
+async fn until_done(
+    writer: impl Fn() -> StreamWriter,
+    catalogs: &Catalogs,
+    name: &str,
+    options: impl Fn() -> TableOptions,
+    check: impl Fn(&str),
+) -> usize {
+    let mut stops = 0;
+    loop {
+        let ran = match writer().to_table_in(catalogs, name, options()).await {
+            Ok(q) => q.await_termination().await.map_err(|e| (e.to_string(), e.retryable())),
+            Err(e) => Err((e.to_string(), e.retryable())),
+        };
+        let Err((message, retryable)) = ran else { return stops };
+        assert!(retryable, "a fault stopped the query for good: {message}");
+        check(&message);
+        stops += 1;
+        assert!(stops < 2_000, "no progress: {message}");
+    }
+}
+
 /// The checkpoint's store fails 5% of its calls (half of the failed puts
 /// landing first): each run goes until a fault stops it with a retryable
 /// error that names the checkpoint, the next run resumes, and once 500
@@ -206,22 +246,14 @@ async fn checkpoint_faults_lose_and_repeat_nothing(format: TableFormat) {
             .stop_after_batch(BatchId(last))
     };
     faulty.random(0.05, 17);
-    let mut stops = 0;
-    loop {
-        let ran = match writer(499).to_table_in(&catalogs, "bronze.faults", options()).await {
-            Ok(q) => q.await_termination().await.map_err(|e| (e.to_string(), e.retryable())),
-            Err(e) => Err((e.to_string(), e.retryable())),
-        };
-        match ran {
-            Ok(()) => break,
-            Err((message, retryable)) => {
-                assert!(retryable, "a fault stopped the query for good: {message}");
-                assert!(message.contains("memory://chk"), "{message}");
-                stops += 1;
-                assert!(stops < 2_000, "no progress: {message}");
-            }
-        }
-    }
+    let stops = until_done(
+        || writer(499),
+        &catalogs,
+        "bronze.faults",
+        options,
+        |message| assert!(message.contains("memory://chk"), "{message}"),
+    )
+    .await;
     faulty.random(0.0, 0);
     eprintln!("{format:?}: {stops} stops, {} faults", faulty.injected());
     assert!(
@@ -340,21 +372,7 @@ async fn network_cuts_lose_and_repeat_nothing(format: TableFormat) {
     };
     s3.cut_at_random(Duration::from_millis(400), 41);
     postgres.cut_at_random(Duration::from_millis(700), 43);
-    let mut stops = 0;
-    loop {
-        let ran = match writer().to_table_in(&catalogs, &name, TableOptions::new()).await {
-            Ok(q) => q.await_termination().await.map_err(|e| (e.to_string(), e.retryable())),
-            Err(e) => Err((e.to_string(), e.retryable())),
-        };
-        match ran {
-            Ok(()) => break,
-            Err((message, retryable)) => {
-                assert!(retryable, "a cut connection stopped the query for good: {message}");
-                stops += 1;
-                assert!(stops < 1_000, "no progress: {message}");
-            }
-        }
-    }
+    let stops = until_done(writer, &catalogs, &name, TableOptions::new, |_| {}).await;
     s3.calm();
     postgres.calm();
     eprintln!(
@@ -374,13 +392,7 @@ async fn network_cuts_lose_and_repeat_nothing(format: TableFormat) {
     run(writer(), &name, Some((&catalogs, TableOptions::new())))
         .await
         .unwrap();
-    let ids = match format {
-        TableFormat::Delta => {
-            let location = catalogs.find(&name).await.unwrap().expect("the table").location;
-            json_ids(&read(&["ids", "deltalake", &location]).expect("readers present"))
-        }
-        _ => json_ids(&iceberg(&["ids", "pyiceberg", &pg, &format!("{ns}.events")]).expect("readers present")),
-    };
+    let ids = python_ids(format, &catalogs, &name, &pg).await;
     assert_exactly_once(&ids, 0..2_000);
 }
 
@@ -449,21 +461,7 @@ async fn network_cuts_lose_and_repeat_nothing_in_iceberg_rest() {
     rest.cut_at_random(Duration::from_millis(800), 47);
     files.cut_at_random(Duration::from_millis(400), 53);
     checkpoints.cut_at_random(Duration::from_millis(400), 59);
-    let mut stops = 0;
-    loop {
-        let ran = match writer().to_table_in(&catalogs, &name, TableOptions::new()).await {
-            Ok(q) => q.await_termination().await.map_err(|e| (e.to_string(), e.retryable())),
-            Err(e) => Err((e.to_string(), e.retryable())),
-        };
-        match ran {
-            Ok(()) => break,
-            Err((message, retryable)) => {
-                assert!(retryable, "a cut connection stopped the query for good: {message}");
-                stops += 1;
-                assert!(stops < 1_000, "no progress: {message}");
-            }
-        }
-    }
+    let stops = until_done(writer, &catalogs, &name, TableOptions::new, |_| {}).await;
     rest.calm();
     files.calm();
     checkpoints.calm();
@@ -594,13 +592,7 @@ async fn s3_outage_loses_and_repeats_nothing(format: TableFormat, mode: Mode) {
     run(writer(), &name, Some((&catalogs, TableOptions::new())))
         .await
         .unwrap();
-    let ids = match format {
-        TableFormat::Delta => {
-            let location = catalogs.find(&name).await.unwrap().expect("the table").location;
-            json_ids(&read(&["ids", "deltalake", &location]).expect("readers present"))
-        }
-        _ => json_ids(&iceberg(&["ids", "pyiceberg", &pg, &table]).expect("readers present")),
-    };
+    let ids = python_ids(format, &catalogs, &name, &pg).await;
     assert_exactly_once(&ids, 0..(last as i64 + 1) * 10);
 }
 
