@@ -53,6 +53,16 @@ fn contents(state: &KeyedState) -> BTreeMap<i64, i64> {
     (0..entries.len()).map(|i| (k.value(i), v.value(i))).collect()
 }
 
+/// Operator `op`'s state as `manifest` names it, read back.
+async fn restored(store: &StateStore, manifest: &StateManifest) -> KeyedState {
+    let mut back = KeyedState::new(schema()).unwrap();
+    store
+        .restore(manifest.operator("op").unwrap(), &mut back)
+        .await
+        .unwrap();
+    back
+}
+
 /// Makes the snapshots `manifest` is due, as the task beside the batches
 /// does.
 async fn snapshots_due(store: &StateStore, manifest: &StateManifest) -> Vec<Snapshot> {
@@ -101,8 +111,7 @@ async fn a_state_comes_back_from_its_deltas_and_snapshots() {
     // Three deltas make a snapshot due: made after 2 and 5, each named by
     // the next batch's manifest.
     assert_eq!(m.operator("op").unwrap().files, vec!["5.snapshot", "6.delta"]);
-    let mut back = KeyedState::new(schema()).unwrap();
-    store.restore(m.operator("op").unwrap(), &mut back).await.unwrap();
+    let back = restored(&store, &m).await;
     assert_eq!(contents(&back), contents(&state));
     assert_eq!(back.bytes(), state.bytes());
     assert_eq!(back.changed(), 0);
@@ -176,8 +185,7 @@ async fn a_snapshot_no_manifest_names_yet_outlives_a_purge_and_an_older_one_does
     assert_eq!(last.operator("op").unwrap().files, ["1.snapshot", "2.delta", "3.delta"]);
     store.purge_before(BatchId(3)).await.unwrap();
     assert_eq!(files_in(dir.path()), ["1.snapshot", "2.delta", "3.delta"]);
-    let mut back = KeyedState::new(schema()).unwrap();
-    store.restore(last.operator("op").unwrap(), &mut back).await.unwrap();
+    let back = restored(&store, &last).await;
     assert_eq!(contents(&back), contents(&state));
 }
 
@@ -210,8 +218,7 @@ async fn a_snapshot_is_due_once_the_deltas_hold_half_the_state() {
     // hold half of the 100 keys.
     assert_eq!(due_at, [1, 51]);
     assert_eq!(m.operator("op").unwrap().chained_rows, 9);
-    let mut back = KeyedState::new(schema()).unwrap();
-    store.restore(m.operator("op").unwrap(), &mut back).await.unwrap();
+    let back = restored(&store, &m).await;
     assert_eq!(contents(&back), contents(&state));
 }
 
@@ -340,8 +347,7 @@ proptest! {
                 manifest = Some(m);
             }
             for (m, want) in versions {
-                let mut back = KeyedState::new(schema()).unwrap();
-                store.restore(m.operator("op").unwrap(), &mut back).await.unwrap();
+                let back = restored(&store, &m).await;
                 prop_assert_eq!(contents(&back), want);
                 prop_assert_eq!(back.bytes() as u64, m.operator("op").unwrap().bytes);
             }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{BinaryArray, Int64Array, RecordBatch, StringArray};
+use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use weir_core::prelude::*;
@@ -22,16 +22,26 @@ fn rate(rows: u64) -> ReadStream {
     read_stream(RateSource::rows_per_batch(rows))
 }
 
+/// The rate source with one more column, nullable, made from the event ids.
+fn with_column(
+    rows_per_batch: u64,
+    name: &'static str,
+    column: impl Fn(&Int64Array) -> ArrayRef + Send + Sync + 'static,
+) -> ReadStream {
+    rate(rows_per_batch).map_batches(move |b| {
+        let values = column(b.column(0).as_primitive::<Int64Type>());
+        let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new(name, values.data_type().clone(), true));
+        let mut columns = b.columns().to_vec();
+        columns.push(values);
+        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+    })
+}
+
 /// The rate source with one more string column, made from each event id.
 pub(crate) fn with_string_column(rows_per_batch: u64, name: &'static str, value: fn(i64) -> String) -> ReadStream {
-    rate(rows_per_batch).map_batches(move |b| {
-        let ids = b.column(0).as_primitive::<Int64Type>();
-        let values: StringArray = ids.iter().map(|v| v.map(value)).collect();
-        let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
-        fields.push(Field::new(name, DataType::Utf8, true));
-        let mut columns = b.columns().to_vec();
-        columns.push(Arc::new(values));
-        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+    with_column(rows_per_batch, name, move |ids| {
+        Arc::new(ids.iter().map(|v| v.map(value)).collect::<StringArray>())
     })
 }
 
@@ -152,17 +162,11 @@ const SPELLED: [(Option<&str>, &str, &str); 8] = [
 async fn partition_folders_and_log_paths_are_spelled_as_the_protocol_asks() {
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("t");
-    let zoned = rate(SPELLED.len() as u64).map_batches(|b| {
-        let ids = b.column(0).as_primitive::<Int64Type>();
-        let zones: StringArray = ids
+    let zoned = with_column(SPELLED.len() as u64, "zone", |ids| {
+        let zones = ids
             .iter()
-            .map(|id| id.and_then(|id| SPELLED.get(id as usize)).and_then(|s| s.0))
-            .collect();
-        let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
-        fields.push(Field::new("zone", DataType::Utf8, true));
-        let mut columns = b.columns().to_vec();
-        columns.push(Arc::new(zones));
-        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+            .map(|id| id.and_then(|id| SPELLED.get(id as usize)).and_then(|s| s.0));
+        Arc::new(zones.collect::<StringArray>())
     });
     let sink = DeltaSink::try_new(table.to_str().unwrap())
         .unwrap()
@@ -410,14 +414,12 @@ async fn checkpoints_written_beside_the_commits_hold_the_whole_table() {
 async fn a_binary_partition_column_is_refused_with_the_reason_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("t");
-    let keyed = rate(10).map_batches(|b| {
-        let ids = b.column(0).as_primitive::<Int64Type>();
-        let keys: BinaryArray = ids.iter().map(|v| v.map(|v| vec![0xff, v as u8])).collect();
-        let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
-        fields.push(Field::new("key", DataType::Binary, true));
-        let mut columns = b.columns().to_vec();
-        columns.push(Arc::new(keys));
-        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+    let keyed = with_column(10, "key", |ids| {
+        Arc::new(
+            ids.iter()
+                .map(|v| v.map(|v| vec![0xff, v as u8]))
+                .collect::<BinaryArray>(),
+        )
     });
     let sink = DeltaSink::try_new(table.to_str().unwrap())
         .unwrap()
