@@ -473,14 +473,17 @@ mod tests {
         create_dirs_durably(&deep).unwrap();
     }
 
-    /// A written file replaces the old one whole; contents that fail leave
-    /// the old file and no temporary one, with the failure's kind kept.
+    /// A written file (larger than a writeback step) replaces the old one
+    /// whole; contents that fail leave the old file and no temporary one,
+    /// with the failure's kind kept.
     #[tokio::test]
     async fn a_written_file_replaces_the_old_one_or_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let store = LocalStore::open(dir.path()).unwrap();
         store.put("state/0.delta", Bytes::from("old")).await.unwrap();
-        let big = vec![7u8; 3 << 20];
+        // Over two writeback steps, in a pattern that does not repeat at
+        // any step's length, so a step written out of place would show.
+        let big: Vec<u8> = (0..(WRITEBACK_STEP * 5 / 2)).map(|i| (i % 251) as u8).collect();
         let expected = big.clone();
         store
             .put_written("state/0.delta", Box::new(move |out| out.write_all(&big)))
