@@ -4,9 +4,10 @@ use std::path::PathBuf;
 
 use arrow_schema::ArrowError;
 
+use crate::checkpoint::lease_loss::LeaseLoss;
 use crate::crash::point::CrashPoint;
 use crate::ids::{BatchId, InvalidQueryName, QueryId, QueryName};
-use crate::operator::QueryRule;
+use crate::operator::query_rule::QueryRule;
 use crate::protocol::Refusal;
 use crate::sink::mode::{ModeRefusal, OutputMode};
 
@@ -50,7 +51,7 @@ pub enum Error {
         location: String,
         path: String,
         epoch: u64,
-        loss: crate::checkpoint::LeaseLoss,
+        loss: LeaseLoss,
     },
 
     /// A checkpoint file exists but cannot be understood.

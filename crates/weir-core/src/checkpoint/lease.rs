@@ -3,7 +3,6 @@
 //! conditional puts, and a fence that refuses this run's writes once the
 //! lease may have passed to another run.
 
-use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,6 +13,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersi
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use super::lease_loss::LeaseLoss;
 use super::store::{Lease, LeaseOwner};
 use crate::error::{Error, Result};
 use crate::maintenance::AbortOnDrop;
@@ -76,42 +76,6 @@ impl LeaseTiming {
     /// How often a run waiting for a lease looks at it again.
     fn poll(&self) -> Duration {
         (self.renew_every / 2).min(Duration::from_secs(1))
-    }
-}
-
-/// Why a run no longer holds its checkpoint's lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LeaseLoss {
-    /// Another run took the lease over after it had lapsed.
-    TakenOver { owner: String, epoch: u64 },
-    /// The lease could not be renewed in time (the store was unreachable,
-    /// or the process was paused).
-    NotRenewed { ttl: Duration },
-    /// The run released it: its query stopped.
-    Released,
-}
-
-impl LeaseLoss {
-    /// Whether restarting the query may succeed: after a lapse, yes; when
-    /// another run holds the checkpoint, not while it runs.
-    pub fn retryable(&self) -> bool {
-        matches!(self, LeaseLoss::NotRenewed { .. })
-    }
-}
-
-impl fmt::Display for LeaseLoss {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LeaseLoss::TakenOver { owner, epoch } => {
-                write!(f, "was taken over by {owner} with epoch {epoch}; stop one of the two")
-            }
-            LeaseLoss::NotRenewed { ttl } => write!(
-                f,
-                "could not be renewed within its {ttl:?} (the store was unreachable or the process paused)"
-            ),
-            LeaseLoss::Released => write!(f, "was released when the query stopped"),
-        }
     }
 }
 

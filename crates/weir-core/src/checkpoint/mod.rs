@@ -13,6 +13,7 @@
 
 mod format;
 mod lease;
+pub(crate) mod lease_loss;
 mod local;
 mod location;
 mod log;
@@ -27,7 +28,8 @@ use serde::Serialize;
 
 pub(crate) use format::decode;
 pub use format::{CheckpointMetadata, CommitEntry, OffsetEntry, SourceOffset, FORMAT_VERSION};
-pub use lease::{LeaseLoss, LeaseTiming};
+pub use lease::LeaseTiming;
+pub use lease_loss::LeaseLoss;
 pub use local::{create_dirs_durably, LocalStore};
 pub use log::BatchLog;
 pub use object::ObjectStoreCheckpoint;

@@ -9,6 +9,7 @@
 //! the batch's rows and the [`OperatorContext`], so that a replayed batch
 //! gives the same output and the same state.
 
+pub(crate) mod query_rule;
 mod rules;
 
 use std::fmt;
@@ -17,7 +18,8 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use async_trait::async_trait;
 
-pub use rules::{check_query_mode, has_aggregation, OperatorFacts, QueryRule, QueryShape};
+pub use query_rule::QueryRule;
+pub use rules::{check_query_mode, has_aggregation, OperatorFacts, QueryShape};
 
 use crate::error::BoxError;
 use crate::ids::BatchId;
