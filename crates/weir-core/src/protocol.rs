@@ -153,6 +153,19 @@ pub struct StartPlan {
     pub sink_since: Option<BatchId>,
 }
 
+impl StartPlan {
+    /// The first batch this run executes: the one to replay, else the one
+    /// after the batch recorded without running, else the first new one.
+    /// Its operators start from the state after the batch planned before it.
+    pub fn first_batch(&self) -> BatchId {
+        match (self.replay, self.record_only) {
+            (Some(b), _) => b,
+            (None, Some(b)) => b.next(),
+            (None, None) => self.next_batch,
+        }
+    }
+}
+
 /// A guard's refusal: what was found, why going on would lose or repeat rows,
 /// and the explicit option that accepts the risk.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

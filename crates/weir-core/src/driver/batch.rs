@@ -24,6 +24,8 @@ pub(crate) struct Written {
     pub output_rows: u64,
     pub partitions: usize,
     pub read_time: Duration,
+    /// Rows the operators dropped as behind the watermark.
+    pub late_rows: u64,
 }
 
 /// A failed write, with the messages of the writers that finished (for the

@@ -4,7 +4,9 @@
 mod batch;
 mod handle;
 mod options;
+mod progress;
 mod run;
+mod start;
 mod stateful;
 mod stream;
 mod trigger;

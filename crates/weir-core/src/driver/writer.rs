@@ -149,7 +149,7 @@ impl StreamWriter {
 
     /// [`StreamWriter::start`] with a shared sink.
     pub async fn start_arc(self, sink: Arc<dyn Sink>) -> Result<StreamingQuery> {
-        super::run::start(self, sink).await
+        super::start::start(self, sink).await
     }
 
     /// Starts the query with a function called on each batch's rows.

@@ -39,6 +39,20 @@ fn first_new_batch(plan: &StartPlan) -> BatchId {
     plan.replay.unwrap_or(plan.next_batch)
 }
 
+#[test]
+fn the_first_batch_run_is_the_replay_else_the_one_after_the_recorded_else_the_next() {
+    let plan = |replay: Option<u64>, record_only: Option<u64>, next: u64| StartPlan {
+        replay: replay.map(BatchId),
+        record_only: record_only.map(BatchId),
+        next_batch: BatchId(next),
+        take_over: None,
+        sink_since: None,
+    };
+    assert_eq!(plan(Some(4), None, 5).first_batch(), BatchId(4));
+    assert_eq!(plan(None, Some(4), 5).first_batch(), BatchId(5));
+    assert_eq!(plan(None, None, 7).first_batch(), BatchId(7));
+}
+
 const SMALL: [Option<u64>; 6] = [None, Some(0), Some(1), Some(2), Some(3), Some(4)];
 
 #[test]
@@ -365,6 +379,7 @@ proptest! {
             let first = first_new_batch(&plan);
             if let Some(m) = f.marker {
                 prop_assert!(first > m.batch_id, "first {first} marker {m}");
+                prop_assert!(plan.first_batch() > m.batch_id, "the first batch run is one the sink lacks");
             }
             prop_assert!(plan.next_batch > p.map(BatchId).unwrap_or(BatchId(0)) || p.is_none());
             prop_assert!(plan.replay.is_none() || plan.record_only.is_none());
