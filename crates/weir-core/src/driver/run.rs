@@ -44,6 +44,14 @@ const STATE_PURGE_EVERY: u64 = 10;
 /// How long an idle query with a zero interval waits before asking again.
 const IDLE_POLL: Duration = Duration::from_millis(100);
 
+/// A batch whose offsets are logged: its entry, where its source starts,
+/// and what planning it took (zero for a batch an earlier run planned).
+struct Planned {
+    entry: OffsetEntry,
+    start: Option<Offset>,
+    plan_time: Duration,
+}
+
 pub(crate) struct Driver {
     pub(super) checkpoint: Checkpoint,
     pub(super) stream: ReadStream,
@@ -103,8 +111,8 @@ impl Driver {
             let tick = Instant::now();
             let planned = self.plan(limit).await?;
             let had_data = planned.is_some();
-            if let Some((entry, start, plan_time)) = planned {
-                self.run_batch(entry, start, plan_time, false).await?;
+            if let Some(batch) = planned {
+                self.run_batch(batch, false).await?;
             }
             let wait = match self.trigger {
                 Trigger::Once => return Ok(()),
@@ -154,11 +162,16 @@ impl Driver {
         };
         tracing::info!(batch_id = %batch, "replaying a batch planned by an earlier run");
         self.last_watermark = entry.watermark_ms;
-        self.run_batch(entry, start, Duration::ZERO, true).await
+        let batch = Planned {
+            entry,
+            start,
+            plan_time: Duration::ZERO,
+        };
+        self.run_batch(batch, true).await
     }
 
     /// Plans the next batch and writes `offsets/N`; `None` if no new data.
-    async fn plan(&mut self, limit: ReadLimit) -> Result<Option<(OffsetEntry, Option<Offset>, Duration)>> {
+    async fn plan(&mut self, limit: ReadLimit) -> Result<Option<Planned>> {
         let started = Instant::now();
         let source = self.stream.source.clone();
         let start = self.last_end.clone();
@@ -190,31 +203,26 @@ impl Driver {
         }
         self.last_watermark = watermark_ms;
         self.crash.hit(CrashPoint::AfterOffsetsWritten, batch_id)?;
-        Ok(Some((entry, start, started.elapsed())))
+        Ok(Some(Planned {
+            entry,
+            start,
+            plan_time: started.elapsed(),
+        }))
     }
 
     /// Read, write, commit and record one batch.
-    async fn run_batch(
-        &mut self,
-        entry: OffsetEntry,
-        start: Option<Offset>,
-        plan_time: Duration,
-        replayed: bool,
-    ) -> Result<()> {
-        let batch_id = entry.batch_id;
-        let span = tracing::info_span!("batch", batch_id = %batch_id, replayed, attempt = tracing::field::Empty);
-        self.run_batch_inner(entry, start, plan_time, replayed)
-            .instrument(span)
-            .await
+    async fn run_batch(&mut self, batch: Planned, replayed: bool) -> Result<()> {
+        let span =
+            tracing::info_span!("batch", batch_id = %batch.entry.batch_id, replayed, attempt = tracing::field::Empty);
+        self.run_batch_inner(batch, replayed).instrument(span).await
     }
 
-    async fn run_batch_inner(
-        &mut self,
-        entry: OffsetEntry,
-        start: Option<Offset>,
-        plan_time: Duration,
-        replayed: bool,
-    ) -> Result<()> {
+    async fn run_batch_inner(&mut self, batch: Planned, replayed: bool) -> Result<()> {
+        let Planned {
+            entry,
+            start,
+            plan_time,
+        } = batch;
         let mut clock = BatchClock::start(plan_time, &mut self.last_batch_started);
         let batch_id = entry.batch_id;
         let end = self.end_of(&entry)?;
