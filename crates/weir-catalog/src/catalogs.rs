@@ -14,7 +14,6 @@ use crate::format::TableFormat;
 use crate::iceberg_catalogs::RestCatalog;
 use crate::name::{self, TableName};
 use crate::options::{SnapshotExpiry, TableOptions};
-use crate::table_ref::TableRef;
 
 mod kind;
 mod path;
@@ -193,13 +192,6 @@ impl Catalogs {
     pub async fn find(&self, name: &str) -> Result<Option<TableEntry>, CatalogError> {
         let name = self.resolve(name)?;
         self.find_resolved(&name).await
-    }
-
-    /// The table of that name: awaited, its entry or
-    /// [`CatalogError::NoSuchTable`]; its methods start maintenance jobs on
-    /// it (`catalogs.table(name).compact().await`).
-    pub fn table(&self, name: &str) -> TableRef<'_> {
-        TableRef::new(self, name)
     }
 
     async fn find_resolved(&self, name: &TableName) -> Result<Option<TableEntry>, CatalogError> {

@@ -26,6 +26,14 @@ pub struct CompactSummary {
     pub report: CompactReport,
 }
 
+impl<'a> TableRef<'a> {
+    /// Compaction of its small files, in either format (see
+    /// [`weir_delta::Compact`] and [`weir_iceberg::Compact`]).
+    pub fn compact(&self) -> CompactJob<'a> {
+        CompactJob::new(self.clone())
+    }
+}
+
 /// Rewrites the small files of a table by name into files of the target
 /// size without changing its rows (see [`weir_delta::Compact`] and
 /// [`weir_iceberg::Compact`]); made by [`TableRef::compact`], run by

@@ -15,6 +15,31 @@ const EXPIRY_IS_ICEBERGS: &str = "snapshot expiry is for Iceberg tables; a Delta
 const ORPHANS_ARE_ICEBERGS: &str = "orphan removal is for Iceberg tables; a Delta table's go with vacuum";
 const MANIFESTS_ARE_ICEBERGS: &str = "manifests are Iceberg's; a Delta table's log is kept short by log checkpoints";
 
+impl<'a> TableRef<'a> {
+    /// A vacuum of this Delta table (see [`weir_delta::Vacuum`]).
+    pub fn vacuum(&self) -> VacuumJob<'a> {
+        VacuumJob::new(self.clone())
+    }
+
+    /// Expiry of this Iceberg table's old snapshots (see
+    /// [`weir_iceberg::ExpireSnapshots`]).
+    pub fn expire_snapshots(&self) -> ExpireSnapshotsJob<'a> {
+        ExpireSnapshotsJob::new(self.clone())
+    }
+
+    /// Removal of this Iceberg table's orphan files (see
+    /// [`weir_iceberg::RemoveOrphanFiles`]).
+    pub fn remove_orphan_files(&self) -> RemoveOrphanFilesJob<'a> {
+        RemoveOrphanFilesJob::new(self.clone())
+    }
+
+    /// A merge of this Iceberg table's small manifests (see
+    /// [`weir_iceberg::RewriteManifests`]).
+    pub fn rewrite_manifests(&self) -> RewriteManifestsJob<'a> {
+        RewriteManifestsJob::new(self.clone())
+    }
+}
+
 /// A vacuum of a Delta table by name (see [`weir_delta::Vacuum`]): files
 /// no version within the retention (default 7 days) needs, and files of
 /// failed writes older than it.

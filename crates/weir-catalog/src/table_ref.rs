@@ -1,5 +1,6 @@
-//! A table by name: awaited, its catalog entry; its methods, the
-//! maintenance jobs on it, each a builder that is awaited.
+//! A table by name: awaited, its catalog entry. The maintenance jobs on it
+//! are made by methods that sit beside each job (`compact.rs`, `jobs.rs`),
+//! so the jobs build on this module and it knows none of them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,10 +8,20 @@ use std::sync::Arc;
 use weir_iceberg::Catalog;
 
 use crate::catalogs::{Catalogs, TableEntry};
-use crate::compact::CompactJob;
 use crate::error::CatalogError;
 use crate::format::TableFormat;
-use crate::jobs::{ExpireSnapshotsJob, RemoveOrphanFilesJob, RewriteManifestsJob, VacuumJob};
+
+impl Catalogs {
+    /// The table of that name: awaited, its entry or
+    /// [`CatalogError::NoSuchTable`]; its methods start maintenance jobs on
+    /// it (`catalogs.table(name).compact().await`).
+    pub fn table(&self, name: &str) -> TableRef<'_> {
+        TableRef {
+            catalogs: self,
+            name: name.to_string(),
+        }
+    }
+}
 
 /// A table by name, looked up when awaited ([`Catalogs::table`]).
 ///
@@ -37,13 +48,6 @@ pub struct TableRef<'a> {
 }
 
 impl<'a> TableRef<'a> {
-    pub(crate) fn new(catalogs: &'a Catalogs, name: &str) -> Self {
-        TableRef {
-            catalogs,
-            name: name.to_string(),
-        }
-    }
-
     /// The name as given.
     pub fn name(&self) -> &str {
         &self.name
@@ -92,35 +96,6 @@ impl<'a> TableRef<'a> {
         let table = self.of_format(TableFormat::Iceberg, reason).await?;
         let catalog = self.catalogs.iceberg_catalog(&table.name.catalog).await?;
         Ok((catalog, table.name.in_catalog()))
-    }
-
-    /// Compaction of its small files, in either format (see
-    /// [`weir_delta::Compact`] and [`weir_iceberg::Compact`]).
-    pub fn compact(&self) -> CompactJob<'a> {
-        CompactJob::new(self.clone())
-    }
-
-    /// A vacuum of this Delta table (see [`weir_delta::Vacuum`]).
-    pub fn vacuum(&self) -> VacuumJob<'a> {
-        VacuumJob::new(self.clone())
-    }
-
-    /// Expiry of this Iceberg table's old snapshots (see
-    /// [`weir_iceberg::ExpireSnapshots`]).
-    pub fn expire_snapshots(&self) -> ExpireSnapshotsJob<'a> {
-        ExpireSnapshotsJob::new(self.clone())
-    }
-
-    /// Removal of this Iceberg table's orphan files (see
-    /// [`weir_iceberg::RemoveOrphanFiles`]).
-    pub fn remove_orphan_files(&self) -> RemoveOrphanFilesJob<'a> {
-        RemoveOrphanFilesJob::new(self.clone())
-    }
-
-    /// A merge of this Iceberg table's small manifests (see
-    /// [`weir_iceberg::RewriteManifests`]).
-    pub fn rewrite_manifests(&self) -> RewriteManifestsJob<'a> {
-        RewriteManifestsJob::new(self.clone())
     }
 }
 
