@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use weir::catalog::{Catalogs, CompactOptions, CompactProgress, CompactSummary};
 
 use crate::Failure;
+use weir::sync::Recover;
 
 /// `128MiB`, `1GiB`, `512m`, `64k`, `1000000`: a size in bytes.
 pub fn parse_size(flag: &str, text: &str) -> Result<u64, Failure> {
@@ -97,7 +98,7 @@ pub async fn run(catalogs: &Catalogs, name: &str, options: CompactOptions, json:
             if !draw {
                 return;
             }
-            let mut bar = shared.lock().unwrap_or_else(|e| e.into_inner());
+            let mut bar = shared.lock().recover();
             match p {
                 CompactProgress::Planned { groups, bytes, .. } => {
                     bar.groups = groups;

@@ -71,6 +71,7 @@ pub mod protocol;
 pub mod sink;
 pub mod source;
 pub mod state;
+pub mod sync;
 pub mod watermark;
 
 pub use driver::{read_stream, ReadStream, StreamWriter, StreamingQuery, Trigger};

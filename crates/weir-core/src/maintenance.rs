@@ -13,6 +13,7 @@ use serde::Serialize;
 mod builder;
 mod plan;
 
+use crate::sync::Recover;
 pub use plan::{plan_groups, PlanFile};
 
 /// How a compaction runs.
@@ -255,7 +256,7 @@ where
             // A panic stops the other threads too.
             let _panicking = StopOnPanic(halted.clone());
             while !halted.load(Ordering::Relaxed) {
-                let Some(item) = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else {
+                let Some(item) = queue.lock().recover().pop_front() else {
                     break;
                 };
                 match work(item, &halted) {

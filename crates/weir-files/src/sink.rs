@@ -17,6 +17,7 @@ use crate::error::FileSinkError;
 use crate::log::{EntryHeader, FileEntry, MetadataLog, Written};
 use crate::store::Output;
 use crate::writer::{delete_files, Coalesced, FileFormat, FileWriter, Layout, WriterContext};
+use weir_core::sync::Recover;
 
 /// How many times a commit re-reads the log after another writer took the
 /// batch's entry first.
@@ -155,7 +156,7 @@ impl FileSink {
     fn layout(&self) -> Result<Arc<Layout>, FileSinkError> {
         self.prepared
             .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .recover()
             .clone()
             .ok_or_else(|| FileSinkError::Unsupported {
                 location: self.output.shown.clone(),
@@ -235,7 +236,7 @@ impl Sink for FileSink {
         let file_schema = Arc::new(file_schema);
         // The log must be this query's (or empty).
         self.read_marker(&query.query_name).await?;
-        *self.prepared.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(Layout {
+        *self.prepared.write().recover() = Some(Arc::new(Layout {
             format: self.options.format,
             partition_columns: self.options.partition_by.clone(),
             partition_indices,
@@ -264,7 +265,7 @@ impl Sink for FileSink {
         let Some(n) = self.options.max_files_per_partition else {
             return Ok(Box::new(FileWriter::new(ctx, partition_id)));
         };
-        let mut coalesced = self.coalesced.lock().unwrap_or_else(|e| e.into_inner());
+        let mut coalesced = self.coalesced.lock().recover();
         // Attempts of other batches are done: the driver runs one at a time.
         coalesced.retain(|attempt, _| *attempt == batch.attempt_id);
         let ctx = WriterContext {

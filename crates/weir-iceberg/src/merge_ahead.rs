@@ -16,6 +16,7 @@ use iceberg::spec::{ManifestFile, TableMetadata};
 use weir_core::sink::Background;
 
 use crate::commit::{AheadUse, MergedAhead, Producer};
+use weir_core::sync::Recover;
 
 /// How long a merge may wait for a commit to list it. Orphan removal
 /// deletes unlisted files an hour old at the soonest; a merge that waited
@@ -41,7 +42,7 @@ enum Slot {
 
 impl Ahead {
     fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.lock().recover()
     }
 
     /// The merge ready for the next commit, if one is, and the files of

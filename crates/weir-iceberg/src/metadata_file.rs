@@ -27,6 +27,7 @@ use iceberg::spec::{
 use iceberg::TableUpdate;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+use weir_core::sync::Recover;
 
 /// Snapshots' JSON is sealed into shared chunks of about this size (small
 /// in tests, so that they cross chunks).
@@ -138,7 +139,7 @@ impl MetadataJson {
 impl MetadataFiles {
     /// Records the refs of the metadata file at `location`.
     pub fn loaded(&self, location: &str, metadata: &TableMetadata, refs: HashMap<String, SnapshotReference>) {
-        let mut tables = self.tables.lock().expect("metadata cache poisoned");
+        let mut tables = self.tables.lock().recover();
         let known = tables.entry(metadata.uuid()).or_default();
         if known.location != location {
             known.snapshots = None;
@@ -158,7 +159,7 @@ impl MetadataFiles {
         // What is known of `base`, copied out (the chunks are shared) so
         // that no lock is held while encoding.
         let known = {
-            let tables = self.tables.lock().expect("metadata cache poisoned");
+            let tables = self.tables.lock().recover();
             tables
                 .get(&metadata.uuid())
                 .filter(|k| Some(k.location.as_str()) == base)
@@ -213,7 +214,7 @@ impl MetadataFiles {
     /// `location`. What is kept describes that file alone, whatever was
     /// recorded meanwhile.
     pub fn written(&self, location: &str, metadata: &TableMetadata, json: MetadataJson) {
-        let mut tables = self.tables.lock().expect("metadata cache poisoned");
+        let mut tables = self.tables.lock().recover();
         match json.kept {
             Some((refs, snapshots)) => {
                 tables.insert(

@@ -25,6 +25,7 @@ use crate::merge_ahead::Ahead;
 use crate::table::{self, Layout};
 use crate::upsert;
 use crate::writer::{self, IcebergWriter, WriterContext};
+use weir_core::sync::Recover;
 
 /// How often the sink reloads the table and re-checks its marker after
 /// losing a swap before giving up.
@@ -304,7 +305,7 @@ impl IcebergSink {
         self.state
             .prepared
             .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .recover()
             .clone()
             .ok_or_else(|| IcebergSinkError::NotPrepared { table: self.shown() })
     }
@@ -441,12 +442,12 @@ impl Sink for IcebergSink {
             source: Box::new(source),
         })?;
         tracing::info!(table = %self.shown(), spec = ?layout.spec.fields(), target_file_size = layout.target_file_size, "Iceberg sink ready");
-        *self.state.prepared.write().unwrap_or_else(|e| e.into_inner()) = Some(Prepared {
+        *self.state.prepared.write().recover() = Some(Prepared {
             layout: Arc::new(layout),
             locations,
             key: query.key_columns.clone(),
         });
-        *self.state.manifests.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.state.manifests.lock().recover() = None;
         *slot = Some(table);
         Ok(())
     }
@@ -657,13 +658,7 @@ impl TableCommit for SwapCommit<'_> {
             _ => upsert::Rewrite::default(),
         };
         let rewritten: Vec<String> = rewrite.adds.iter().map(|f| f.file_path().to_string()).collect();
-        let cached = self
-            .sink
-            .state
-            .manifests
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let cached = self.sink.state.manifests.lock().recover().clone();
         let (offered, expired) = self.sink.state.ahead.ready();
         self.sink.delete(expired).await;
         let expiry = self.sink.expiry_due(&base);
@@ -728,7 +723,7 @@ impl TableCommit for SwapCommit<'_> {
                     "committed to Iceberg"
                 );
                 if produced.manifests.is_some() {
-                    *sink.state.manifests.lock().unwrap_or_else(|e| e.into_inner()) = produced.manifests;
+                    *sink.state.manifests.lock().recover() = produced.manifests;
                 }
                 crate::catalog::write_hint(sink.catalog.as_ref(), &table).await;
                 sink.delete_logs_later(&table, produced.expired);

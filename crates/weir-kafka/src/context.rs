@@ -12,6 +12,7 @@ use rdkafka::error::{KafkaError as ClientError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 
 use crate::error::KafkaError;
+use weir_core::sync::Recover;
 
 /// A consumer with weir's context.
 pub(crate) type Consumer = BaseConsumer<Context>;
@@ -35,7 +36,7 @@ impl Context {
 
     /// `e`, or the authentication failure behind it.
     pub(crate) fn explain(&self, e: KafkaError) -> KafkaError {
-        match (&e, self.auth_failure.lock().expect("context").clone()) {
+        match (&e, self.auth_failure.lock().recover().clone()) {
             (KafkaError::Client { .. } | KafkaError::Stalled { .. }, Some(reason)) => KafkaError::Authentication {
                 brokers: self.brokers.clone(),
                 reason,
@@ -69,7 +70,7 @@ impl ClientContext for Context {
         // Consumers get authentication failures as bare error codes; the
         // reason comes only in the log.
         if message.contains("SASL authentication error") || message.contains("Authentication failed") {
-            *self.auth_failure.lock().expect("context") = Some(message.to_string());
+            *self.auth_failure.lock().recover() = Some(message.to_string());
         }
         match level {
             RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
@@ -86,7 +87,7 @@ impl ClientContext for Context {
             error.rdkafka_error_code(),
             Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed)
         ) {
-            *self.auth_failure.lock().expect("context") = Some(reason.to_string());
+            *self.auth_failure.lock().recover() = Some(reason.to_string());
         }
         tracing::warn!(target: "librdkafka", %error, reason, "Kafka client error");
     }

@@ -23,6 +23,7 @@ use crate::context::{Consumer, Context};
 use crate::decode::ValueDecoder;
 use crate::error::KafkaError;
 use crate::offsets::{PartitionOffsets, PartitionRange, TopicPartition};
+use weir_core::sync::Recover;
 
 /// Rows per record batch handed on.
 const CHUNK_ROWS: usize = 8192;
@@ -122,10 +123,7 @@ where
         None => tx,
     };
     tokio::task::spawn_blocking(move || {
-        let mut reader = match reader.lock() {
-            Ok(r) => r,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut reader = reader.lock().recover();
         match read(&mut reader, &plan, &tx) {
             Ok(metrics) => done(metrics),
             Err(stop) => {

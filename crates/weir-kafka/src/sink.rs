@@ -21,6 +21,7 @@ use weir_core::{QueryId, QueryName};
 use crate::config::ClientSettings;
 use crate::error::KafkaError;
 use crate::marker::{self, MarkerRecord};
+use weir_core::sync::Recover;
 
 /// What a Kafka sink promises.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,7 +180,7 @@ impl KafkaSink {
     fn producer(&self) -> Result<FutureProducer, KafkaError> {
         self.state
             .lock()
-            .expect("sink state")
+            .recover()
             .producer
             .clone()
             .ok_or_else(|| KafkaError::Stopped("the sink was not prepared".into()))
@@ -237,7 +238,7 @@ impl KafkaSink {
 
     /// Begins the transaction of `attempt` unless it is open.
     fn begin(&self, attempt: Uuid) -> Result<(), KafkaError> {
-        let mut state = self.state.lock().expect("sink state");
+        let mut state = self.state.lock().recover();
         if !matches!(self.guarantee, Guarantee::ExactlyOnce { .. }) || state.open == Some(attempt) {
             return Ok(());
         }
@@ -288,7 +289,7 @@ impl KafkaSink {
                     Ok(()) => break,
                     Err(ClientError::Transaction(e)) if e.is_retriable() && tries < 5 => tries += 1,
                     Err(e) => {
-                        let mut state = state.lock().expect("sink state");
+                        let mut state = state.lock().recover();
                         let err = state.txn.error("committing the batch's transaction", e);
                         if !matches!(err, KafkaError::Fenced { .. }) {
                             let _ = p.abort_transaction(timeout);
@@ -298,7 +299,7 @@ impl KafkaSink {
                     }
                 }
             }
-            state.lock().expect("sink state").open = None;
+            state.lock().recover().open = None;
             Ok(())
         })
         .await
@@ -359,7 +360,7 @@ impl Sink for KafkaSink {
             )
         })?;
         {
-            let mut state = self.state.lock().expect("sink state");
+            let mut state = self.state.lock().recover();
             state.producer = Some(producer);
             state.txn = Txn {
                 transactional_id: txn_id.clone(),
@@ -370,7 +371,7 @@ impl Sink for KafkaSink {
             // Fences every older producer of this query and aborts what it
             // left open, so the markers read next are final.
             let timeout = self.timeout;
-            let txn = self.state.lock().expect("sink state").txn.clone();
+            let txn = self.state.lock().recover().txn.clone();
             self.blocking(move |p| {
                 p.init_transactions(timeout)
                     .map_err(|e| txn.error("starting the producer's transactions", e))
@@ -381,13 +382,13 @@ impl Sink for KafkaSink {
                 .await
                 .map_err(|e| self.err(None, e))?;
             tracing::info!(transactional_id = %txn_id, marker = ?found, "Kafka sink: transactions started");
-            self.state.lock().expect("sink state").marker = found;
+            self.state.lock().recover().marker = found;
         }
         Ok(())
     }
 
     async fn marker(&self, _name: &QueryName, _known_ids: &[QueryId]) -> weir_core::Result<Option<SinkMarker>> {
-        Ok(self.state.lock().expect("sink state").marker)
+        Ok(self.state.lock().recover().marker)
     }
 
     fn create_writer(&self, batch: &BatchContext, partition_id: usize) -> weir_core::Result<Box<dyn DataWriter>> {
@@ -400,12 +401,12 @@ impl Sink for KafkaSink {
             sent: Sent { records: 0, bytes: 0 },
             sink: self.name(),
             batch_id: batch.batch_id,
-            txn: self.state.lock().expect("sink state").txn.clone(),
+            txn: self.state.lock().recover().txn.clone(),
         }))
     }
 
     async fn commit(&self, batch: &BatchContext, _messages: Vec<CommitMessage>) -> weir_core::Result<CommitOutcome> {
-        let known = self.state.lock().expect("sink state").marker;
+        let known = self.state.lock().recover().marker;
         let decision =
             decide_commit(known, batch.commit_facts()).map_err(|r| weir_core::Error::Refused(Box::new(r)))?;
         if let CommitDecision::AlreadyCommitted(m) = decision {
@@ -415,7 +416,7 @@ impl Sink for KafkaSink {
             .await
             .map_err(|e| self.err(Some(batch), e))?;
         if self.keeps_marker() {
-            self.state.lock().expect("sink state").marker = Some(SinkMarker {
+            self.state.lock().recover().marker = Some(SinkMarker {
                 query_id: batch.query_id,
                 batch_id: batch.batch_id,
             });
@@ -424,7 +425,7 @@ impl Sink for KafkaSink {
     }
 
     async fn abort(&self, batch: &BatchContext, _messages: Vec<CommitMessage>) -> weir_core::Result<()> {
-        let open = self.state.lock().expect("sink state").open;
+        let open = self.state.lock().recover().open;
         if open != Some(batch.attempt_id) {
             return Ok(());
         }
@@ -432,7 +433,7 @@ impl Sink for KafkaSink {
         let state = self.state.clone();
         self.blocking(move |p| {
             let result = p.abort_transaction(timeout);
-            let mut state = state.lock().expect("sink state");
+            let mut state = state.lock().recover();
             state.open = None;
             result.map_err(|e| state.txn.error("aborting the batch's transaction", e))
         })

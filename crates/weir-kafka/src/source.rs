@@ -19,6 +19,7 @@ use crate::decode::{ValueColumns, ValueDecoder};
 use crate::error::KafkaError;
 use crate::offsets::{self, PartitionOffsets, TopicPartition};
 use crate::read::{self, ReadPlan, Reader};
+use weir_core::sync::Recover;
 
 /// Where a new query begins reading.
 #[derive(Debug, Clone, PartialEq)]
@@ -301,13 +302,13 @@ impl KafkaSource {
 
     /// The client that asks for metadata and offsets, made on first use.
     fn client(&self) -> Result<Arc<Consumer>, KafkaError> {
-        let mut state = self.state.lock().expect("source state");
+        let mut state = self.state.lock().recover();
         cached(&mut state.client, || Ok(Arc::new(self.connect(&[], None)?)))
     }
 
     /// The consumer that reads records, made on first use.
     fn reader(&self) -> Result<Arc<Mutex<Reader>>, KafkaError> {
-        let mut state = self.state.lock().expect("source state");
+        let mut state = self.state.lock().recover();
         // What the reader fetches ahead, per partition, is what a query
         // holds beyond its batch: librdkafka's defaults (100,000 records a
         // partition, some 400 bytes each with its bookkeeping) would make
@@ -327,7 +328,7 @@ impl KafkaSource {
 
     /// The consumer of `group` that batches' offsets are committed to.
     fn committer(&self, group: &str) -> Result<Arc<Consumer>, KafkaError> {
-        let mut state = self.state.lock().expect("source state");
+        let mut state = self.state.lock().recover();
         cached(&mut state.committer, || Ok(Arc::new(self.connect(&[], Some(group))?)))
     }
 
@@ -431,12 +432,7 @@ impl KafkaSource {
     }
 
     fn initial(&self) -> PartitionOffsets {
-        self.state
-            .lock()
-            .expect("source state")
-            .initial
-            .clone()
-            .unwrap_or_default()
+        self.state.lock().recover().initial.clone().unwrap_or_default()
     }
 
     fn parse(&self, offset: Option<&Offset>) -> Result<PartitionOffsets, KafkaError> {
@@ -474,7 +470,7 @@ impl KafkaSource {
             .blocking(move |c, _, d| broker::offsets(c, &parts, At::Latest, d))
             .await?;
         let mut end = PartitionOffsets::new();
-        let cap = self.state.lock().expect("source state").available_now.clone();
+        let cap = self.state.lock().recover().available_now.clone();
         for (tp, high) in latest.iter() {
             let from = base.get(&tp.topic, tp.partition);
             let mut until = match &cap {
@@ -508,7 +504,7 @@ impl KafkaSource {
             return Ok(start.cloned());
         }
         if limit == ReadLimit::Default {
-            let last = self.state.lock().expect("source state").last_trigger;
+            let last = self.state.lock().recover().last_trigger;
             if let (Some(min), Some(last)) = (self.min_offsets, last) {
                 if available < min && last.elapsed() < self.max_trigger_delay {
                     return Ok(start.cloned());
@@ -519,7 +515,7 @@ impl KafkaSource {
             }
         }
         // Partitions dropped by a rewind to 0 keep their place in `end`.
-        self.state.lock().expect("source state").last_trigger = Some(Instant::now());
+        self.state.lock().recover().last_trigger = Some(Instant::now());
         Ok(Some(end.to_offset()))
     }
 
@@ -549,7 +545,7 @@ impl KafkaSource {
         let state = self.state.clone();
         let end = end.clone();
         Ok(read::spawn(reader, plan, move |metrics| {
-            let mut state = state.lock().expect("source state");
+            let mut state = state.lock().recover();
             state.metrics.retain(|(o, _)| *o != end);
             state.metrics.push_back((end.clone(), metrics));
             while state.metrics.len() > METRICS_KEPT {
@@ -601,7 +597,7 @@ impl Source for KafkaSource {
         let entry: InitialOffsets = serde_json::from_slice(&recorded).map_err(|e| corrupt(e.to_string()))?;
         let offsets = PartitionOffsets::from_json(&entry.offsets).ok_or_else(|| corrupt("not Kafka offsets".into()))?;
         tracing::info!(source = %self.name, initial = %entry.offsets, "Kafka source starts from its recorded initial offsets");
-        self.state.lock().expect("source state").initial = Some(offsets);
+        self.state.lock().recover().initial = Some(offsets);
         Ok(())
     }
 
@@ -614,7 +610,7 @@ impl Source for KafkaSource {
         let latest = self
             .blocking(move |c, _, d| broker::offsets(c, &parts, At::Latest, d))
             .await?;
-        self.state.lock().expect("source state").available_now = Some(latest);
+        self.state.lock().recover().available_now = Some(latest);
         Ok(())
     }
 
@@ -638,7 +634,7 @@ impl Source for KafkaSource {
     }
 
     fn metrics(&self, end: &Offset) -> Option<serde_json::Value> {
-        let state = self.state.lock().expect("source state");
+        let state = self.state.lock().recover();
         state.metrics.iter().find(|(o, _)| o == end).map(|(_, m)| m.clone())
     }
 }

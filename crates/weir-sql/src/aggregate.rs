@@ -31,6 +31,7 @@ use crate::session::{self, SessionWindow, EVENT_MS, SESSION_END, SESSION_START};
 use crate::sql::planned_schema;
 use crate::window::{Window, WINDOW_END, WINDOW_START};
 use crate::{quoted, INPUT};
+use weir_core::sync::Recover;
 
 /// A key of a `group_by`: a column, or the window an event time falls in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -591,7 +592,7 @@ impl Aggregation {
     /// [`Aggregation::partial_schema`], planned again only when the input's
     /// schema differs from the last batch's.
     fn planned_partial_schema(&self, input: &SchemaRef) -> Result<SchemaRef, SqlError> {
-        let mut planned = self.planned.lock().unwrap_or_else(|e| e.into_inner());
+        let mut planned = self.planned.lock().recover();
         if let Some((last, partial)) = planned.as_ref() {
             if last == input {
                 return Ok(partial.clone());

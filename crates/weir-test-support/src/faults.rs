@@ -16,6 +16,7 @@ use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMode,
     PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
+use weir_core::sync::Recover;
 
 /// What the store does to one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,7 +155,7 @@ impl FaultyStore {
     }
 
     fn plan(&self) -> std::sync::MutexGuard<'_, Plan> {
-        self.plan.lock().expect("the plan is never poisoned")
+        self.plan.lock().recover()
     }
 
     /// The next put of a path containing `part` meets `fault`.
@@ -294,7 +295,7 @@ impl ObjectStore for FaultyStore {
         locations
             .flat_map(move |location| {
                 let fault = location.is_ok() && {
-                    let mut plan = plan.lock().expect("the plan is never poisoned");
+                    let mut plan = plan.lock().recover();
                     let fault = plan.deletes.as_mut().and_then(Chance::draw).is_some();
                     plan.injected += u64::from(fault);
                     plan.failed_deletes += u64::from(fault);

@@ -17,6 +17,7 @@ use super::lease_loss::LeaseLoss;
 use super::store::{Lease, LeaseOwner};
 use crate::error::{Error, Result};
 use crate::maintenance::AbortOnDrop;
+use crate::sync::Recover;
 
 /// How long a lease on object storage lasts and how it is kept.
 ///
@@ -163,7 +164,7 @@ impl Fence {
     /// Until when a write may go on (`None`: no lease is involved), or
     /// the epoch and the reason the lease is gone.
     pub(super) fn check(&self) -> std::result::Result<Option<Instant>, (u64, LeaseLoss)> {
-        let mut state = self.0.lock().expect("the fence is never poisoned");
+        let mut state = self.0.lock().recover();
         match &*state {
             FenceState::Open => Ok(None),
             FenceState::Held {
@@ -186,7 +187,7 @@ impl Fence {
     }
 
     fn hold(&self, epoch: u64, valid_until: Instant, valid_until_ms: i64, ttl: Duration) {
-        *self.0.lock().expect("the fence is never poisoned") = FenceState::Held {
+        *self.0.lock().recover() = FenceState::Held {
             epoch,
             valid_until,
             valid_until_ms,
@@ -201,7 +202,7 @@ impl Fence {
                 valid_until,
                 valid_until_ms,
                 ..
-            } = &mut *self.0.lock().expect("the fence is never poisoned")
+            } = &mut *self.0.lock().recover()
             {
                 *valid_until = until;
                 *valid_until_ms = until_ms;
@@ -210,7 +211,7 @@ impl Fence {
     }
 
     fn lose(&self, loss: LeaseLoss) {
-        let mut state = self.0.lock().expect("the fence is never poisoned");
+        let mut state = self.0.lock().recover();
         if let FenceState::Held { epoch, .. } = &*state {
             *state = FenceState::Lost { epoch: *epoch, loss };
         }

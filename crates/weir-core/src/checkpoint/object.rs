@@ -11,6 +11,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, WriteMultip
 use super::lease::{Fence, LeaseObject, LeaseTiming};
 use super::store::{CheckpointStore, Lease, LeaseOwner, PutOutcome, WriteContents};
 use crate::error::{Error, Result};
+use crate::sync::Recover;
 
 /// Files at least this large are uploaded in parts of this size.
 const PART_BYTES: usize = 16 << 20;
@@ -90,7 +91,7 @@ impl ObjectStoreCheckpoint {
             epoch,
             loss,
         };
-        let fence = self.fence.lock().expect("never poisoned").clone();
+        let fence = self.fence.lock().recover().clone();
         let Some(mut deadline) = fence.check().map_err(lost)? else {
             return put.await;
         };
@@ -240,7 +241,7 @@ impl CheckpointStore for ObjectStoreCheckpoint {
         object.probe(&self.root).await?;
         let fence = Arc::new(Fence::default());
         let lease = object.acquire(owner, fence.clone()).await?;
-        *self.fence.lock().expect("never poisoned") = fence;
+        *self.fence.lock().recover() = fence;
         Ok(lease)
     }
 }

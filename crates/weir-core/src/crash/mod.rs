@@ -14,6 +14,7 @@ use crate::ids::BatchId;
 
 pub(crate) mod point;
 
+use crate::sync::Recover;
 pub use point::CrashPoint;
 
 impl FromStr for CrashPoint {
@@ -119,7 +120,7 @@ impl CrashPoints {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arm>> {
         // A panic while holding this lock leaves a valid Vec behind.
-        self.arms.lock().unwrap_or_else(|e| e.into_inner())
+        self.arms.lock().recover()
     }
 }
 

@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use crate::error::{Error, Result};
 use crate::ids::{QueryId, QueryName, RunId};
 use crate::progress::QueryProgress;
+use crate::sync::Recover;
 
 /// How many progress events a handle keeps (as Spark does).
 const RECENT_PROGRESS: usize = 100;
@@ -22,11 +23,11 @@ pub(crate) struct QueryShared {
 
 impl QueryShared {
     pub(crate) fn set_error(&self, error: &crate::Error) {
-        *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error.to_string());
+        *self.error.lock().recover() = Some(error.to_string());
     }
 
     pub(crate) fn push_progress(&self, p: QueryProgress) {
-        let mut recent = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        let mut recent = self.progress.lock().recover();
         if recent.len() == RECENT_PROGRESS {
             recent.pop_front();
         }
@@ -150,27 +151,16 @@ impl StreamingQuery {
     /// The error that stopped the query, if it failed (available as soon as
     /// it stopped, without awaiting termination).
     pub fn exception(&self) -> Option<String> {
-        self.shared.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.shared.error.lock().recover().clone()
     }
 
     /// The progress of the most recent batch.
     pub fn last_progress(&self) -> Option<QueryProgress> {
-        self.shared
-            .progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .back()
-            .cloned()
+        self.shared.progress.lock().recover().back().cloned()
     }
 
     /// The progress of up to the last 100 batches, oldest first.
     pub fn recent_progress(&self) -> Vec<QueryProgress> {
-        self.shared
-            .progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .cloned()
-            .collect()
+        self.shared.progress.lock().recover().iter().cloned().collect()
     }
 }

@@ -12,6 +12,7 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::sync::Recover;
 use futures::FutureExt;
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::watch;
@@ -131,7 +132,7 @@ impl Background {
             job,
             _live: Live(self.live.clone()),
         });
-        let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut jobs = self.jobs.lock().recover();
         jobs.retain(|j| !j.is_finished());
         jobs.push(task.abort_handle());
     }
@@ -161,7 +162,7 @@ impl Background {
     /// followed by a `Cancel`; two closes at once both return.
     pub async fn close(&self, how: Close) {
         if how == Close::Cancel {
-            for job in self.jobs.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            for job in self.jobs.lock().recover().iter() {
                 job.abort();
             }
         }
@@ -327,7 +328,7 @@ impl Drop for Running {
 }
 
 fn lock(counts: &Mutex<Counts>) -> std::sync::MutexGuard<'_, Counts> {
-    counts.lock().unwrap_or_else(|e| e.into_inner())
+    counts.lock().recover()
 }
 
 impl Periodic {

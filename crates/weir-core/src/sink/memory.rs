@@ -11,6 +11,7 @@ use super::{BatchContext, CommitMessage, CommitOutcome, DataWriter, OutputMode, 
 use crate::error::Result;
 use crate::ids::{BatchId, QueryId, QueryName};
 use crate::protocol::{decide_commit, CommitDecision, SinkIdentity, SinkMarker};
+use crate::sync::Recover;
 
 /// A queryable in-memory table. Clones share the table, so a test can read
 /// what a query wrote, and a restarted query finds its marker.
@@ -75,7 +76,7 @@ impl MemorySink {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, MemoryTable> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
+        self.table.lock().recover()
     }
 }
 

@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use super::{CommitMessage, DataWriter};
 use crate::error::{Error, Result};
+use crate::sync::Recover;
 
 /// Staged row sets by id. A writer's commit message is the id of its set.
 #[derive(Debug, Clone, Default)]
@@ -53,7 +54,7 @@ impl Staging {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Vec<RecordBatch>>> {
-        self.sets.lock().unwrap_or_else(|e| e.into_inner())
+        self.sets.lock().recover()
     }
 }
 

@@ -19,6 +19,7 @@ use serde_json::json;
 use super::{BatchStream, Offset, ReadLimit, Source, SourceContext};
 use crate::checkpoint::{CheckpointStore, PutOutcome};
 use crate::error::{Error, Result};
+use crate::sync::Recover;
 
 const KEY: &str = "file_log_index";
 /// The file log's format version; it follows the checkpoint's.
@@ -111,7 +112,7 @@ impl FileSource {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, FileState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().recover()
     }
 
     fn context(&self) -> Result<SourceContext> {

@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::{integer_offset, BatchStream, Offset, ReadLimit, Source};
 use crate::error::{Error, Result};
+use crate::sync::Recover;
 
 /// An append-only list of record batches; each added batch is one offset.
 /// Clones share the same list, so a test can keep adding rows to a running
@@ -45,7 +46,7 @@ impl MemoryStream {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<RecordBatch>> {
-        self.batches.lock().unwrap_or_else(|e| e.into_inner())
+        self.batches.lock().recover()
     }
 }
 

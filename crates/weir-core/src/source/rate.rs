@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::{integer_offset, BatchStream, Offset, ReadLimit, Source};
 use crate::error::{Error, Result};
+use crate::sync::Recover;
 
 const KEY: &str = "next_event_id";
 /// `ts` of event 0: 2026-01-01T00:00:00Z, in microseconds.
@@ -119,7 +120,7 @@ impl RateSource {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RateClock> {
-        self.clock.lock().unwrap_or_else(|e| e.into_inner())
+        self.clock.lock().recover()
     }
 
     fn available(&self, start: u64, clock: &mut RateClock) -> u64 {

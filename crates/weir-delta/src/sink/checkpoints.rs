@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use futures::future::BoxFuture;
 use tokio::runtime::Handle;
 use weir_core::sink::Background;
+use weir_core::sync::Recover;
 
 /// Writing one checkpoint; resolves to whether the table has it.
 pub(super) type Write = BoxFuture<'static, bool>;
@@ -47,7 +48,7 @@ impl std::fmt::Debug for Shared {
 
 impl Shared {
     fn slot(&self) -> MutexGuard<'_, Slot> {
-        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+        self.slot.lock().recover()
     }
 
     fn written(&self) -> Option<u64> {

@@ -113,6 +113,7 @@ mod commit;
 mod upsert;
 
 use commit::DeltaCommit;
+use weir_core::sync::Recover;
 
 impl DeltaSink {
     /// A sink on the Delta table at `location`: a local directory or an
@@ -222,7 +223,7 @@ impl DeltaSink {
         self.state
             .prepared
             .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .recover()
             .clone()
             .ok_or_else(|| DeltaSinkError::NotPrepared {
                 table: self.url.to_string(),
@@ -239,7 +240,7 @@ impl DeltaSink {
         // loaded; loaded afresh, it starts from the newest log checkpoint.
         if let Some(table) = slot.as_ref() {
             let version = table.version().unwrap_or(0);
-            let mut loaded_at = self.state.loaded_at.lock().unwrap_or_else(|e| e.into_inner());
+            let mut loaded_at = self.state.loaded_at.lock().recover();
             if self.reload_due(*loaded_at, version) {
                 *loaded_at = version;
                 *slot = None;
@@ -445,7 +446,7 @@ impl DeltaSink {
                 ),
             });
         }
-        let mut slot = self.state.prepared.write().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.state.prepared.write().recover();
         if let Some(p) = slot.as_mut() {
             p.layout = Arc::new(layout);
         }
@@ -548,7 +549,7 @@ impl Sink for DeltaSink {
             mode: query.output_mode,
             key: query.key_columns.clone(),
         };
-        *self.state.prepared.write().unwrap_or_else(|e| e.into_inner()) = Some(prepared);
+        *self.state.prepared.write().recover() = Some(prepared);
         *slot = Some(table);
         Ok(())
     }

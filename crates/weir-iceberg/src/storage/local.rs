@@ -19,6 +19,7 @@ use iceberg::io::{
 };
 use iceberg::{Error, ErrorKind};
 use serde::{Deserialize, Serialize};
+use weir_core::sync::Recover;
 
 /// A `FileIO` on the local file system ([`LocalStorage`]): absolute paths
 /// and `file://` URLs.
@@ -185,7 +186,7 @@ struct Reader {
 #[async_trait]
 impl FileRead for Reader {
     async fn read(&self, range: Range<u64>) -> iceberg::Result<Bytes> {
-        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let mut file = self.file.lock().recover();
         let mut buf = vec![0; (range.end - range.start) as usize];
         file.seek(SeekFrom::Start(range.start))
             .and_then(|_| file.read_exact(&mut buf))

@@ -43,6 +43,7 @@ use weir_core::store_error_may_pass as transient;
 mod local;
 
 pub use local::{local_file_io, LocalStorage, LocalStorageFactory};
+use weir_core::sync::Recover;
 
 /// Whether a storage or catalog setting holds a secret (its value is never
 /// printed, logged or serialised).
@@ -290,7 +291,7 @@ impl ObjectStorage {
         buckets: &Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
         bucket: &str,
     ) -> iceberg::Result<Arc<dyn ObjectStore>> {
-        let mut buckets = buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut buckets = buckets.lock().recover();
         if let Some(store) = buckets.get(bucket) {
             return Ok(store.clone());
         }
