@@ -43,9 +43,9 @@ cargo nextest --version | head -1
 # the SCRAM test runs with the others; it links the system's OpenSSL. Every
 # build also takes the whole workspace: cargo enables a dependency's
 # features by the packages a command selects, so a `-p` build (a `cargo run
-# -p weir-examples`, say) compiles much of the tree again with other
-# features. That is why the quickstart runs as one of the examples' tests,
-# from the test build.
+# -p weir-quickstart`, say) compiles much of the tree again with other
+# features. That is why the quickstart runs as its package's test, from
+# the test build.
 if ! pkg-config --exists openssl 2>/dev/null; then
     step "installing OpenSSL headers for weir-kafka's tls feature"
     scripts/apt-install.sh libssl-dev pkg-config

@@ -9,4 +9,3 @@ mod kafka_payments;
 mod kill;
 mod merchant_totals;
 mod payments;
-mod quickstart;

@@ -10,12 +10,12 @@
 //! checks that every payment id is there exactly once.
 //!
 //! ```text
-//! cargo run --release -p weir-examples --bin quickstart -- --batches 10
+//! cargo run --release -p weir-quickstart -- --batches 10
 //! ```
 
-#[path = "delta_read.rs"]
+#[path = "../../delta_read.rs"]
 mod delta_read;
-#[path = "lake_options.rs"]
+#[path = "../../lake_options.rs"]
 mod lake_options;
 
 use std::collections::HashSet;
