@@ -174,7 +174,10 @@ impl KafkaSink {
     }
 
     fn err(&self, batch: Option<&BatchContext>, e: KafkaError) -> weir_core::Error {
-        weir_core::Error::sink(self.name(), batch.map(|b| b.batch_id), e.retryable(), e)
+        match batch {
+            Some(b) => batch_error(&self.name(), b.query_id, b.batch_id, e),
+            None => weir_core::Error::sink(self.name(), None, e.retryable(), e),
+        }
     }
 
     fn producer(&self) -> Result<FutureProducer, KafkaError> {
@@ -306,6 +309,20 @@ impl KafkaSink {
     }
 }
 
+/// The engine's error for `e` in a batch of the query: a fenced producer
+/// means another run of the same query took the transactional id, which the
+/// engine calls a concurrent run; anything else is the sink's error.
+fn batch_error(sink: &str, query_id: QueryId, batch_id: weir_core::BatchId, e: KafkaError) -> weir_core::Error {
+    match e {
+        KafkaError::Fenced { transactional_id, .. } => weir_core::Error::ConcurrentRun {
+            query_id,
+            batch_id,
+            detail: format!("{sink}: a newer producer with the transactional id {transactional_id} (another run of this query) fenced this one, and this run stopped without committing the batch; the run that fenced it keeps it"),
+        },
+        e => weir_core::Error::sink(sink, Some(batch_id), e.retryable(), e),
+    }
+}
+
 fn fenced_code(code: RDKafkaErrorCode) -> bool {
     matches!(
         code,
@@ -387,8 +404,23 @@ impl Sink for KafkaSink {
         Ok(())
     }
 
-    async fn marker(&self, _name: &QueryName, _known_ids: &[QueryId]) -> weir_core::Result<Option<SinkMarker>> {
-        Ok(self.state.lock().recover().marker)
+    /// The query's last committed marker: the one `prepare` read after
+    /// fencing older producers, or, on a sink not prepared, the marker
+    /// topic's last committed one for `name`.
+    async fn marker(&self, name: &QueryName, _known_ids: &[QueryId]) -> weir_core::Result<Option<SinkMarker>> {
+        let Guarantee::ExactlyOnce { marker_topic } = &self.guarantee else {
+            return Ok(None);
+        };
+        let prepared = {
+            let state = self.state.lock().recover();
+            state.producer.is_some().then_some(state.marker)
+        };
+        match prepared {
+            Some(marker) => Ok(marker),
+            None => marker::latest(&self.settings, marker_topic, name, self.timeout)
+                .await
+                .map_err(|e| self.err(None, e)),
+        }
     }
 
     fn create_writer(&self, batch: &BatchContext, partition_id: usize) -> weir_core::Result<Box<dyn DataWriter>> {
@@ -400,6 +432,7 @@ impl Sink for KafkaSink {
             pending: VecDeque::new(),
             sent: Sent { records: 0, bytes: 0 },
             sink: self.name(),
+            query_id: batch.query_id,
             batch_id: batch.batch_id,
             txn: self.state.lock().recover().txn.clone(),
         }))
@@ -450,6 +483,7 @@ struct KafkaWriter {
     pending: VecDeque<(String, DeliveryFuture)>,
     sent: Sent,
     sink: String,
+    query_id: QueryId,
     batch_id: weir_core::BatchId,
     /// For a fenced producer's error.
     txn: Txn,
@@ -465,7 +499,7 @@ impl KafkaWriter {
             Some((code, _)) if fenced_code(code) => self.txn.fenced(),
             _ => e,
         };
-        weir_core::Error::sink(self.sink.clone(), Some(self.batch_id), e.retryable(), e)
+        batch_error(&self.sink, self.query_id, self.batch_id, e)
     }
 
     async fn oldest(&mut self) -> Result<(), KafkaError> {

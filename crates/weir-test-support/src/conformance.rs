@@ -372,6 +372,11 @@ async fn prepare(sink: &dyn Sink, query_id: QueryId) {
 
 /// Writes the rate source's batch `batch` through one writer.
 async fn write_batch(sink: &dyn Sink, ctx: &BatchContext) -> Vec<CommitMessage> {
+    try_write_batch(sink, ctx).await.expect("write the batch")
+}
+
+/// [`write_batch`], with the writer's error.
+async fn try_write_batch(sink: &dyn Sink, ctx: &BatchContext) -> Result<Vec<CommitMessage>, Error> {
     let source = RateSource::rows_per_batch(ROWS);
     let start = (ctx.batch_id.0 > 0).then(|| Offset(serde_json::json!({"next_event_id": ctx.batch_id.0 * ROWS})));
     let end = Offset(serde_json::json!({"next_event_id": (ctx.batch_id.0 + 1) * ROWS}));
@@ -382,11 +387,11 @@ async fn write_batch(sink: &dyn Sink, ctx: &BatchContext) -> Vec<CommitMessage> 
         .try_collect()
         .await
         .expect("rows");
-    let mut writer = sink.create_writer(ctx, 0).expect("create a writer");
+    let mut writer = sink.create_writer(ctx, 0)?;
     for b in rows {
-        writer.write(b).await.expect("write");
+        writer.write(b).await?;
     }
-    vec![writer.commit().await.expect("finish the writer")]
+    Ok(vec![writer.commit().await?])
 }
 
 /// Batches run, stop and restart: every row once.
@@ -425,7 +430,10 @@ pub async fn commit_is_idempotent_per_batch(h: &dyn SinkHarness) {
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..1));
 }
 
-/// Two runs committing the same batch at the same moment: one wins.
+/// Two runs committing the same batch at the same moment: one wins. The
+/// other finds the batch committed, or, with a sink that fences the older
+/// of two runs of a query (Kafka's transactional ids), is stopped as a
+/// concurrent run before it commits.
 pub async fn racing_commits_of_one_batch_commit_once(h: &dyn SinkHarness) {
     let qid = QueryId::new();
     let (a, b) = (h.sink().await, h.sink().await);
@@ -433,14 +441,21 @@ pub async fn racing_commits_of_one_batch_commit_once(h: &dyn SinkHarness) {
     prepare(b.as_ref(), qid).await;
     let (ctx_a, ctx_b) = (batch_ctx(qid, 0), batch_ctx(qid, 0));
     let (msg_a, msg_b) = (
-        write_batch(a.as_ref(), &ctx_a).await,
-        write_batch(b.as_ref(), &ctx_b).await,
+        try_write_batch(a.as_ref(), &ctx_a).await,
+        try_write_batch(b.as_ref(), &ctx_b).await,
     );
-    let (ra, rb) = tokio::join!(a.commit(&ctx_a, msg_a), b.commit(&ctx_b, msg_b));
+    let commit = |sink: &Arc<dyn Sink>, ctx, messages: Result<Vec<CommitMessage>, Error>| {
+        let sink = sink.clone();
+        async move { sink.commit(ctx, messages?).await }
+    };
+    let (ra, rb) = tokio::join!(commit(&a, &ctx_a, msg_a), commit(&b, &ctx_b, msg_b));
     let committed = [ra, rb]
         .into_iter()
-        .map(|r| r.expect("a racing commit either commits or finds the batch"))
-        .filter(|o| matches!(o, CommitOutcome::Committed { .. }))
+        .filter(|r| match r {
+            Ok(CommitOutcome::Committed { .. }) => true,
+            Ok(CommitOutcome::AlreadyCommitted(_)) | Err(Error::ConcurrentRun { .. }) => false,
+            Err(e) => panic!("a racing commit commits, finds the batch, or is stopped as a concurrent run: {e}"),
+        })
         .count();
     assert_eq!(committed, 1, "exactly one of two racing commits commits");
     assert_exactly_once(&h.read_event_ids().await, ids_of_batches(0..1));
@@ -714,4 +729,72 @@ pub async fn output_modes_are_honoured_or_refused(h: &dyn SinkHarness) {
         );
         assert!(h.read_event_ids().await.is_empty());
     }
+}
+
+/// An at-least-once sink (no marker) through a crash at each named point,
+/// then a restart: every row at least once, and a row twice only where it
+/// belongs to the batch in flight at the crash, which the restart replays
+/// with its logged offsets.
+pub async fn crash_at_every_point_then_restart_is_at_least_once(h: &dyn SinkHarness) {
+    assert!(!h.sink().await.keeps_marker(), "the case of sinks without a marker");
+    let chk = CaseCheckpoint::new(h);
+    let input = MemoryStream::new(RateSource::output_schema());
+    let mut chunks = 0u64;
+    let mut add_chunk = || {
+        input
+            .add_batch(RateSource::generate(chunks * ROWS, (chunks + 1) * ROWS))
+            .expect("add rows");
+        chunks += 1;
+        chunks
+    };
+    let growing = || {
+        chk.on(read_stream(input.clone()).write_stream())
+            .query_name(NAME)
+            .writer_parallelism(2)
+    };
+    // Ids that may stand twice: those of each batch a crash cut short.
+    let mut replayed: Vec<std::ops::Range<i64>> = Vec::new();
+    let mut batch = 0u64;
+    for point in CrashPoint::ALL {
+        for _ in 0..2 {
+            // The crashed batch reads exactly the chunk added just before it.
+            let crashed = add_chunk();
+            replayed.push(((crashed - 1) * ROWS) as i64..(crashed * ROWS) as i64);
+            let armed = growing().crash_points(CrashPoints::new().fail_at(point, Some(BatchId(batch))));
+            match run_to(h, armed, batch).await {
+                Err(Error::InjectedCrash { point: p, batch_id }) => assert_eq!((p, batch_id), (point, BatchId(batch))),
+                other => panic!("expected a crash at {point} in batch {batch}, got {other:?}"),
+            }
+            let total = add_chunk();
+            run_to(h, growing(), batch + 1)
+                .await
+                .unwrap_or_else(|e| panic!("restart after {point}: {e}"));
+            batch += 2;
+            assert_at_least_once(&h.read_event_ids().await, 0..(total * ROWS) as i64, &replayed);
+        }
+    }
+    assert_eq!(batch, 20);
+}
+
+/// Every id of `expected` in `ids`, none other; twice at most, and twice
+/// only within one of `may_repeat`.
+fn assert_at_least_once(ids: &[i64], expected: std::ops::Range<i64>, may_repeat: &[std::ops::Range<i64>]) {
+    let mut counts: HashMap<i64, usize> = HashMap::new();
+    for id in ids {
+        *counts.entry(*id).or_default() += 1;
+    }
+    for id in expected.clone() {
+        let n = counts.remove(&id).unwrap_or(0);
+        assert!(n >= 1, "id {id} is missing");
+        let repeatable = may_repeat.iter().any(|r| r.contains(&id));
+        assert!(
+            n == 1 || (repeatable && n == 2),
+            "id {id} stands {n} times; only ids of a batch cut short by a crash may stand twice"
+        );
+    }
+    assert!(
+        counts.is_empty(),
+        "ids outside {expected:?}: {:?}",
+        counts.keys().take(10).collect::<Vec<_>>()
+    );
 }

@@ -65,8 +65,25 @@ pub fn service(var: &str) -> Option<String> {
 
 /// Expands to one `#[tokio::test]` per case of the conformance suite, each
 /// on a fresh harness from `$harness().await`.
+///
+/// A sink without a marker (`keeps_marker` false: at least once) takes
+/// `sink_conformance_tests!(at_least_once $harness)`: the cases that need
+/// no marker (restarts, the checkpoint's own guards I5 and I6, output
+/// modes), and, through a crash at every point, every row at least once
+/// with only the batch in flight at a crash repeated.
 #[macro_export]
 macro_rules! sink_conformance_tests {
+    (at_least_once $harness:ident) => {
+        $crate::sink_conformance_tests!(@cases $harness;
+            every_batch_once_across_restarts,
+            crash_at_every_point_then_restart_is_at_least_once,
+            second_query_on_a_checkpoint_is_refused,
+            other_sink_is_refused,
+            output_modes_are_honoured_or_refused,
+            update_mode_is_honoured_or_refused,
+            update_mode_replaces_or_logs_changed_groups
+        );
+    };
     ($harness:ident) => {
         $crate::sink_conformance_tests!(@cases $harness;
             every_batch_once_across_restarts,

@@ -2,6 +2,7 @@
 //! starts (`WEIR_TEST_KAFKA_BOOTSTRAP`).
 
 mod broker;
+mod conformance;
 mod network;
 mod security;
 mod sink;
