@@ -86,6 +86,31 @@
 //! vectors, each group once). Schema: the stream must match the table (names and
 //! types); with `merge_schema`, new nullable columns are added in the commit
 //! of the first batch that has them. Column mapping is not supported.
+//!
+//! ## Example
+//!
+//! A stream of payments into a Delta table in a directory, exactly once
+//! (tables by name, through a catalog, are the `weir` crate's `to_table`):
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use weir_core::prelude::*;
+//! use weir_delta::DeltaSink;
+//!
+//! # async fn run() -> Result<(), BoxError> {
+//! let sink = DeltaSink::try_new("lake/bronze/payments")? // a directory, or s3://bucket/prefix
+//!     .with_target_file_size(128 << 20);
+//! let query = read_stream(RateSource::rows_per_second(1_000))
+//!     .write_stream()
+//!     .query_name("payments-bronze") // the table's `txn` app id
+//!     .checkpoint_location("chk/payments-bronze")
+//!     .trigger(Trigger::processing_time(Duration::from_secs(10)))
+//!     .start(sink)
+//!     .await?;
+//! query.await_termination().await?;
+//! # Ok(())
+//! # }
+//! ```
 
 mod compact;
 mod data_file;

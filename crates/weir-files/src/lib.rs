@@ -35,6 +35,30 @@
 //!   grace period ([`FileLog::orphans`], [`FileLog::remove_orphans`]).
 //!
 //! Output mode: Append.
+//!
+//! ## Example
+//!
+//! Payments as Parquet files under `out/payments`, then read back through
+//! the log, which lists only the files of committed batches:
+//!
+//! ```no_run
+//! use weir_core::prelude::*;
+//! use weir_files::{FileLog, FileSink};
+//!
+//! # async fn run() -> Result<(), BoxError> {
+//! let sink = FileSink::try_new("out/payments")?; // a directory, or s3://bucket/prefix
+//! let query = read_stream(RateSource::rows_per_batch(1_000))
+//!     .write_stream()
+//!     .query_name("payments-files")
+//!     .checkpoint_location("chk/payments-files")
+//!     .trigger(Trigger::Once)
+//!     .start(sink)
+//!     .await?;
+//! query.await_termination().await?;
+//! let batches = FileLog::open("out/payments", &Default::default())?.read().await?;
+//! # Ok(())
+//! # }
+//! ```
 
 mod compact_entry;
 mod error;

@@ -87,6 +87,32 @@
 //! updates weir built; the server writes the metadata file. Since those
 //! requirements guard the snapshot, not the properties, every batch commits
 //! a snapshot there, even an empty one, so the marker stays atomic.
+//!
+//! ## Example
+//!
+//! A stream of payments into the Iceberg table `bronze.payments` of a
+//! catalog (weir-catalog's `SqlCatalog` or `RestCatalog`, or your own
+//! [`Catalog`]), exactly once:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use weir_core::prelude::*;
+//! use weir_iceberg::{Catalog, IcebergSink};
+//!
+//! # async fn run(catalog: Arc<dyn Catalog>) -> Result<(), BoxError> {
+//! let sink = IcebergSink::try_new(catalog, "bronze.payments")?
+//!     .with_partition_by(["day(ts)"]) // for a table it creates
+//!     .with_merge_schema(true); // new nullable columns join the table
+//! let query = read_stream(RateSource::rows_per_second(1_000))
+//!     .write_stream()
+//!     .query_name("payments-bronze") // the table's marker properties
+//!     .checkpoint_location("chk/payments-bronze")
+//!     .start(sink)
+//!     .await?;
+//! query.await_termination().await?;
+//! # Ok(())
+//! # }
+//! ```
 
 mod catalog;
 mod commit;

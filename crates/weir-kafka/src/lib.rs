@@ -44,6 +44,31 @@
 //!   committed marker then tells which batches are in, so a replayed batch
 //!   that committed is skipped. Consumers reading uncommitted records see
 //!   those of aborted attempts too.
+//!
+//! # Example
+//!
+//! A topic mirrored into another exactly once, for read_committed
+//! consumers: the source's `key` and `value` columns become the records
+//! (each in the partition of the same number, from the source's
+//! `partition` column), and each batch is one transaction.
+//!
+//! ```no_run
+//! use weir_core::prelude::*;
+//! use weir_kafka::{KafkaSink, KafkaSource, StartingOffsets};
+//!
+//! # async fn run() -> Result<(), BoxError> {
+//! let servers = "127.0.0.1:9092";
+//! let payments = KafkaSource::subscribe(servers, ["payments"]).starting_offsets(StartingOffsets::Earliest);
+//! let query = read_stream(payments)
+//!     .write_stream()
+//!     .query_name("payments-mirror") // the transactional id is weir-payments-mirror
+//!     .checkpoint_location("chk/payments-mirror")
+//!     .start(KafkaSink::new(servers).topic("payments-mirror").exactly_once())
+//!     .await?;
+//! query.await_termination().await?;
+//! # Ok(())
+//! # }
+//! ```
 
 mod broker;
 mod columns;
