@@ -6,6 +6,12 @@
 //! The manifest of the batch's files is written once: its entries inherit
 //! the snapshot id and sequence number, so a retry on a newer base writes
 //! only a new manifest list and metadata.
+//!
+//! Each kind of snapshot lists the base's manifests in a file of its own:
+//! `append.rs` (a fast append, merging small manifests as Java's
+//! merge-append does, and a manifest rewrite), `overwrite.rs` (every live
+//! file removed), `replace.rs` (some files replaced: compaction, and
+//! Update mode's upsert).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -20,7 +26,10 @@ use iceberg::spec::{
 use crate::catalog::LoadedTable;
 use crate::error::IcebergSinkError;
 
+mod append;
 mod merge;
+mod overwrite;
+mod replace;
 
 use merge::MergeAt;
 pub(crate) use merge::{AheadUse, MergedAhead};
@@ -68,6 +77,16 @@ pub(crate) enum Change {
     /// manifests of the target size; no file is added or removed (one
     /// `replace`).
     RewriteManifests,
+}
+
+/// What a change lists in the new snapshot beside the batch's own manifest:
+/// the base's manifests it keeps, and those it wrote in their place.
+struct Listed {
+    manifests: Vec<ManifestFile>,
+    /// The manifests this try wrote (deleted if its swap is lost).
+    written: Vec<String>,
+    /// Whether it listed manifests merged ahead.
+    ahead: AheadUse,
 }
 
 /// The live data files a `replace` removes, by the manifest that lists them
@@ -192,24 +211,7 @@ impl Producer {
             builder = builder.remove_snapshots(remove_snapshots);
         }
         let parent = metadata.current_snapshot();
-        // New columns (schema merging) join the base's current schema in
-        // this same version, under the field ids the files were written with.
-        let mut schema = metadata.current_schema().clone();
-        if added_columns.iter().any(|f| schema.field_by_id(f.id).is_none()) {
-            let highest = metadata.schemas_iter().map(|s| s.schema_id()).max().unwrap_or(0);
-            let evolved = schema
-                .as_ref()
-                .clone()
-                .into_builder()
-                .with_schema_id(highest + 1)
-                .with_fields(added_columns.iter().cloned())
-                .build()
-                .map_err(&build_err)?;
-            schema = Arc::new(evolved);
-            builder = builder
-                .add_current_schema(schema.as_ref().clone())
-                .map_err(&build_err)?;
-        }
+        let (schema, mut builder) = self.with_added_columns(metadata, builder, added_columns)?;
         let needs_snapshot = always_snapshot
             || !self.files.is_empty()
             || (matches!(change, Change::Overwrite | Change::RewriteManifests) && parent.is_some());
@@ -243,51 +245,17 @@ impl Producer {
                 manifests.push(added);
             }
             self.attempt += 1;
-            match change {
+            let listed = match change {
                 Change::Append | Change::RewriteManifests => {
-                    let at = match change {
-                        Change::RewriteManifests => MergeAt::All,
-                        _ if merges_ahead => MergeAt::Fallback,
-                        _ => MergeAt::MinCount,
-                    };
-                    let existing = match change {
-                        Change::Append => {
-                            let (listed, used) = self.list_ahead(merged_ahead, existing);
-                            ahead = used;
-                            listed
-                        }
-                        _ => existing,
-                    };
-                    // A commit that lists a merge made ahead merges no more.
-                    let (kept, merged) = match ahead {
-                        AheadUse::Listed => (existing, Vec::new()),
-                        _ => self.merge(metadata, existing, at).await?,
-                    };
-                    attempt_files.extend(merged.iter().map(|m| m.manifest_path.clone()));
-                    manifests.extend(merged);
-                    manifests.extend(kept);
+                    self.append(metadata, existing, change, merges_ahead, merged_ahead)
+                        .await?
                 }
-                Change::Overwrite => {
-                    for deleted in self.deleted_manifests(metadata, &existing, &mut collector).await? {
-                        attempt_files.push(deleted.manifest_path.clone());
-                        manifests.push(deleted);
-                    }
-                }
-                Change::Replace | Change::Upsert => {
-                    let empty = Replaced::new();
-                    let replaced = replaced.unwrap_or(&empty);
-                    for manifest in existing {
-                        match replaced.get(&manifest.manifest_path) {
-                            Some(paths) => {
-                                let rewritten = self.replace_in(metadata, &manifest, paths, &mut collector).await?;
-                                attempt_files.push(rewritten.manifest_path.clone());
-                                manifests.push(rewritten);
-                            }
-                            None => manifests.push(manifest),
-                        }
-                    }
-                }
-            }
+                Change::Overwrite => self.overwrite(metadata, &existing, &mut collector).await?,
+                Change::Replace | Change::Upsert => self.replace(metadata, existing, replaced, &mut collector).await?,
+            };
+            ahead = listed.ahead;
+            attempt_files.extend(listed.written);
+            manifests.extend(listed.manifests);
             let (path, written) = self.write_manifest_list(metadata, manifests).await?;
             attempt_files.push(path.clone());
             let mut properties_of_summary = summary.clone();
@@ -330,6 +298,39 @@ impl Producer {
             changes: built.changes,
             ahead,
         })
+    }
+
+    /// `builder` with the base's current schema evolved by `added`
+    /// (schema merging) in this same version, under the field ids the
+    /// files were written with; the schema the snapshot has.
+    fn with_added_columns(
+        &self,
+        metadata: &TableMetadata,
+        mut builder: TableMetadataBuilder,
+        added: &[NestedFieldRef],
+    ) -> Result<(SchemaRef, TableMetadataBuilder), IcebergSinkError> {
+        let build_err = |source| IcebergSinkError::Iceberg {
+            table: self.table.clone(),
+            context: "build the new metadata".into(),
+            source: Box::new(source),
+        };
+        let mut schema = metadata.current_schema().clone();
+        if added.iter().any(|f| schema.field_by_id(f.id).is_none()) {
+            let highest = metadata.schemas_iter().map(|s| s.schema_id()).max().unwrap_or(0);
+            let evolved = schema
+                .as_ref()
+                .clone()
+                .into_builder()
+                .with_schema_id(highest + 1)
+                .with_fields(added.iter().cloned())
+                .build()
+                .map_err(&build_err)?;
+            schema = Arc::new(evolved);
+            builder = builder
+                .add_current_schema(schema.as_ref().clone())
+                .map_err(&build_err)?;
+        }
+        Ok((schema, builder))
     }
 
     async fn read_manifest_list(
@@ -376,94 +377,6 @@ impl Producer {
             .map_err(self.err("write the batch's manifest"))?;
         self.added = Some(manifest.clone());
         Ok(manifest)
-    }
-
-    /// Manifests (one per partition spec) marking every live data file of
-    /// `existing` deleted.
-    async fn deleted_manifests(
-        &self,
-        metadata: &TableMetadata,
-        existing: &[ManifestFile],
-        collector: &mut SnapshotSummaryCollector,
-    ) -> Result<Vec<ManifestFile>, IcebergSinkError> {
-        let err = self.err("read a manifest of the current snapshot");
-        let write_err = self.err("write the manifest of removed files");
-        let mut by_spec: BTreeMap<i32, Vec<&ManifestFile>> = BTreeMap::new();
-        for m in existing.iter().filter(|m| m.content == ManifestContentType::Data) {
-            by_spec.entry(m.partition_spec_id).or_default().push(m);
-        }
-        let mut out = Vec::new();
-        for (spec_id, manifests) in by_spec {
-            let spec = metadata
-                .partition_spec_by_id(spec_id)
-                .cloned()
-                .unwrap_or_else(|| metadata.default_partition_spec().clone());
-            let path = self.manifest_path(metadata, &format!("deleted-{spec_id}-{}", self.attempt));
-            let mut writer = self.manifest_writer(metadata, &path, spec_id, None)?;
-            let mut any = false;
-            for manifest in manifests {
-                let loaded = manifest.load_manifest(&self.file_io).await.map_err(&err)?;
-                for entry in loaded
-                    .entries()
-                    .iter()
-                    .filter(|e| e.status() != ManifestStatus::Deleted)
-                {
-                    collector.remove_file(entry.data_file(), metadata.current_schema().clone(), spec.clone());
-                    let sequence = entry.sequence_number().unwrap_or(manifest.sequence_number);
-                    writer
-                        .add_delete_file(
-                            entry.data_file().clone(),
-                            sequence,
-                            entry.file_sequence_number.or(Some(sequence)),
-                        )
-                        .map_err(&write_err)?;
-                    any = true;
-                }
-            }
-            if any {
-                out.push(writer.write_manifest_file().await.map_err(&write_err)?);
-            }
-        }
-        Ok(out)
-    }
-
-    /// `manifest` again, with the entries of `paths` marked deleted and the
-    /// other live entries kept as existing.
-    async fn replace_in(
-        &self,
-        metadata: &TableMetadata,
-        manifest: &ManifestFile,
-        paths: &HashSet<String>,
-        collector: &mut SnapshotSummaryCollector,
-    ) -> Result<ManifestFile, IcebergSinkError> {
-        let err = self.err("rewrite a manifest of replaced files");
-        let spec_id = manifest.partition_spec_id;
-        let spec = metadata
-            .partition_spec_by_id(spec_id)
-            .cloned()
-            .unwrap_or_else(|| metadata.default_partition_spec().clone());
-        let path = self.manifest_path(metadata, &format!("replaced-{}-{}", self.attempt, uuid::Uuid::new_v4()));
-        let mut writer = self.manifest_writer(metadata, &path, spec_id, None)?;
-        let loaded = manifest.load_manifest(&self.file_io).await.map_err(&err)?;
-        for entry in loaded
-            .entries()
-            .iter()
-            .filter(|e| e.status() != ManifestStatus::Deleted)
-        {
-            let sequence = entry.sequence_number().unwrap_or(manifest.sequence_number);
-            let file_sequence = entry.file_sequence_number.or(Some(sequence));
-            let file = entry.data_file().clone();
-            if paths.contains(file.file_path()) {
-                collector.remove_file(&file, metadata.current_schema().clone(), spec.clone());
-                writer.add_delete_file(file, sequence, file_sequence).map_err(&err)?;
-            } else {
-                let added_by = entry.snapshot_id().unwrap_or(manifest.added_snapshot_id);
-                writer
-                    .add_existing_file(file, added_by, sequence, file_sequence)
-                    .map_err(&err)?;
-            }
-        }
-        writer.write_manifest_file().await.map_err(&err)
     }
 
     /// The path of a manifest this commit writes: `metadata/<commit
