@@ -104,68 +104,24 @@ weir_core::awaitable!(<'a> VacuumJob<'a> => Result<weir_delta::VacuumReport, Cat
 #[derive(Debug, Clone)]
 pub struct ExpireSnapshotsJob<'a> {
     table: TableRef<'a>,
-    older_than: Option<Duration>,
-    retain_last: Option<usize>,
-    at_least: Option<(usize, Duration)>,
-    dry_run: bool,
+    options: weir_iceberg::ExpireOptions,
 }
 
 impl<'a> ExpireSnapshotsJob<'a> {
     pub(crate) fn new(table: TableRef<'a>) -> Self {
         ExpireSnapshotsJob {
             table,
-            older_than: None,
-            retain_last: None,
-            at_least: None,
-            dry_run: false,
+            options: weir_iceberg::ExpireOptions::default(),
         }
     }
 
-    /// Only snapshots older than `age` expire (see
-    /// [`weir_iceberg::ExpireSnapshots::with_older_than`]).
-    pub fn with_older_than(mut self, age: Duration) -> Self {
-        self.older_than = Some(age);
-        self.at_least = None;
-        self
-    }
-
-    /// The newest `n` snapshots of each branch stay (see
-    /// [`weir_iceberg::ExpireSnapshots::with_retain_last`]).
-    pub fn with_retain_last(mut self, n: usize) -> Self {
-        self.retain_last = Some(n);
-        self.at_least = None;
-        self
-    }
-
-    /// Keeps at least the newest `retain_last` of each branch and those
-    /// younger than `older_than`, or more where the table's properties keep
-    /// more (see [`weir_iceberg::ExpireSnapshots::with_keeping_at_least`]).
-    pub fn with_keeping_at_least(mut self, retain_last: usize, older_than: Duration) -> Self {
-        (self.retain_last, self.older_than) = (None, None);
-        self.at_least = Some((retain_last, older_than));
-        self
-    }
-
-    /// Plans and reports without changing anything.
-    pub fn with_dry_run(mut self, yes: bool) -> Self {
-        self.dry_run = yes;
-        self
-    }
+    weir_iceberg::expire_setters!(options);
 
     /// Expires the snapshots and deletes the files only they referenced;
     /// awaiting the job does the same.
     pub async fn run(&self) -> Result<weir_iceberg::ExpireReport, CatalogError> {
         let (catalog, name) = self.table.iceberg(EXPIRY_IS_ICEBERGS).await?;
-        let mut expire = weir_iceberg::ExpireSnapshots::new(catalog, &name)?.with_dry_run(self.dry_run);
-        if let Some(age) = self.older_than {
-            expire = expire.with_older_than(age);
-        }
-        if let Some(n) = self.retain_last {
-            expire = expire.with_retain_last(n);
-        }
-        if let Some((n, age)) = self.at_least {
-            expire = expire.with_keeping_at_least(n, age);
-        }
+        let expire = weir_iceberg::ExpireSnapshots::new(catalog, &name)?.with_options(self.options.clone());
         Ok(expire.await?)
     }
 }
@@ -275,8 +231,12 @@ impl Catalogs {
         dry_run: bool,
     ) -> Result<weir_iceberg::ExpireReport, CatalogError> {
         let mut job = self.table(name).expire_snapshots().with_dry_run(dry_run);
-        job.older_than = older_than;
-        job.retain_last = retain_last;
+        if let Some(age) = older_than {
+            job = job.with_older_than(age);
+        }
+        if let Some(n) = retain_last {
+            job = job.with_retain_last(n);
+        }
         job.await
     }
 

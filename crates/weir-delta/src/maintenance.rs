@@ -86,11 +86,7 @@ impl Vacuum {
         self
     }
 
-    #[deprecated(since = "0.1.0", note = "renamed `with_retention`")]
-    #[doc(hidden)]
-    pub fn retention(self, retention: Duration) -> Self {
-        self.with_retention(retention)
-    }
+    weir_core::renamed!(retention => with_retention(retention: Duration));
 
     /// Accepts a retention shorter than the table's
     /// `delta.deletedFileRetentionDuration` (7 days by default): readers of
@@ -101,11 +97,7 @@ impl Vacuum {
         self
     }
 
-    #[deprecated(since = "0.1.0", note = "renamed `with_force`")]
-    #[doc(hidden)]
-    pub fn force(self, yes: bool) -> Self {
-        self.with_force(yes)
-    }
+    weir_core::renamed!(force => with_force(yes: bool));
 
     /// Lists the files; deletes nothing.
     pub fn with_dry_run(mut self, yes: bool) -> Self {
@@ -113,11 +105,7 @@ impl Vacuum {
         self
     }
 
-    #[deprecated(since = "0.1.0", note = "renamed `with_dry_run`")]
-    #[doc(hidden)]
-    pub fn dry_run(self, yes: bool) -> Self {
-        self.with_dry_run(yes)
-    }
+    weir_core::renamed!(dry_run => with_dry_run(yes: bool));
 
     /// Runs the vacuum; awaiting the job does the same.
     pub async fn run(&self) -> Result<VacuumReport, DeltaSinkError> {

@@ -75,12 +75,96 @@ const MAX_ATTEMPTS: usize = 50;
 pub struct ExpireSnapshots {
     catalog: Arc<dyn Catalog>,
     ident: TableIdent,
+    options: ExpireOptions,
+}
+
+/// What an expiry keeps, and whether it only plans: the options of
+/// [`ExpireSnapshots`], set through its `with_*` setters (weir-catalog's
+/// job by name holds them too, with the same setters).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExpireOptions {
     older_than: Option<Duration>,
     retain_last: Option<usize>,
     /// The least `retain_last` and `older_than` keep, whatever the
     /// table's `history.expire.*` properties say.
     at_least: Option<(usize, Duration)>,
     dry_run: bool,
+}
+
+impl ExpireOptions {
+    /// See [`ExpireSnapshots::with_older_than`].
+    pub fn with_older_than(mut self, age: Duration) -> Self {
+        self.older_than = Some(age);
+        self
+    }
+
+    /// See [`ExpireSnapshots::with_retain_last`].
+    pub fn with_retain_last(mut self, n: usize) -> Self {
+        self.retain_last = Some(n.max(1));
+        self
+    }
+
+    /// See [`ExpireSnapshots::with_keeping_at_least`].
+    pub fn with_keeping_at_least(mut self, retain_last: usize, older_than: Duration) -> Self {
+        self.retain_last = None;
+        self.older_than = None;
+        self.at_least = Some((retain_last.max(1), older_than));
+        self
+    }
+
+    /// See [`ExpireSnapshots::with_dry_run`].
+    pub fn with_dry_run(mut self, yes: bool) -> Self {
+        self.dry_run = yes;
+        self
+    }
+}
+
+/// The `with_*` setters of an expiry job that holds its [`ExpireOptions`]
+/// in field `$options`, each through the options' own setter.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! expire_setters {
+    ($options:ident) => {
+        /// Only snapshots older than `age` expire (`Duration::ZERO`: any
+        /// age). A branch's own `max-snapshot-age-ms` can keep more of its
+        /// history.
+        pub fn with_older_than(mut self, age: ::std::time::Duration) -> Self {
+            self.$options = ::std::mem::take(&mut self.$options).with_older_than(age);
+            self
+        }
+
+        /// The newest `n` snapshots of each branch stay, whatever their
+        /// age (at least 1; default the table's
+        /// `history.expire.min-snapshots-to-keep`, else 1). A branch's own
+        /// `min-snapshots-to-keep` takes precedence.
+        pub fn with_retain_last(mut self, n: usize) -> Self {
+            self.$options = ::std::mem::take(&mut self.$options).with_retain_last(n);
+            self
+        }
+
+        /// The newest `retain_last` snapshots of each branch stay, and
+        /// those younger than `older_than`, or more where the table's
+        /// `history.expire.min-snapshots-to-keep` or
+        /// `history.expire.max-snapshot-age-ms` keep more: each is the
+        /// larger of the two. (`with_retain_last` and `with_older_than`
+        /// instead override the table's.)
+        pub fn with_keeping_at_least(mut self, retain_last: usize, older_than: ::std::time::Duration) -> Self {
+            self.$options = ::std::mem::take(&mut self.$options).with_keeping_at_least(retain_last, older_than);
+            self
+        }
+
+        /// Plans and reports without changing anything.
+        pub fn with_dry_run(mut self, yes: bool) -> Self {
+            self.$options = ::std::mem::take(&mut self.$options).with_dry_run(yes);
+            self
+        }
+
+        /// Every option at once.
+        pub fn with_options(mut self, options: $crate::ExpireOptions) -> Self {
+            self.$options = options;
+            self
+        }
+    };
 }
 
 weir_core::awaitable!(ExpireSnapshots => Result<ExpireReport, IcebergSinkError>);
@@ -128,71 +212,18 @@ impl ExpireSnapshots {
         Ok(ExpireSnapshots {
             catalog,
             ident: parse_ident(name)?,
-            older_than: None,
-            retain_last: None,
-            at_least: None,
-            dry_run: false,
+            options: ExpireOptions::default(),
         })
     }
 
-    /// Only snapshots older than `age` expire (`Duration::ZERO`: any age).
-    /// A branch's own `max-snapshot-age-ms` can keep more of its history.
-    pub fn with_older_than(mut self, age: Duration) -> Self {
-        self.older_than = Some(age);
-        self
-    }
+    crate::expire_setters!(options);
 
-    #[deprecated(since = "0.1.0", note = "renamed `with_older_than`")]
-    #[doc(hidden)]
-    pub fn older_than(self, age: Duration) -> Self {
-        self.with_older_than(age)
-    }
-
-    /// The newest `n` snapshots of each branch stay, whatever their age
-    /// (at least 1; default the table's
-    /// `history.expire.min-snapshots-to-keep`, else 1). A branch's own
-    /// `min-snapshots-to-keep` takes precedence.
-    pub fn with_retain_last(mut self, n: usize) -> Self {
-        self.retain_last = Some(n.max(1));
-        self
-    }
-
-    #[deprecated(since = "0.1.0", note = "renamed `with_retain_last`")]
-    #[doc(hidden)]
-    pub fn retain_last(self, n: usize) -> Self {
-        self.with_retain_last(n)
-    }
-
-    /// The newest `retain_last` snapshots of each branch stay, and those
-    /// younger than `older_than`, or more where the table's
-    /// `history.expire.min-snapshots-to-keep` or
-    /// `history.expire.max-snapshot-age-ms` keep more: each is the larger
-    /// of the two. ([`Self::with_retain_last`] and [`Self::with_older_than`]
-    /// instead override the table's.)
-    pub fn with_keeping_at_least(mut self, retain_last: usize, older_than: Duration) -> Self {
-        self.retain_last = None;
-        self.older_than = None;
-        self.at_least = Some((retain_last.max(1), older_than));
-        self
-    }
-
-    #[deprecated(since = "0.1.0", note = "renamed `with_keeping_at_least`")]
-    #[doc(hidden)]
-    pub fn keeping_at_least(self, retain_last: usize, older_than: Duration) -> Self {
-        self.with_keeping_at_least(retain_last, older_than)
-    }
-
-    /// Plans and reports without changing anything.
-    pub fn with_dry_run(mut self, yes: bool) -> Self {
-        self.dry_run = yes;
-        self
-    }
-
-    #[deprecated(since = "0.1.0", note = "renamed `with_dry_run`")]
-    #[doc(hidden)]
-    pub fn dry_run(self, yes: bool) -> Self {
-        self.with_dry_run(yes)
-    }
+    weir_core::renamed!(
+        older_than => with_older_than(age: Duration),
+        retain_last => with_retain_last(n: usize),
+        keeping_at_least => with_keeping_at_least(retain_last: usize, older_than: Duration),
+        dry_run => with_dry_run(yes: bool),
+    );
 
     fn shown(&self) -> String {
         crate::catalog::shown(&self.ident)
@@ -209,13 +240,13 @@ impl ExpireSnapshots {
             let mut report = ExpireReport {
                 retained: base.metadata.snapshots().len() - expired.len(),
                 expired: expired.iter().copied().collect(),
-                dry_run: self.dry_run,
+                dry_run: self.options.dry_run,
                 ..ExpireReport::default()
             };
             if expired.is_empty() {
                 return Ok(report);
             }
-            if self.dry_run {
+            if self.options.dry_run {
                 self.plan_deletes(&base.metadata, &expired, &mut report).await?;
                 return Ok(report);
             }
@@ -410,16 +441,16 @@ impl ExpireSnapshots {
             }
         };
         let millis = |age: Duration| i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
-        let (least_keep, least_age) = match self.at_least {
+        let (least_keep, least_age) = match self.options.at_least {
             Some((keep, age)) => (keep, Some(millis(age))),
             None => (1, None),
         };
-        let age = match (self.older_than, property("history.expire.max-snapshot-age-ms")?) {
+        let age = match (self.options.older_than, property("history.expire.max-snapshot-age-ms")?) {
             (Some(age), _) => millis(age),
             (None, Some(table)) => least_age.map_or(table, |least| table.max(least)),
             (None, None) => least_age.unwrap_or(DEFAULT_MAX_AGE_MS),
         };
-        let keep = match self.retain_last {
+        let keep = match self.options.retain_last {
             Some(n) => n,
             None => property("history.expire.min-snapshots-to-keep")?
                 .map_or(least_keep, |n| usize::try_from(n).unwrap_or(usize::MAX).max(least_keep)),

@@ -136,7 +136,7 @@ mod writer;
 pub use catalog::{check_ident, parse_ident, shown, Catalog, LoadedTable, Swap};
 pub use compact::Compact;
 pub use error::{IcebergSinkError, PolicyExpiryRefusal};
-pub use expire::{ExpireReport, ExpireSnapshots};
+pub use expire::{ExpireOptions, ExpireReport, ExpireSnapshots};
 pub use manifests::{ManifestReport, RewriteManifests};
 pub use orphans::{OrphanReport, RemoveOrphanFiles, DEFAULT_ORPHAN_AGE};
 pub use read::{current_snapshot, read_rows, table_schema, TableRows};

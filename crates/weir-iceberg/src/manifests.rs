@@ -76,11 +76,7 @@ impl RewriteManifests {
         self
     }
 
-    #[deprecated(since = "0.1.0", note = "renamed `with_dry_run`")]
-    #[doc(hidden)]
-    pub fn dry_run(self, yes: bool) -> Self {
-        self.with_dry_run(yes)
-    }
+    weir_core::renamed!(dry_run => with_dry_run(yes: bool));
 
     /// Merges the small manifests in one swap; awaiting the job does the
     /// same.

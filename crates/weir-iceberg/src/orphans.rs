@@ -77,11 +77,7 @@ impl RemoveOrphanFiles {
         self
     }
 
-    #[deprecated(since = "0.1.0", note = "renamed `with_older_than`")]
-    #[doc(hidden)]
-    pub fn older_than(self, age: Duration) -> Self {
-        self.with_older_than(age)
-    }
+    weir_core::renamed!(older_than => with_older_than(age: Duration));
 
     /// Accepts an age under an hour: files of a commit in flight may then
     /// be taken for orphans, so only when no writer is running.
@@ -90,11 +86,7 @@ impl RemoveOrphanFiles {
         self
     }
 
-    #[deprecated(since = "0.1.0", note = "renamed `with_allow_recent`")]
-    #[doc(hidden)]
-    pub fn allow_recent(self, yes: bool) -> Self {
-        self.with_allow_recent(yes)
-    }
+    weir_core::renamed!(allow_recent => with_allow_recent(yes: bool));
 
     /// Lists the orphans; deletes nothing.
     pub fn with_dry_run(mut self, yes: bool) -> Self {
@@ -102,11 +94,7 @@ impl RemoveOrphanFiles {
         self
     }
 
-    #[deprecated(since = "0.1.0", note = "renamed `with_dry_run`")]
-    #[doc(hidden)]
-    pub fn dry_run(self, yes: bool) -> Self {
-        self.with_dry_run(yes)
-    }
+    weir_core::renamed!(dry_run => with_dry_run(yes: bool));
 
     fn shown(&self) -> String {
         crate::catalog::shown(&self.ident)

@@ -73,53 +73,37 @@ macro_rules! compact_setters {
     };
 }
 
+/// Deprecated aliases of renamed setters, each calling the setter it was
+/// renamed to: `renamed!(dry_run => with_dry_run(yes: bool))`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! renamed {
+    ($($old:ident => $new:ident($($arg:ident: $ty:ty),*)),+ $(,)?) => {
+        $(
+            #[deprecated(since = "0.1.0", note = "renamed to its `with_` form, as every builder's setters are")]
+            #[doc(hidden)]
+            pub fn $old(self, $($arg: $ty),*) -> Self {
+                self.$new($($arg),*)
+            }
+        )+
+    };
+}
+
 /// The names the compaction setters had before they were `with_*`, as
 /// deprecated aliases, for the jobs that had them.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! compact_setters_renamed {
     () => {
-        #[deprecated(since = "0.1.0", note = "renamed `with_progress`")]
-        #[doc(hidden)]
-        pub fn on_progress(self, f: impl Fn($crate::maintenance::CompactProgress) + Send + Sync + 'static) -> Self {
-            self.with_progress(f)
-        }
-
-        #[deprecated(since = "0.1.0", note = "renamed `with_target_file_size`")]
-        #[doc(hidden)]
-        pub fn target_file_size(self, bytes: u64) -> Self {
-            self.with_target_file_size(bytes)
-        }
-
-        #[deprecated(since = "0.1.0", note = "renamed `with_min_input_files`")]
-        #[doc(hidden)]
-        pub fn min_input_files(self, files: usize) -> Self {
-            self.with_min_input_files(files)
-        }
-
-        #[deprecated(since = "0.1.0", note = "renamed `with_max_concurrent_rewrites`")]
-        #[doc(hidden)]
-        pub fn max_concurrent_rewrites(self, groups: usize) -> Self {
-            self.with_max_concurrent_rewrites(groups)
-        }
-
-        #[deprecated(since = "0.1.0", note = "renamed `with_groups_per_commit`")]
-        #[doc(hidden)]
-        pub fn groups_per_commit(self, groups: usize) -> Self {
-            self.with_groups_per_commit(groups)
-        }
-
-        #[deprecated(since = "0.1.0", note = "renamed `with_partition`")]
-        #[doc(hidden)]
-        pub fn partition(self, column: impl Into<String>, value: Option<String>) -> Self {
-            self.with_partition(column, value)
-        }
-
-        #[deprecated(since = "0.1.0", note = "renamed `with_dry_run`")]
-        #[doc(hidden)]
-        pub fn dry_run(self, yes: bool) -> Self {
-            self.with_dry_run(yes)
-        }
+        $crate::renamed!(
+            on_progress => with_progress(f: impl Fn($crate::maintenance::CompactProgress) + Send + Sync + 'static),
+            target_file_size => with_target_file_size(bytes: u64),
+            min_input_files => with_min_input_files(files: usize),
+            max_concurrent_rewrites => with_max_concurrent_rewrites(groups: usize),
+            groups_per_commit => with_groups_per_commit(groups: usize),
+            partition => with_partition(column: impl Into<String>, value: Option<String>),
+            dry_run => with_dry_run(yes: bool),
+        );
     };
 }
 

@@ -151,11 +151,7 @@ impl Compact {
         self
     }
 
-    #[deprecated(since = "0.1.0", note = "renamed `with_compression`")]
-    #[doc(hidden)]
-    pub fn compression(self, compression: Compression) -> Self {
-        self.with_compression(compression)
-    }
+    weir_core::renamed!(compression => with_compression(compression: Compression));
 
     fn report(&self, event: CompactProgress) {
         if let Some(f) = &self.progress {
