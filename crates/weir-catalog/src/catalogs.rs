@@ -351,25 +351,35 @@ impl Catalogs {
     }
 }
 
+/// `$sink` with the options a table sink of either format takes alike:
+/// partitioning, schema merging, properties, file size and compaction.
+macro_rules! with_table_options {
+    ($sink:expr, $options:expr) => {{
+        let options: &TableOptions = $options;
+        let mut sink = $sink
+            .with_partition_by(options.partition_by.iter().cloned())
+            .with_merge_schema(options.merge_schema);
+        for (k, v) in &options.properties {
+            sink = sink.with_table_property(k, v);
+        }
+        if let Some(bytes) = options.target_file_size {
+            sink = sink.with_target_file_size(bytes);
+        }
+        if let Some(policy) = options.compaction {
+            sink = sink.with_compaction(policy);
+        }
+        sink
+    }};
+}
+
 fn iceberg_sink(
     catalog: Arc<dyn Catalog>,
     name: &TableName,
     options: &TableOptions,
 ) -> Result<IcebergSink, CatalogError> {
-    let mut sink = IcebergSink::try_new(catalog, &name.in_catalog())?
-        .with_partition_by(options.partition_by.iter().cloned())
-        .with_merge_schema(options.merge_schema);
-    for (k, v) in &options.properties {
-        sink = sink.with_table_property(k, v);
-    }
-    if let Some(bytes) = options.target_file_size {
-        sink = sink.with_target_file_size(bytes);
-    }
+    let mut sink = with_table_options!(IcebergSink::try_new(catalog, &name.in_catalog())?, options);
     if let Some(policy) = options.snapshot_expiry.iceberg_policy() {
         sink = sink.with_snapshot_expiry(policy);
-    }
-    if let Some(policy) = options.compaction {
-        sink = sink.with_compaction(policy);
     }
     Ok(sink)
 }
@@ -379,20 +389,9 @@ fn delta_sink(
     options: &TableOptions,
     storage: HashMap<String, String>,
 ) -> Result<DeltaSink, CatalogError> {
-    let mut sink = DeltaSink::try_new(location)?
-        .with_partition_by(options.partition_by.iter().cloned())
-        .with_merge_schema(options.merge_schema);
-    for (k, v) in &options.properties {
-        sink = sink.with_table_property(k, v);
-    }
-    if let Some(bytes) = options.target_file_size {
-        sink = sink.with_target_file_size(bytes);
-    }
+    let mut sink = with_table_options!(DeltaSink::try_new(location)?, options);
     for (k, v) in storage {
         sink = sink.with_storage_option(k, v);
-    }
-    if let Some(policy) = options.compaction {
-        sink = sink.with_compaction(policy);
     }
     Ok(sink)
 }

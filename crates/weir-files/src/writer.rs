@@ -235,23 +235,18 @@ impl DataWriter for FileWriter {
     async fn write(&mut self, batch: RecordBatch) -> weir_core::Result<()> {
         let batch_id = Some(self.ctx.batch_id);
         let layout = self.ctx.layout.clone();
-        let parts = partition::split(&batch, &layout.partition_indices).map_err(|e| {
+        let shown = self.ctx.output.shown.clone();
+        let encode = |e: arrow_schema::ArrowError| {
             FileSinkError::Encode {
-                location: self.ctx.output.shown.clone(),
+                location: shown.clone(),
                 path: String::new(),
                 reason: e.to_string(),
             }
             .into_core(batch_id)
-        })?;
+        };
+        let parts = partition::split(&batch, &layout.partition_indices).map_err(encode)?;
         for (values, part) in parts {
-            let rows = part.project(&layout.file_columns).map_err(|e| {
-                FileSinkError::Encode {
-                    location: self.ctx.output.shown.clone(),
-                    path: String::new(),
-                    reason: e.to_string(),
-                }
-                .into_core(batch_id)
-            })?;
+            let rows = part.project(&layout.file_columns).map_err(encode)?;
             let columns = rows
                 .columns()
                 .iter()
@@ -266,14 +261,7 @@ impl DataWriter for FileWriter {
                     }
                 })
                 .collect();
-            let rows = RecordBatch::try_new(layout.file_schema.clone(), columns).map_err(|e| {
-                FileSinkError::Encode {
-                    location: self.ctx.output.shown.clone(),
-                    path: String::new(),
-                    reason: e.to_string(),
-                }
-                .into_core(batch_id)
-            })?;
+            let rows = RecordBatch::try_new(layout.file_schema.clone(), columns).map_err(encode)?;
             let mut file = match self.open.remove(&values) {
                 Some(f) => f,
                 None => self.open_file(&values).map_err(|e| e.into_core(batch_id))?,
