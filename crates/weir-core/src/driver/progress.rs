@@ -1,16 +1,16 @@
-//! A batch's progress record: the clock of its phases, and the record the
-//! driver builds from it once the batch is recorded, for the log, the
-//! listeners and the query's handle.
+//! A batch's progress record: the clock of its phases, and the record built
+//! from what the batch did once it is recorded, which the driver hands to
+//! the log, the listeners and the query's handle.
 
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
 use super::batch::Written;
-use super::run::Driver;
 use crate::checkpoint::OffsetEntry;
-use crate::progress::{PhaseDurations, QueryProgress, SinkProgress, SourceProgress};
-use crate::source::Offset;
+use crate::ids::{QueryId, QueryName, RunId};
+use crate::progress::{PhaseDurations, QueryProgress, SinkProgress, SourceProgress, StateProgress};
+use crate::source::{Offset, Source};
 
 /// The time each phase of one batch took, lap by lap.
 pub(super) struct BatchClock {
@@ -104,10 +104,20 @@ pub(super) struct BatchDone<'a> {
     pub clock: BatchClock,
 }
 
-impl Driver {
-    /// Builds the batch's progress record and hands it to the log, the
-    /// listeners and the query's handle.
-    pub(super) fn report(&self, done: BatchDone<'_>) {
+/// The query a batch ran in, as its progress record names it.
+pub(super) struct RanIn<'a> {
+    pub query_id: QueryId,
+    pub query_name: &'a QueryName,
+    pub run_id: RunId,
+    pub source: &'a dyn Source,
+    /// The sink, as its identity describes it.
+    pub sink: &'a str,
+    pub state: Vec<StateProgress>,
+}
+
+impl BatchDone<'_> {
+    /// The batch's progress record.
+    pub(super) fn progress(self, query: RanIn<'_>) -> QueryProgress {
         let BatchDone {
             entry,
             start,
@@ -116,16 +126,15 @@ impl Driver {
             written,
             version,
             clock,
-        } = done;
+        } = self;
         let per_sec = |d: Duration| match d.is_zero() {
             true => 0.0,
             false => written.input_rows as f64 / d.as_secs_f64(),
         };
-        let source = &self.stream.source;
-        let progress = QueryProgress {
-            query_id: self.query_id,
-            query_name: self.query_name.clone(),
-            run_id: self.run_id,
+        QueryProgress {
+            query_id: query.query_id,
+            query_name: query.query_name.clone(),
+            run_id: query.run_id,
             batch_id: entry.batch_id,
             timestamp: chrono::DateTime::from_timestamp_millis(entry.timestamp_ms).unwrap_or_else(Utc::now),
             replayed,
@@ -136,26 +145,21 @@ impl Driver {
             partitions: written.partitions,
             durations_ms: clock.durations(),
             sources: vec![SourceProgress {
-                source: source.name().to_string(),
-                metrics: source.metrics(&end),
+                source: query.source.name().to_string(),
+                metrics: query.source.metrics(&end),
                 start_offset: start,
                 end_offset: end,
             }],
             sink: SinkProgress {
-                description: self.sink_description.clone(),
+                description: query.sink.to_string(),
                 version,
             },
             watermark: (entry.watermark_ms != 0)
                 .then(|| chrono::DateTime::from_timestamp_millis(entry.watermark_ms))
                 .flatten(),
             late_rows: written.late_rows,
-            state: self.stateful.as_ref().map(|s| s.progress()).unwrap_or_default(),
-        };
-        progress.emit();
-        for listener in &self.listeners {
-            listener(&progress);
+            state: query.state,
         }
-        self.shared.push_progress(progress);
     }
 }
 

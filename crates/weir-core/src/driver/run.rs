@@ -25,7 +25,7 @@ use uuid::Uuid;
 use super::batch::{write_batch, WriteFailure, Written};
 use super::handle::QueryShared;
 use super::options::ProgressListener;
-use super::progress::{BatchClock, BatchDone};
+use super::progress::{BatchClock, BatchDone, RanIn};
 use super::stateful::Stateful;
 use super::stream::{check_schema, ReadStream};
 use super::trigger::Trigger;
@@ -271,6 +271,24 @@ impl Driver {
             clock,
         });
         Ok(())
+    }
+
+    /// Hands the batch's progress record to the log, the listeners and the
+    /// query's handle.
+    fn report(&self, done: BatchDone<'_>) {
+        let progress = done.progress(RanIn {
+            query_id: self.query_id,
+            query_name: &self.query_name,
+            run_id: self.run_id,
+            source: self.stream.source.as_ref(),
+            sink: &self.sink_description,
+            state: self.stateful.as_ref().map(|s| s.progress()).unwrap_or_default(),
+        });
+        progress.emit();
+        for listener in &self.listeners {
+            listener(&progress);
+        }
+        self.shared.push_progress(progress);
     }
 
     /// The end offset of the batch's source in its log entry.
