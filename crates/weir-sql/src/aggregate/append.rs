@@ -7,7 +7,7 @@ use weir_core::state::KeyedState;
 use weir_core::{BoxError, OutputMode};
 
 use super::plan::conform;
-use super::{Aggregation, BatchIn};
+use super::{Aggregation, BatchIn, Emitted};
 use crate::bins;
 
 impl Aggregation {
@@ -15,31 +15,25 @@ impl Aggregation {
     /// partial rows go into its bins, crowded windows' bins are merged,
     /// and the windows the watermark closed are taken out, merged and
     /// emitted.
-    pub(super) async fn process_binned(
-        &self,
-        state: &mut KeyedState,
-        batch: BatchIn<'_>,
-    ) -> Result<Vec<RecordBatch>, BoxError> {
-        let BatchIn {
-            input,
-            ctx,
-            partial_schema,
-            output_schema,
-        } = batch;
-        if input.iter().any(|b| b.num_rows() > 0) {
-            let rows = self.partial_rows(input, &ctx.input_schema, partial_schema).await?;
-            let starts = bins::put(state, &rows, ctx.batch_id)?;
-            self.merge_crowded(state, &starts, ctx.batch_id, partial_schema).await?;
+    pub(super) async fn process_binned(&self, state: &mut KeyedState, batch: BatchIn<'_>) -> Emitted {
+        if batch.input.iter().any(|b| b.num_rows() > 0) {
+            let rows = self
+                .partial_rows(batch.input, &batch.ctx.input_schema, batch.partial_schema)
+                .await?;
+            let starts = bins::put(state, &rows, batch.ctx.batch_id)?;
+            self.merge_crowded(state, &starts, batch.ctx.batch_id, batch.partial_schema)
+                .await?;
         }
         let mut output = Vec::new();
-        if let Some(taken) = ctx
+        if let Some(taken) = batch
+            .ctx
             .watermark_ms
             .map(|wm| self.take_closed(state, wm))
             .transpose()?
             .flatten()
         {
-            let closed = self.merge_bins(&taken, partial_schema).await?;
-            output.push(self.finish(&closed, &ctx.input_schema, output_schema)?);
+            let closed = self.merge_bins(&taken, batch.partial_schema).await?;
+            output.push(self.finish(&closed, &batch.ctx.input_schema, batch.output_schema)?);
         }
         output.retain(|b| b.num_rows() > 0);
         Ok(output)

@@ -6,27 +6,17 @@ use weir_core::state::KeyedState;
 use weir_core::{BoxError, OutputMode};
 
 use super::plan::conform;
-use super::{Aggregation, BatchIn};
+use super::{Aggregation, BatchIn, Emitted};
 use crate::error::SqlError;
 
 impl Aggregation {
     /// A batch in Update or Complete mode: the batch's groups are folded
     /// into the state's merged groups; Update emits the groups it changed
     /// (and forgets windows the watermark closed), Complete every group.
-    pub(super) async fn process_merged(
-        &self,
-        state: &mut KeyedState,
-        batch: BatchIn<'_>,
-    ) -> Result<Vec<RecordBatch>, BoxError> {
-        let BatchIn {
-            input,
-            ctx,
-            partial_schema,
-            output_schema,
-        } = batch;
+    pub(super) async fn process_merged(&self, state: &mut KeyedState, batch: BatchIn<'_>) -> Emitted {
         // Append keeps bins (append.rs); the keyed state serves Update and
         // Complete.
-        if ctx.output_mode == OutputMode::Append {
+        if batch.ctx.output_mode == OutputMode::Append {
             return Err(SqlError::InvalidAggregation {
                 operator: self.name.clone(),
                 reason: "Append mode needs a watermark on the event-time column of the window".into(),
@@ -34,27 +24,30 @@ impl Aggregation {
             .into());
         }
         let mut merged: Option<RecordBatch> = None;
-        if input.iter().any(|b| b.num_rows() > 0) {
-            merged = Some(self.fold(state, input, &ctx.input_schema, partial_schema).await?);
+        if batch.input.iter().any(|b| b.num_rows() > 0) {
+            merged = Some(
+                self.fold(state, batch.input, &batch.ctx.input_schema, batch.partial_schema)
+                    .await?,
+            );
         }
         let mut output = Vec::new();
-        match ctx.output_mode {
+        match batch.ctx.output_mode {
             OutputMode::Complete => {
                 // Complete keeps and emits every group.
-                let all = state.sorted()?.with_schema(partial_schema.clone())?;
-                output.push(self.finish(&all, &ctx.input_schema, output_schema)?);
+                let all = state.sorted()?.with_schema(batch.partial_schema.clone())?;
+                output.push(self.finish(&all, &batch.ctx.input_schema, batch.output_schema)?);
             }
             _ => {
                 if let Some(rows) = &merged {
-                    output.push(self.finish(rows, &ctx.input_schema, output_schema)?);
+                    output.push(self.finish(rows, &batch.ctx.input_schema, batch.output_schema)?);
                 }
                 // Update emitted a closed window's last change: a window the
                 // watermark closed (on its own column) is forgotten.
                 let closes = self
                     .window
                     .as_ref()
-                    .is_some_and(|w| ctx.event_time_column.as_deref() == Some(&w.column));
-                if let (Some(wm), true) = (ctx.watermark_ms, closes) {
+                    .is_some_and(|w| batch.ctx.event_time_column.as_deref() == Some(&w.column));
+                if let (Some(wm), true) = (batch.ctx.watermark_ms, closes) {
                     self.take_closed(state, wm)?;
                 }
             }

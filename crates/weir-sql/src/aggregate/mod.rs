@@ -53,6 +53,9 @@ pub struct Aggregation {
     planned: Arc<std::sync::Mutex<Option<(SchemaRef, SchemaRef)>>>,
 }
 
+/// What a batch through an aggregation emits.
+type Emitted = Result<Vec<RecordBatch>, BoxError>;
+
 /// A batch on its way through an aggregation: its rows, the operator's
 /// context, and the schemas planned for its input (the state's partial
 /// rows, the rows emitted).

@@ -1,13 +1,11 @@
 //! Session aggregation: a batch's sessions merged with the open sessions
 //! of their groups.
 
-use arrow_array::RecordBatch;
-
 use weir_core::state::KeyedState;
-use weir_core::{BoxError, OutputMode};
+use weir_core::OutputMode;
 
 use super::plan::conform;
-use super::{Aggregation, BatchIn};
+use super::{Aggregation, BatchIn, Emitted};
 use crate::session;
 
 impl Aggregation {
@@ -15,27 +13,19 @@ impl Aggregation {
     /// with the open sessions of their groups, then Append mode emits (and
     /// forgets) the sessions the watermark ended and Complete mode every
     /// session.
-    pub(super) async fn process_sessions(
-        &self,
-        state: &mut KeyedState,
-        batch: BatchIn<'_>,
-    ) -> Result<Vec<RecordBatch>, BoxError> {
-        let BatchIn {
-            input,
-            ctx,
-            partial_schema,
-            output_schema,
-        } = batch;
+    pub(super) async fn process_sessions(&self, state: &mut KeyedState, batch: BatchIn<'_>) -> Emitted {
         let n = self.key_names().len();
-        if input.iter().any(|b| b.num_rows() > 0) {
-            let rows = self.partial_rows(input, &ctx.input_schema, partial_schema).await?;
+        if batch.input.iter().any(|b| b.num_rows() > 0) {
+            let rows = self
+                .partial_rows(batch.input, &batch.ctx.input_schema, batch.partial_schema)
+                .await?;
             let rows = match session::take_sessions_of(state, &rows, self.keys.len())? {
                 Some(held) => {
-                    let held = held.with_schema(partial_schema.clone())?;
+                    let held = held.with_schema(batch.partial_schema.clone())?;
                     let merged = self
-                        .aggregate(&self.merge_sql(), partial_schema.clone(), vec![held, rows])
+                        .aggregate(&self.merge_sql(), batch.partial_schema.clone(), vec![held, rows])
                         .await?;
-                    conform(partial_schema, &merged)?
+                    conform(batch.partial_schema, &merged)?
                 }
                 None => rows,
             };
@@ -46,13 +36,13 @@ impl Aggregation {
                 }
             }
         }
-        let done = match (ctx.output_mode, ctx.watermark_ms) {
+        let done = match (batch.ctx.output_mode, batch.ctx.watermark_ms) {
             (OutputMode::Complete, _) => state.sorted()?,
             (_, Some(watermark)) => session::take_ended(state, watermark)?,
             (_, None) => return Ok(Vec::new()),
         };
-        let done = done.with_schema(partial_schema.clone())?;
-        let mut output = vec![self.finish(&done, &ctx.input_schema, output_schema)?];
+        let done = done.with_schema(batch.partial_schema.clone())?;
+        let mut output = vec![self.finish(&done, &batch.ctx.input_schema, batch.output_schema)?];
         output.retain(|b| b.num_rows() > 0);
         Ok(output)
     }

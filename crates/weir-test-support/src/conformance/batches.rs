@@ -7,7 +7,7 @@ use weir_core::crash::{CrashPoint, CrashPoints};
 use weir_core::protocol::SinkMarker;
 use weir_core::sink::{CommitMessage, CommitOutcome, Sink};
 use weir_core::source::{MemoryStream, RateSource};
-use weir_core::{read_stream, BatchId, Error, QueryId};
+use weir_core::{read_stream, BatchId, Error, QueryId, StreamWriter};
 
 use super::*;
 use crate::data::assert_exactly_once;
@@ -107,32 +107,22 @@ pub async fn empty_batch_commits_the_marker(h: &dyn SinkHarness) {
 /// them.
 pub async fn crash_at_every_point_then_restart_is_exactly_once(h: &dyn SinkHarness) {
     let chk = CaseCheckpoint::new(h);
-    let input = MemoryStream::new(RateSource::output_schema());
-    let mut chunks = 0u64;
-    let mut add_chunk = || {
-        input
-            .add_batch(RateSource::generate(chunks * ROWS, (chunks + 1) * ROWS))
-            .expect("add rows");
-        chunks += 1;
-        chunks
-    };
-    let growing = || {
-        chk.on(read_stream(input.clone()).write_stream())
-            .query_name(NAME)
-            .writer_parallelism(2)
-    };
+    let mut input = Growing::new();
+
     let mut batch = 0u64;
     for point in CrashPoint::ALL {
         // Twice per point: the second crash hits the batch right after a restart.
         for _ in 0..2 {
-            add_chunk();
-            let armed = growing().crash_points(CrashPoints::new().fail_at(point, Some(BatchId(batch))));
+            input.add_chunk();
+            let armed = input
+                .query(&chk)
+                .crash_points(CrashPoints::new().fail_at(point, Some(BatchId(batch))));
             match run_to(h, armed, batch).await {
                 Err(Error::InjectedCrash { point: p, batch_id }) => assert_eq!((p, batch_id), (point, BatchId(batch))),
                 other => panic!("expected a crash at {point} in batch {batch}, got {other:?}"),
             }
-            let total = add_chunk();
-            run_to(h, growing(), batch + 1)
+            let total = input.add_chunk();
+            run_to(h, input.query(&chk), batch + 1)
                 .await
                 .unwrap_or_else(|e| panic!("restart after {point}: {e}"));
             batch += 2;
@@ -171,35 +161,25 @@ pub async fn sink_commit_without_commit_log_is_recorded_not_rerun(h: &dyn SinkHa
 pub async fn crash_at_every_point_then_restart_is_at_least_once(h: &dyn SinkHarness) {
     assert!(!h.sink().await.keeps_marker(), "the case of sinks without a marker");
     let chk = CaseCheckpoint::new(h);
-    let input = MemoryStream::new(RateSource::output_schema());
-    let mut chunks = 0u64;
-    let mut add_chunk = || {
-        input
-            .add_batch(RateSource::generate(chunks * ROWS, (chunks + 1) * ROWS))
-            .expect("add rows");
-        chunks += 1;
-        chunks
-    };
-    let growing = || {
-        chk.on(read_stream(input.clone()).write_stream())
-            .query_name(NAME)
-            .writer_parallelism(2)
-    };
+    let mut input = Growing::new();
+
     // Ids that may stand twice: those of each batch a crash cut short.
     let mut replayed: Vec<std::ops::Range<i64>> = Vec::new();
     let mut batch = 0u64;
     for point in CrashPoint::ALL {
         for _ in 0..2 {
             // The crashed batch reads exactly the chunk added just before it.
-            let crashed = add_chunk();
+            let crashed = input.add_chunk();
             replayed.push(((crashed - 1) * ROWS) as i64..(crashed * ROWS) as i64);
-            let armed = growing().crash_points(CrashPoints::new().fail_at(point, Some(BatchId(batch))));
+            let armed = input
+                .query(&chk)
+                .crash_points(CrashPoints::new().fail_at(point, Some(BatchId(batch))));
             match run_to(h, armed, batch).await {
                 Err(Error::InjectedCrash { point: p, batch_id }) => assert_eq!((p, batch_id), (point, BatchId(batch))),
                 other => panic!("expected a crash at {point} in batch {batch}, got {other:?}"),
             }
-            let total = add_chunk();
-            run_to(h, growing(), batch + 1)
+            let total = input.add_chunk();
+            run_to(h, input.query(&chk), batch + 1)
                 .await
                 .unwrap_or_else(|e| panic!("restart after {point}: {e}"));
             batch += 2;
@@ -207,4 +187,35 @@ pub async fn crash_at_every_point_then_restart_is_at_least_once(h: &dyn SinkHarn
         }
     }
     assert_eq!(batch, 20);
+}
+
+/// A stream that grows by a chunk of the rate source's rows at a time,
+/// while the query on it is down.
+struct Growing {
+    input: MemoryStream,
+    chunks: u64,
+}
+
+impl Growing {
+    fn new() -> Self {
+        Growing {
+            input: MemoryStream::new(RateSource::output_schema()),
+            chunks: 0,
+        }
+    }
+
+    /// Adds the next chunk; how many there are now.
+    fn add_chunk(&mut self) -> u64 {
+        let (from, to) = (self.chunks * ROWS, (self.chunks + 1) * ROWS);
+        self.input.add_batch(RateSource::generate(from, to)).expect("add rows");
+        self.chunks += 1;
+        self.chunks
+    }
+
+    /// The conformance query on the stream.
+    fn query(&self, chk: &CaseCheckpoint) -> StreamWriter {
+        chk.on(read_stream(self.input.clone()).write_stream())
+            .query_name(NAME)
+            .writer_parallelism(2)
+    }
 }
